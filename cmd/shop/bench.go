@@ -1,0 +1,10 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+)
+
+func bench(ctx context.Context, args []string, logger *slog.Logger) error {
+	return errUsage
+}

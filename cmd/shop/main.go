@@ -1,0 +1,68 @@
+// Command shop is the whole service in one binary:
+//
+//	shop serve                   run the HTTP API and the background jobs
+//	shop migrate up|down|version manage the database schema
+//	shop seed                    load the demo catalogue
+//	shop bench orders            measure order creation (see docs/BENCHMARKS.md)
+//
+// Settings come from the environment (SHOP_*, see README.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: shop <command>
+
+commands:
+  serve                    run the HTTP API and background jobs
+  migrate up|down|version  manage the database schema
+  seed                     load the demo catalogue (safe to run again)
+  bench orders             benchmark order creation against the raw SQL baseline
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	err := run(ctx, os.Args[1:], logger)
+	stop()
+	if errors.Is(err, errUsage) {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		logger.Error("shop", "err", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, logger *slog.Logger) error {
+	if len(args) == 0 {
+		return errUsage
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, logger)
+	case "migrate":
+		if len(args) != 2 {
+			return errUsage
+		}
+		return migrateCmd(args[1], logger)
+	case "seed":
+		return seed(ctx, logger)
+	case "bench":
+		return bench(ctx, args[1:], logger)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	return errUsage
+}

@@ -1,0 +1,127 @@
+// Package app assembles the service from its parts: the platform (pool,
+// lock quorum, idempotency, auth, metrics, HTTP edge) and the domain
+// packages. cmd/shop and the end-to-end tests build the service through it,
+// so what the tests race against is what runs in production.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/auth"
+	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/idempotency"
+	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/metrics"
+)
+
+// Deps are the connections the service runs on. The caller owns them.
+type Deps struct {
+	Pool   *pgxpool.Pool
+	Redis  []*redis.Client
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now. Tests move it to expire orders.
+	Now func() time.Time
+}
+
+// App is one replica of the service.
+type App struct {
+	Echo    *echo.Echo
+	Metrics *metrics.Metrics
+	Orders  *orders.Service
+
+	cfg    config.Config
+	deps   Deps
+	locker *lock.Locker
+	idem   *idempotency.Store
+}
+
+// New builds the service on deps with the settings in cfg.
+func New(cfg config.Config, deps Deps) (*App, error) {
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	m := metrics.New()
+	locker, err := lock.New(deps.Redis, lock.Options{
+		Mode:    lock.Mode(cfg.LockMode),
+		Logger:  deps.Logger,
+		Metrics: m,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	idem := idempotency.NewStore(deps.Pool, idempotency.Options{Logger: deps.Logger, Metrics: m, Now: deps.Now})
+	users := auth.NewStore(deps.Pool)
+	authn := auth.NewMiddleware(users, cfg.AdminToken)
+
+	orderSvc, err := orders.NewService(orders.Config{
+		Store:    orders.NewStore(deps.Pool),
+		Locker:   locker,
+		Metrics:  m,
+		Logger:   deps.Logger,
+		OrderTTL: cfg.OrderTTL,
+		Now:      deps.Now,
+		Defences: orders.AllDefences(),
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	e := httpx.New(m, httpx.Options{Logger: deps.Logger})
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, cfg: cfg, deps: deps, locker: locker, idem: idem}
+
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", a.ready)
+	e.GET("/metrics", echo.WrapHandler(m.Handler()))
+
+	v1 := e.Group("/v1")
+	auth.Register(v1, users, authn)
+	inventory.Register(v1, inventory.NewStore(deps.Pool, deps.Now), inventory.Guards{
+		Admin: authn.Admin, Idempotency: idem.Middleware,
+	})
+	orders.Register(v1, orderSvc, orders.Guards{User: authn.User, Idempotency: idem.Middleware})
+	return a, nil
+}
+
+// RunJobs runs the background jobs of this replica until ctx ends: order
+// expiry and idempotency-key sweeping. Every replica runs them; each is
+// safe to run concurrently with its twins elsewhere.
+func (a *App) RunJobs(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Orders.RunExpiry(ctx, a.cfg.JobInterval) })
+	wg.Go(func() { a.idem.RunSweeper(ctx, time.Hour) })
+	wg.Wait()
+}
+
+func (a *App) ready(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	var errs []error
+	if err := a.deps.Pool.Ping(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("postgres: %w", err))
+	}
+	if err := a.locker.Ready(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("lock quorum: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		a.deps.Logger.WarnContext(ctx, "not ready", "err", err)
+		c.Response().Header().Set("Retry-After", "2")
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}

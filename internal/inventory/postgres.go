@@ -1,0 +1,267 @@
+package inventory
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// Constraints that back this package's rules (migrations/000002_inventory.up.sql).
+const (
+	constraintStockNonNegative = "products_stock_nonnegative"
+	constraintPrimaryKey       = "products_pkey"
+)
+
+const productColumns = `sku, name, price_cents, stock_available, version, created_at, updated_at`
+
+const (
+	sqlInsertProduct = `INSERT INTO products (` + productColumns + `)
+		VALUES ($1, $2, $3, $4, 1, $5, $5) RETURNING ` + productColumns
+
+	sqlGetProduct = `SELECT ` + productColumns + ` FROM products WHERE sku = $1`
+
+	sqlListProducts = `SELECT ` + productColumns + ` FROM products
+		WHERE sku > $1 ORDER BY sku LIMIT $2`
+
+	// Layer 3: the version check. The row changes only if nobody edited it
+	// since the client read the version it sends in If-Match.
+	sqlUpdateProduct = `UPDATE products
+		SET name = COALESCE($3, name), price_cents = COALESCE($4, price_cents),
+		    version = version + 1, updated_at = $5
+		WHERE sku = $1 AND version = $2
+		RETURNING ` + productColumns
+
+	sqlRestock = `UPDATE products SET stock_available = stock_available + $2, updated_at = $3
+		WHERE sku = $1 RETURNING ` + productColumns
+
+	// The atomic conditional decrement: check and change in one statement.
+	sqlTakeStock = `UPDATE products SET stock_available = stock_available - $2
+		WHERE sku = $1 AND stock_available >= $2 RETURNING price_cents`
+
+	// The same without the condition, as a naive implementation would write
+	// it. Only the layer tests use it, to show the CHECK constraint alone
+	// still refuses an oversell.
+	sqlTakeStockUnconditional = `UPDATE products SET stock_available = stock_available - $2
+		WHERE sku = $1 RETURNING price_cents`
+
+	sqlReturnStock = `UPDATE products SET stock_available = stock_available + $2 WHERE sku = $1`
+
+	sqlStockOf = `SELECT sku, stock_available FROM products WHERE sku = ANY($1)`
+)
+
+// Store keeps products in PostgreSQL. Each exported method is one
+// transaction (or one statement); TakeStock and ReturnStock run inside a
+// caller's transaction so an order and its stock change commit together.
+type Store struct {
+	db  *pgxpool.Pool
+	now func() time.Time
+}
+
+// NewStore returns a store over db.
+func NewStore(db *pgxpool.Pool, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{db: db, now: now}
+}
+
+// Create inserts a new product.
+func (s *Store) Create(ctx context.Context, p Product) (Product, error) {
+	now := s.now().UTC().Truncate(time.Microsecond)
+	out, err := scanProduct(s.db.QueryRow(ctx, sqlInsertProduct, p.SKU, p.Name, p.PriceCents, p.StockAvailable, now))
+	if postgres.ConstraintViolated(err) == constraintPrimaryKey {
+		return Product{}, problem.Errorf(problem.AlreadyExists, "product %s already exists", p.SKU)
+	}
+	if err != nil {
+		return Product{}, fmt.Errorf("insert product %s: %w", p.SKU, err)
+	}
+	return out, nil
+}
+
+// Get returns one product.
+func (s *Store) Get(ctx context.Context, sku string) (Product, error) {
+	p, err := scanProduct(s.db.QueryRow(ctx, sqlGetProduct, sku))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Product{}, notFound(sku)
+	}
+	if err != nil {
+		return Product{}, fmt.Errorf("get product %s: %w", sku, err)
+	}
+	return p, nil
+}
+
+// List returns up to limit products after the cursor, ordered by SKU, and
+// the cursor of the next page ("" on the last page).
+func (s *Store) List(ctx context.Context, cursor string, limit int) ([]Product, string, error) {
+	after, err := decodeCursor(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.db.Query(ctx, sqlListProducts, after, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list products: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Product, error) { return scanProduct(r) })
+	if err != nil {
+		return nil, "", fmt.Errorf("list products: %w", err)
+	}
+	next := ""
+	if len(items) > limit {
+		items = items[:limit]
+		next = base64.RawURLEncoding.EncodeToString([]byte(items[limit-1].SKU))
+	}
+	return items, next, nil
+}
+
+// Update applies patch if the product is still at version.
+func (s *Store) Update(ctx context.Context, sku string, version int64, patch Patch) (Product, error) {
+	now := s.now().UTC().Truncate(time.Microsecond)
+	p, err := scanProduct(s.db.QueryRow(ctx, sqlUpdateProduct, sku, version, patch.Name, patch.PriceCents, now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		current, getErr := s.Get(ctx, sku)
+		if getErr != nil {
+			return Product{}, getErr
+		}
+		return Product{}, problem.Errorf(problem.VersionMismatch,
+			"product %s is at version %d, not %d", sku, current.Version, version)
+	}
+	if err != nil {
+		return Product{}, fmt.Errorf("update product %s: %w", sku, err)
+	}
+	return p, nil
+}
+
+// Restock adds quantity to the product's stock.
+func (s *Store) Restock(ctx context.Context, sku string, quantity int) (Product, error) {
+	now := s.now().UTC().Truncate(time.Microsecond)
+	p, err := scanProduct(s.db.QueryRow(ctx, sqlRestock, sku, quantity, now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Product{}, notFound(sku)
+	}
+	if err != nil {
+		if postgres.SQLState(err) == "22003" { // numeric_value_out_of_range
+			return Product{}, problem.Errorf(problem.Invalid, "quantity: stock of %s would exceed the limit", sku)
+		}
+		return Product{}, fmt.Errorf("restock %s: %w", sku, err)
+	}
+	return p, nil
+}
+
+// TakeStock takes every line from stock inside tx, all or nothing, and
+// returns the unit price of each SKU. Lines are taken in SKU order, so two
+// orders sharing SKUs lock the rows in the same order and cannot deadlock.
+// All statements go in one round trip.
+//
+// When conditional is false the naive unconditional decrement is used; only
+// the layer tests turn it off.
+func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, conditional bool) (map[string]int64, error) {
+	sorted := slices.Clone(lines)
+	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	query := sqlTakeStock
+	if !conditional {
+		query = sqlTakeStockUnconditional
+	}
+	batch := &pgx.Batch{}
+	for _, l := range sorted {
+		batch.Queue(query, l.SKU, l.Quantity)
+	}
+	results := tx.SendBatch(ctx, batch)
+	prices := make(map[string]int64, len(sorted))
+	var short []Line
+	for _, l := range sorted {
+		var price int64
+		err := results.QueryRow().Scan(&price)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			short = append(short, l)
+		case postgres.ConstraintViolated(err) == constraintStockNonNegative:
+			// Layer 4: the CHECK refused what the condition should have.
+			_ = results.Close()
+			return nil, fmt.Errorf("%w: %w", problem.Errorf(problem.OutOfStock,
+				"%s: not enough stock for %d", l.SKU, l.Quantity), ErrStockConstraint)
+		case err != nil:
+			_ = results.Close()
+			return nil, fmt.Errorf("take stock of %s: %w", l.SKU, err)
+		default:
+			prices[l.SKU] = price
+		}
+	}
+	if err := results.Close(); err != nil {
+		return nil, fmt.Errorf("take stock: %w", err)
+	}
+	if len(short) > 0 {
+		return nil, shortfall(ctx, tx, short)
+	}
+	return prices, nil
+}
+
+// ReturnStock puts every line back on the shelf inside tx, in SKU order.
+func ReturnStock(ctx context.Context, tx pgx.Tx, lines []Line) error {
+	sorted := slices.Clone(lines)
+	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	batch := &pgx.Batch{}
+	for _, l := range sorted {
+		batch.Queue(sqlReturnStock, l.SKU, l.Quantity)
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("return stock: %w", err)
+	}
+	return nil
+}
+
+// shortfall explains why lines could not be taken: an unknown SKU is
+// not_found, otherwise the first line short of stock is out_of_stock.
+func shortfall(ctx context.Context, tx pgx.Tx, short []Line) error {
+	skus := make([]string, len(short))
+	for i, l := range short {
+		skus[i] = l.SKU
+	}
+	rows, err := tx.Query(ctx, sqlStockOf, skus)
+	if err != nil {
+		return fmt.Errorf("read stock: %w", err)
+	}
+	available := map[string]int{}
+	var sku string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&sku, &n}, func() error { available[sku] = n; return nil }); err != nil {
+		return fmt.Errorf("read stock: %w", err)
+	}
+	for _, l := range short {
+		if _, ok := available[l.SKU]; !ok {
+			return notFound(l.SKU)
+		}
+	}
+	l := short[0]
+	return problem.Errorf(problem.OutOfStock, "%s: %d available, %d requested", l.SKU, available[l.SKU], l.Quantity)
+}
+
+func notFound(sku string) error {
+	return problem.Errorf(problem.NotFound, "product %s not found", sku)
+}
+
+func scanProduct(row pgx.Row) (Product, error) {
+	var p Product
+	err := row.Scan(&p.SKU, &p.Name, &p.PriceCents, &p.StockAvailable, &p.Version, &p.CreatedAt, &p.UpdatedAt)
+	return p, err
+}
+
+func decodeCursor(cursor string) (string, error) {
+	if cursor == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || !ValidSKU(string(b)) {
+		return "", problem.New(problem.Invalid, "cursor: not a cursor this service issued")
+	}
+	return string(b), nil
+}

@@ -1,0 +1,31 @@
+// Package orders places, cancels and expires orders, reserving stock from
+// package inventory.
+//
+// It is the worked example of defence in depth (DESIGN.md §1). Each flow in
+// service.go reads top to bottom as its layers:
+//
+//   - Layer 0, the Idempotency-Key, is handled before the flow runs (the
+//     platform/idempotency middleware on the route).
+//   - Layer 1, a redsync lock, keyed on the business request
+//     ("order:{user}:{key}") or on the order ("order:{id}"). It saves
+//     wasted work; it is not what makes the result correct.
+//   - Layer 2, the state machine in orders.go: pending_payment can become
+//     paid, cancelled or expired, and nothing else moves.
+//   - Layer 3, the version column: a status is written with
+//     "WHERE id = $1 AND version = $2", so a writer that read a stale order
+//     (a slow replica, a lock that expired under it) changes nothing. For
+//     stock, a counter, the equivalent is the atomic conditional decrement.
+//   - Layer 4, constraints: UNIQUE (user_id, request_key) admits one order
+//     per request; CHECK (stock_available >= 0) admits no oversell; the
+//     primary key of stock_releases admits one return of stock per order.
+//
+// Any one layer can fail alone (Redis down, a lease expiring in a GC pause,
+// a client that sends no key) and the outcome stays correct; the layer
+// tests switch layers off one by one to show it (Defences).
+//
+// The expiry job runs in every replica. It claims due orders with
+// FOR UPDATE SKIP LOCKED, so concurrent runs split the work instead of
+// repeating it, and its status change goes through the same version bump as
+// a user's cancel, so whichever commits first wins and the other changes
+// nothing.
+package orders

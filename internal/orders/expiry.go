@@ -1,0 +1,54 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/shop-example/shop/internal/platform/metrics"
+)
+
+// expiryBatch is how many orders one expiry transaction handles.
+const expiryBatch = 100
+
+// ExpireDue expires every pending order whose time is up and returns how
+// many it expired. Every replica runs it; FOR UPDATE SKIP LOCKED splits the
+// due orders between concurrent runs, the version bump makes a racing
+// cancel lose cleanly, and stock_releases admits one release per order.
+func (s *Service) ExpireDue(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := s.store.ExpireDue(ctx, s.now().UTC().Truncate(time.Microsecond), expiryBatch)
+		if errors.Is(err, ErrAlreadyReleased) {
+			// Only reachable if a release slipped past the status check:
+			// the whole batch rolled back; count it and try the next run.
+			s.metrics.Stopped(flowExpire, metrics.LayerConstraint)
+			return total, nil
+		}
+		total += n
+		if err != nil || n < expiryBatch {
+			return total, err
+		}
+	}
+}
+
+// RunExpiry calls ExpireDue every interval (with jitter, so replicas do not
+// fire in lockstep) until ctx ends.
+func (s *Service) RunExpiry(ctx context.Context, interval time.Duration) {
+	for {
+		wait := interval/2 + rand.N(interval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		n, err := s.ExpireDue(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.logger.ErrorContext(ctx, "expire orders", "err", err)
+		}
+		if n > 0 {
+			s.logger.InfoContext(ctx, "expired orders", "count", n)
+		}
+	}
+}

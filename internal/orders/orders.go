@@ -1,0 +1,135 @@
+package orders
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// Status is where an order is in its life.
+//
+//	pending_payment ──pay──▶ paid
+//	       │ ├─cancel─▶ cancelled   (stock returned once)
+//	       │ └─expire─▶ expired     (stock returned once)
+type Status string
+
+// The states of an order.
+const (
+	StatusPendingPayment Status = "pending_payment"
+	StatusPaid           Status = "paid"
+	StatusCancelled      Status = "cancelled"
+	StatusExpired        Status = "expired"
+)
+
+// Item is one line of an order, priced when the order was placed.
+type Item struct {
+	SKU            string
+	Quantity       int
+	UnitPriceCents int64
+}
+
+// Order is a customer's reservation of stock, waiting for payment.
+type Order struct {
+	ID         string
+	UserID     string
+	RequestKey string
+	Status     Status
+	Items      []Item
+	TotalCents int64
+	// Version is bumped by every change of Status. Writes are made with
+	// "WHERE version = $read": the version is the fencing token that stops
+	// a stale writer, whatever lock it believes it holds.
+	Version   int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// Limits of an order request (API.md).
+const (
+	MaxItems    = 20
+	MaxQuantity = 100
+)
+
+// Errors returned by this package, matched with errors.Is.
+var (
+	ErrNotFound     = problem.New(problem.NotFound, "no such order")
+	ErrInvalidState = problem.New(problem.InvalidState, "the order is not in a state that allows this")
+	// ErrVersionConflict means another writer changed the order between
+	// read and write. It never reaches a client: the service re-reads.
+	ErrVersionConflict = fmt.Errorf("order changed since it was read")
+	// ErrDuplicateRequest means the user already placed an order with this
+	// request key (the unique constraint said so).
+	ErrDuplicateRequest = fmt.Errorf("order already placed with this request key")
+	// ErrAlreadyReleased means the order's stock was already returned (the
+	// stock_releases primary key said so).
+	ErrAlreadyReleased = fmt.Errorf("order's stock already returned")
+)
+
+// ValidateLines checks an order request: 1–20 lines, known SKU format,
+// distinct SKUs, quantities 1–100.
+func ValidateLines(lines []inventory.Line) error {
+	if len(lines) == 0 {
+		return problem.New(problem.Invalid, "items: must hold at least one item")
+	}
+	if len(lines) > MaxItems {
+		return problem.Errorf(problem.Invalid, "items: at most %d items, got %d", MaxItems, len(lines))
+	}
+	seen := make(map[string]bool, len(lines))
+	for i, l := range lines {
+		if !inventory.ValidSKU(l.SKU) {
+			return problem.Errorf(problem.Invalid, "items[%d].sku: must be 1–64 characters of A-Z, a-z, 0-9, _ and -", i)
+		}
+		if seen[l.SKU] {
+			return problem.Errorf(problem.Invalid, "items[%d].sku: %s appears more than once", i, l.SKU)
+		}
+		seen[l.SKU] = true
+		if l.Quantity < 1 || l.Quantity > MaxQuantity {
+			return problem.Errorf(problem.Invalid, "items[%d].quantity: must be 1–%d, got %d", i, MaxQuantity, l.Quantity)
+		}
+	}
+	return nil
+}
+
+// Lines returns what the order holds of each SKU, as stock lines.
+func (o *Order) Lines() []inventory.Line {
+	lines := make([]inventory.Line, len(o.Items))
+	for i, it := range o.Items {
+		lines[i] = inventory.Line{SKU: it.SKU, Quantity: it.Quantity}
+	}
+	return lines
+}
+
+// Cancel moves a pending order to cancelled. Cancelling a cancelled order
+// changes nothing and is not an error (changed is false); a paid or expired
+// order cannot be cancelled.
+func (o *Order) Cancel(now time.Time) (changed bool, err error) {
+	switch o.Status {
+	case StatusPendingPayment:
+		o.Status, o.UpdatedAt = StatusCancelled, now
+		return true, nil
+	case StatusCancelled:
+		return false, nil
+	default:
+		return false, problem.Errorf(problem.InvalidState, "order is %s and cannot be cancelled", o.Status)
+	}
+}
+
+// Expire moves a pending order whose time is up to expired.
+func (o *Order) Expire(now time.Time) error {
+	if o.Status != StatusPendingPayment {
+		return problem.Errorf(problem.InvalidState, "order is %s and cannot expire", o.Status)
+	}
+	if now.Before(o.ExpiresAt) {
+		return problem.Errorf(problem.InvalidState, "order does not expire before %s", o.ExpiresAt.Format(time.RFC3339))
+	}
+	o.Status, o.UpdatedAt = StatusExpired, now
+	return nil
+}
+
+// ReleasesStock reports whether moving into s gives the reserved stock back.
+func (s Status) ReleasesStock() bool {
+	return s == StatusCancelled || s == StatusExpired
+}

@@ -1,0 +1,316 @@
+package orders
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// Constraints that back this package's rules (migrations/000003_orders.up.sql).
+const (
+	constraintUserRequestKey = "orders_user_request_key" // one order per (user, request key)
+	constraintReleasedOnce   = "stock_releases_pkey"     // stock comes back once per order
+)
+
+const orderSelect = `SELECT o.id, o.user_id, o.request_key, o.status, o.total_cents, o.version,
+		o.created_at, o.updated_at, o.expires_at,
+		array_agg(i.sku ORDER BY i.sku), array_agg(i.quantity ORDER BY i.sku),
+		array_agg(i.unit_price_cents ORDER BY i.sku)
+	FROM orders o JOIN order_items i ON i.order_id = o.id `
+
+const (
+	sqlInsertOrder = `WITH o AS (
+			INSERT INTO orders (id, user_id, request_key, status, total_cents, version, created_at, updated_at, expires_at)
+			VALUES ($1, $2, $3, 'pending_payment', $4, 1, $5, $5, $6)
+			RETURNING id)
+		INSERT INTO order_items (order_id, sku, quantity, unit_price_cents)
+		SELECT o.id, i.sku, i.quantity, i.price
+		FROM o, unnest($7::text[], $8::integer[], $9::bigint[]) AS i (sku, quantity, price)`
+
+	sqlGetOrder          = orderSelect + `WHERE o.id = $1 GROUP BY o.id`
+	sqlGetByRequestKey   = orderSelect + `WHERE o.user_id = $1 AND o.request_key = $2 GROUP BY o.id`
+	sqlListOrdersForUser = orderSelect + `WHERE o.user_id = $1 AND (o.created_at, o.id) < ($2, $3)
+		GROUP BY o.id ORDER BY o.created_at DESC, o.id DESC LIMIT $4`
+
+	// Layer 3: the version check. Zero rows means someone else moved the
+	// order since we read it.
+	sqlUpdateStatus = `UPDATE orders SET status = $3, version = version + 1, updated_at = $4
+		WHERE id = $1 AND version = $2`
+
+	// The same without the version check, as a naive implementation would
+	// write it. Only the layer tests use it.
+	sqlUpdateStatusUnversioned = `UPDATE orders SET status = $3, version = version + 1, updated_at = $4
+		WHERE id = $1`
+
+	// Layer 4: a second release of the same order violates the primary key.
+	sqlInsertRelease = `INSERT INTO stock_releases (order_id, reason, released_at) VALUES ($1, $2, $3)`
+
+	// Expiry claims due orders with SKIP LOCKED: jobs in several replicas
+	// each take different rows instead of queueing behind each other, and a
+	// row a user is cancelling right now is simply left for the next run.
+	sqlExpireDue = `WITH due AS (
+			SELECT id FROM orders
+			WHERE status = 'pending_payment' AND expires_at <= $1
+			ORDER BY expires_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED)
+		UPDATE orders o SET status = 'expired', version = o.version + 1, updated_at = $1
+		FROM due WHERE o.id = due.id
+		RETURNING o.id`
+
+	sqlInsertReleases = `INSERT INTO stock_releases (order_id, reason, released_at)
+		SELECT unnest($1::uuid[]), 'expired', $2`
+
+	sqlItemsOfOrders = `SELECT sku, sum(quantity)::integer FROM order_items
+		WHERE order_id = ANY($1) GROUP BY sku ORDER BY sku`
+)
+
+// Store keeps orders in PostgreSQL. Each exported method is one transaction.
+type Store struct {
+	db *pgxpool.Pool
+}
+
+// NewStore returns a store over db.
+func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+// Create reserves the stock of every line and inserts the order, in one
+// transaction: all lines or none. It fills in items and total from the
+// prices read while taking the stock.
+//
+// conditionalStock selects the atomic conditional decrement; only the layer
+// tests turn it off.
+func (s *Store) Create(ctx context.Context, o Order, lines []inventory.Line, conditionalStock bool) (Order, error) {
+	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		prices, err := inventory.TakeStock(ctx, tx, lines, conditionalStock)
+		if err != nil {
+			return err
+		}
+		o.Items, o.TotalCents = priceItems(lines, prices)
+		n := len(o.Items)
+		skus, qtys, unit := make([]string, n), make([]int32, n), make([]int64, n)
+		for i, it := range o.Items {
+			skus[i], qtys[i], unit[i] = it.SKU, int32(it.Quantity), it.UnitPriceCents
+		}
+		_, err = tx.Exec(ctx, sqlInsertOrder, o.ID, o.UserID, o.RequestKey, o.TotalCents,
+			o.CreatedAt, o.ExpiresAt, skus, qtys, unit)
+		if postgres.ConstraintViolated(err) == constraintUserRequestKey {
+			return ErrDuplicateRequest
+		}
+		if err != nil {
+			return fmt.Errorf("insert order: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Order{}, err
+	}
+	return o, nil
+}
+
+// Get returns an order, whoever owns it.
+func (s *Store) Get(ctx context.Context, id string) (Order, error) {
+	o, err := scanOrder(s.db.QueryRow(ctx, sqlGetOrder, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("get order %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// ByRequestKey returns the order a user placed with a request key.
+func (s *Store) ByRequestKey(ctx context.Context, userID, key string) (Order, error) {
+	o, err := scanOrder(s.db.QueryRow(ctx, sqlGetByRequestKey, userID, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("get order by request key: %w", err)
+	}
+	return o, nil
+}
+
+// List returns up to limit of the user's orders, newest first, after the
+// cursor, and the cursor of the next page ("" on the last page).
+func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]Order, string, error) {
+	beforeAt, beforeID, err := decodeCursor(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.db.Query(ctx, sqlListOrdersForUser, userID, beforeAt, beforeID, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list orders: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Order, error) { return scanOrder(r) })
+	if err != nil {
+		return nil, "", fmt.Errorf("list orders: %w", err)
+	}
+	next := ""
+	if len(items) > limit {
+		items = items[:limit]
+		last := items[limit-1]
+		next = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return items, next, nil
+}
+
+// Update reads the order, lets change apply a domain rule to it, and writes
+// the new status back if the order is still at the version read. Moving
+// into cancelled or expired returns the stock in the same transaction,
+// recorded once in stock_releases. It returns ErrVersionConflict when
+// another writer got there first; the caller re-reads and decides again.
+//
+// versioned selects the version check; only the layer tests turn it off.
+func (s *Store) Update(ctx context.Context, id string, versioned bool, change func(*Order) error) (Order, error) {
+	var o Order
+	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		if o, err = scanOrder(tx.QueryRow(ctx, sqlGetOrder, id)); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			return fmt.Errorf("read order %s: %w", id, err)
+		}
+		before := o.Status
+		if err := change(&o); err != nil {
+			return err
+		}
+		if o.Status == before {
+			return nil
+		}
+		query := sqlUpdateStatus
+		if !versioned {
+			query = sqlUpdateStatusUnversioned
+		}
+		tag, err := tx.Exec(ctx, query, o.ID, o.Version, o.Status, o.UpdatedAt)
+		if err != nil {
+			return fmt.Errorf("update order %s: %w", id, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrVersionConflict
+		}
+		o.Version++
+		if !o.Status.ReleasesStock() {
+			return nil
+		}
+		_, err = tx.Exec(ctx, sqlInsertRelease, o.ID, string(o.Status), o.UpdatedAt)
+		if postgres.ConstraintViolated(err) == constraintReleasedOnce {
+			return ErrAlreadyReleased
+		}
+		if err != nil {
+			return fmt.Errorf("record release of %s: %w", id, err)
+		}
+		return inventory.ReturnStock(ctx, tx, o.Lines())
+	})
+	if err != nil {
+		return Order{}, err
+	}
+	return o, nil
+}
+
+// ExpireDue expires up to limit pending orders whose time is up and returns
+// their stock, in one transaction. It returns how many it expired.
+func (s *Store) ExpireDue(ctx context.Context, now time.Time, limit int) (int, error) {
+	var n int
+	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sqlExpireDue, now, limit)
+		if err != nil {
+			return fmt.Errorf("expire due orders: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		n = len(ids)
+		if _, err := tx.Exec(ctx, sqlInsertReleases, ids, now); err != nil {
+			if postgres.ConstraintViolated(err) == constraintReleasedOnce {
+				return ErrAlreadyReleased
+			}
+			return fmt.Errorf("record releases: %w", err)
+		}
+		rows, err = tx.Query(ctx, sqlItemsOfOrders, ids)
+		if err != nil {
+			return fmt.Errorf("read expired items: %w", err)
+		}
+		var lines []inventory.Line
+		var l inventory.Line
+		if _, err := pgx.ForEachRow(rows, []any{&l.SKU, &l.Quantity}, func() error {
+			lines = append(lines, l)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("read expired items: %w", err)
+		}
+		return inventory.ReturnStock(ctx, tx, lines)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// priceItems turns requested lines into order items at the prices read
+// from the product rows, in SKU order, and totals them.
+func priceItems(lines []inventory.Line, prices map[string]int64) ([]Item, int64) {
+	items := make([]Item, len(lines))
+	var total int64
+	for i, l := range lines {
+		items[i] = Item{SKU: l.SKU, Quantity: l.Quantity, UnitPriceCents: prices[l.SKU]}
+		total += int64(l.Quantity) * prices[l.SKU]
+	}
+	slices.SortFunc(items, func(a, b Item) int { return strings.Compare(a.SKU, b.SKU) })
+	return items, total
+}
+
+func scanOrder(row pgx.Row) (Order, error) {
+	var o Order
+	var status string
+	var skus []string
+	var qtys []int32
+	var prices []int64
+	err := row.Scan(&o.ID, &o.UserID, &o.RequestKey, &status, &o.TotalCents, &o.Version,
+		&o.CreatedAt, &o.UpdatedAt, &o.ExpiresAt, &skus, &qtys, &prices)
+	if err != nil {
+		return Order{}, err
+	}
+	o.Status = Status(status)
+	o.Items = make([]Item, len(skus))
+	for i := range skus {
+		o.Items[i] = Item{SKU: skus[i], Quantity: int(qtys[i]), UnitPriceCents: prices[i]}
+	}
+	return o, nil
+}
+
+// A list cursor is the (created_at, id) of the last order of a page.
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
+}
+
+func decodeCursor(cursor string) (time.Time, string, error) {
+	if cursor == "" {
+		return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "ffffffff-ffff-ffff-ffff-ffffffffffff", nil
+	}
+	bad := problem.New(problem.Invalid, "cursor: not a cursor this service issued")
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	at, id, ok := strings.Cut(string(b), "|")
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if !ok || err != nil || uuid.Validate(id) != nil {
+		return time.Time{}, "", bad
+	}
+	return t, id, nil
+}

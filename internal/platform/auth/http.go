@@ -1,0 +1,107 @@
+package auth
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// Middleware authenticates requests.
+type Middleware struct {
+	store      *Store
+	adminToken string
+}
+
+// NewMiddleware returns the auth middleware. An empty adminToken disables
+// the admin routes: they answer 403 to everyone.
+func NewMiddleware(store *Store, adminToken string) *Middleware {
+	return &Middleware{store: store, adminToken: adminToken}
+}
+
+// User admits requests that carry a registered user's token.
+func (m *Middleware) User(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		token, ok := bearer(c)
+		if !ok {
+			return ErrUnauthenticated
+		}
+		u, err := m.store.UserByToken(c.Request().Context(), token)
+		if err != nil {
+			return err
+		}
+		setPrincipal(c, Principal{UserID: u.ID, Name: u.Name})
+		return next(c)
+	}
+}
+
+// Admin admits requests that carry the admin token. A user's token is
+// authenticated but not allowed (403); no or an unknown token is 401.
+func (m *Middleware) Admin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		token, ok := bearer(c)
+		if !ok {
+			return ErrUnauthenticated
+		}
+		if m.adminToken != "" && equalTokens(token, m.adminToken) {
+			setPrincipal(c, Principal{Name: AdminScope, Admin: true})
+			return next(c)
+		}
+		if _, err := m.store.UserByToken(c.Request().Context(), token); err != nil {
+			return err
+		}
+		return problem.New(problem.Forbidden, "this route needs the admin token")
+	}
+}
+
+func setPrincipal(c echo.Context, p Principal) {
+	c.SetRequest(c.Request().WithContext(WithPrincipal(c.Request().Context(), p)))
+}
+
+func bearer(c echo.Context) (string, bool) {
+	scheme, token, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != "" && len(token) <= 256
+}
+
+// Register mounts the user routes on g (the /v1 group).
+func Register(g *echo.Group, store *Store, mw *Middleware) {
+	h := handlers{store: store}
+	g.POST("/users", h.create)
+	g.GET("/me", h.me, mw.User)
+}
+
+type handlers struct{ store *Store }
+
+type createUserRequest struct {
+	Name string `json:"name"`
+}
+
+type userResponse struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Token string `json:"token,omitempty"`
+}
+
+func (h handlers) create(c echo.Context) error {
+	var req createUserRequest
+	if err := httpx.Bind(c, &req); err != nil {
+		return err
+	}
+	u, token, err := h.store.CreateUser(c.Request().Context(), req.Name)
+	if err != nil {
+		return err
+	}
+	return httpx.JSON(c, http.StatusCreated, userResponse{ID: u.ID, Name: u.Name, Token: token})
+}
+
+func (h handlers) me(c echo.Context) error {
+	p, _ := PrincipalFrom(c.Request().Context())
+	return httpx.JSON(c, http.StatusOK, userResponse{ID: p.UserID, Name: p.Name})
+}

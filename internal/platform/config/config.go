@@ -1,0 +1,129 @@
+// Package config reads the service's settings from the environment into one
+// struct, validated at start. The variable names are part of the contract
+// (DESIGN.md §5): compose files, scripts and docs use them.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is everything the binary reads from its environment.
+type Config struct {
+	HTTPAddr      string        // SHOP_HTTP_ADDR
+	DatabaseURL   string        // SHOP_DATABASE_URL
+	RedisAddrs    []string      // SHOP_REDIS_ADDRS, comma-separated
+	AdminToken    string        // SHOP_ADMIN_TOKEN; empty: admin routes answer 403
+	GatewayURL    string        // SHOP_GATEWAY_URL
+	GatewayAddr   string        // SHOP_GATEWAY_ADDR
+	LockMode      string        // SHOP_LOCK_MODE: degrade | strict
+	OrderTTL      time.Duration // SHOP_ORDER_TTL
+	SeatHoldTTL   time.Duration // SHOP_SEAT_HOLD_TTL
+	Migrate       bool          // SHOP_MIGRATE: apply migrations when serve starts
+	DBMaxConns    int32         // SHOP_DB_MAX_CONNS
+	JobInterval   time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
+	ShutdownDrain time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
+}
+
+// FromEnv reads the configuration with getenv (os.Getenv in production).
+func FromEnv(getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	str := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	var errs []error
+	dur := func(name string, def time.Duration) time.Duration {
+		v := str(name, "")
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: want a positive duration like 15m, got %q", name, v))
+			return def
+		}
+		return d
+	}
+
+	c := Config{
+		HTTPAddr:      str("SHOP_HTTP_ADDR", ":8080"),
+		DatabaseURL:   str("SHOP_DATABASE_URL", "postgres://shop:shop@localhost:5432/shop?sslmode=disable"),
+		AdminToken:    str("SHOP_ADMIN_TOKEN", ""),
+		GatewayURL:    str("SHOP_GATEWAY_URL", "http://localhost:8081"),
+		GatewayAddr:   str("SHOP_GATEWAY_ADDR", ":8081"),
+		LockMode:      str("SHOP_LOCK_MODE", "degrade"),
+		OrderTTL:      dur("SHOP_ORDER_TTL", 15*time.Minute),
+		SeatHoldTTL:   dur("SHOP_SEAT_HOLD_TTL", 5*time.Minute),
+		JobInterval:   dur("SHOP_JOB_INTERVAL", 5*time.Second),
+		ShutdownDrain: dur("SHOP_SHUTDOWN_DRAIN", 15*time.Second),
+	}
+	for _, a := range strings.Split(str("SHOP_REDIS_ADDRS", "localhost:6379"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.RedisAddrs = append(c.RedisAddrs, a)
+		}
+	}
+	if v := str("SHOP_MIGRATE", "false"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SHOP_MIGRATE: want true or false, got %q", v))
+		}
+		c.Migrate = b
+	}
+	if v := str("SHOP_DB_MAX_CONNS", "20"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("SHOP_DB_MAX_CONNS: want a positive integer, got %q", v))
+		}
+		c.DBMaxConns = int32(n)
+	}
+	if c.LockMode != "degrade" && c.LockMode != "strict" {
+		errs = append(errs, fmt.Errorf("SHOP_LOCK_MODE: want degrade or strict, got %q", c.LockMode))
+	}
+	if len(c.RedisAddrs) == 0 {
+		errs = append(errs, errors.New("SHOP_REDIS_ADDRS: need at least one Redis node"))
+	}
+	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		errs = append(errs, errors.New("SHOP_DATABASE_URL: want a postgres:// URL"))
+	}
+	if u, err := url.Parse(c.GatewayURL); err != nil || u.Host == "" {
+		errs = append(errs, fmt.Errorf("SHOP_GATEWAY_URL: want an http:// URL, got %q", c.GatewayURL))
+	}
+	return c, errors.Join(errs...)
+}
+
+// LogValue masks the secrets when the config is logged.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("http_addr", c.HTTPAddr),
+		slog.String("database_url", maskURL(c.DatabaseURL)),
+		slog.Any("redis_addrs", c.RedisAddrs),
+		slog.Bool("admin_token_set", c.AdminToken != ""),
+		slog.String("gateway_url", c.GatewayURL),
+		slog.String("lock_mode", c.LockMode),
+		slog.Duration("order_ttl", c.OrderTTL),
+		slog.Duration("seat_hold_ttl", c.SeatHoldTTL),
+		slog.Bool("migrate", c.Migrate),
+	)
+}
+
+func maskURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable)"
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

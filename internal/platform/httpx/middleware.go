@@ -1,0 +1,108 @@
+package httpx
+
+import (
+	"context"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shop-example/shop/internal/platform/metrics"
+)
+
+// HeaderRequestID carries the request id in both directions.
+const HeaderRequestID = "X-Request-ID"
+
+type requestIDKey struct{}
+
+// An inbound request id is reused only when it looks like one: echo's own
+// middleware copies any header value into logs and responses unchecked.
+var validRequestID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// WithRequestID gives every request an id, reusing a well-formed inbound
+// X-Request-ID, and puts it in the response, the echo context and the
+// request's context (so loggers deep in a flow can reach it).
+func WithRequestID() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			id := c.Request().Header.Get(HeaderRequestID)
+			if !validRequestID.MatchString(id) {
+				id = uuid.NewString()
+			}
+			c.Response().Header().Set(HeaderRequestID, id)
+			ctx := context.WithValue(c.Request().Context(), requestIDKey{}, id)
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
+}
+
+// RequestID returns the id WithRequestID gave the request.
+func RequestID(c echo.Context) string {
+	return RequestIDFrom(c.Request().Context())
+}
+
+// RequestIDFrom returns the request id carried by ctx, or "".
+func RequestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// httpMetrics are the RED metrics of the HTTP edge.
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newHTTPMetrics(m *metrics.Metrics) *httpMetrics {
+	h := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shop_http_requests_total",
+			Help: "HTTP requests by method, route and status.",
+		}, []string{"method", "route", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shop_http_request_duration_seconds",
+			Help:    "HTTP request latency by method and route.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"method", "route"}),
+	}
+	m.Registry.MustRegister(h.requests, h.duration)
+	return h
+}
+
+// observe logs and measures every request after the error handler has
+// written its answer, so the status is the one the client saw.
+func observe(logger *slog.Logger, hm *httpMetrics) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			if err := next(c); err != nil {
+				c.Error(err)
+			}
+			elapsed := time.Since(start)
+			route := c.Path()
+			if route == "" {
+				route = "unmatched"
+			}
+			status := c.Response().Status
+			hm.requests.WithLabelValues(c.Request().Method, route, strconv.Itoa(status)).Inc()
+			hm.duration.WithLabelValues(c.Request().Method, route).Observe(elapsed.Seconds())
+			level := slog.LevelInfo
+			if status >= 500 {
+				level = slog.LevelError
+			}
+			logger.LogAttrs(c.Request().Context(), level, "request",
+				slog.String("request_id", RequestID(c)),
+				slog.String("method", c.Request().Method),
+				slog.String("route", route),
+				slog.Int("status", status),
+				slog.Duration("elapsed", elapsed),
+			)
+			return nil
+		}
+	}
+}

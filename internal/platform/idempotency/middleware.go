@@ -1,0 +1,272 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/platform/auth"
+	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// HeaderKey is the request header that carries the key; HeaderReplayed
+// marks a response that was replayed from the store.
+const (
+	HeaderKey      = "Idempotency-Key"
+	HeaderReplayed = "Idempotent-Replayed"
+	maxKeyLength   = 255
+)
+
+// keyFrom returns the request's idempotency key: exactly one header of 1–255
+// printable ASCII characters (0x20–0x7E), the same rule as the table's
+// CHECK constraint idempotency_keys_key_format.
+func keyFrom(h http.Header) (string, error) {
+	values := h.Values(HeaderKey)
+	switch {
+	case len(values) == 0:
+		return "", problem.New(problem.IdempotencyRequired, "this route needs an Idempotency-Key header")
+	case len(values) > 1:
+		return "", problem.New(problem.IdempotencyRequired, "send exactly one Idempotency-Key header")
+	}
+	key := values[0]
+	if key == "" || len(key) > maxKeyLength {
+		return "", problem.Errorf(problem.IdempotencyRequired, "Idempotency-Key must be 1–%d characters long", maxKeyLength)
+	}
+	if i := strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }); i >= 0 {
+		return "", problem.Errorf(problem.IdempotencyRequired, "Idempotency-Key must be printable ASCII; character %d is not", i+1)
+	}
+	return key, nil
+}
+
+// retryInProgress is the Retry-After of a 409 request_in_progress: the
+// flows answer in tens of milliseconds, so the first request will most
+// likely be done by then.
+const retryInProgress = time.Second
+
+// Middleware requires an Idempotency-Key on the route it wraps and makes the
+// route run at most once per key (DESIGN.md §3). It must run after the auth
+// middleware: keys are scoped by auth.PrincipalFrom(ctx).Scope().
+//
+//	g.POST("/orders", h.create, authMW.User, idem.Middleware)
+func (s *Store) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		key, err := keyFrom(req.Header)
+		if err != nil {
+			return err
+		}
+		p, ok := auth.PrincipalFrom(req.Context())
+		if !ok {
+			return errors.New("idempotency middleware: no principal on the request; it must run after the auth middleware")
+		}
+		body, err := readBody(req)
+		if err != nil {
+			return err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		fp := fingerprint(req.Method, req.URL.Path, body)
+
+		cl, prev, err := s.claim(req.Context(), p.Scope(), key, fp)
+		if err != nil {
+			return err
+		}
+		if cl == nil {
+			return s.refuse(c, prev, fp)
+		}
+		s.run(c, next, cl)
+		return nil
+	}
+}
+
+// refuse answers a request whose key is someone else's: another request's,
+// a completed one's, or a still running one's.
+func (s *Store) refuse(c echo.Context, prev *stored, fp []byte) error {
+	s.metrics.Stopped(c.Path(), metrics.LayerIdempotency)
+	switch {
+	case !bytes.Equal(prev.fingerprint, fp):
+		s.counters.outcome(outcomeReused)
+		return problem.New(problem.IdempotencyReused,
+			"this Idempotency-Key was used for a different request (method, path or body); send a new key for a new request")
+	case prev.response != nil:
+		s.counters.outcome(outcomeReplayed)
+		return replay(c, prev.response)
+	default:
+		s.counters.outcome(outcomeInProgress)
+		return &problem.Error{
+			Code:       problem.RequestInProgress,
+			Detail:     "a request with this Idempotency-Key is still being processed",
+			RetryAfter: retryInProgress,
+		}
+	}
+}
+
+// run runs the handler as the key's owner, then stores its answer or gives
+// the key up. Errors are rendered here, so the answer stored is the problem
+// document the client saw.
+func (s *Store) run(c echo.Context, next echo.HandlerFunc, cl *claim) {
+	if cl.takeover {
+		s.counters.outcome(outcomeTakenOver)
+		s.logger.InfoContext(c.Request().Context(), "idempotency key taken over after its lease ran out",
+			"request_id", httpx.RequestID(c), "principal", cl.principal, "key", cl.key)
+	} else {
+		s.counters.outcome(outcomeClaimed)
+	}
+
+	res := c.Response()
+	tee := &teeWriter{ResponseWriter: res.Writer}
+	res.Writer = tee
+	defer func() { res.Writer = tee.ResponseWriter }()
+
+	// The handler must not outlive its claim: past the lease another
+	// request may take the key over and run the same work.
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.lease)
+	defer cancel()
+	c.SetRequest(c.Request().WithContext(ctx))
+
+	done := false
+	defer func() {
+		if !done { // the handler panicked: free the key, let Recover answer
+			s.release(c, cl, "panic")
+		}
+	}()
+	err := next(c)
+	halfWritten := err != nil && res.Committed
+	if err != nil {
+		c.Error(err)
+	}
+	done = true
+
+	switch {
+	case halfWritten:
+		s.release(c, cl, "the handler failed after it started answering")
+	case tee.overflow:
+		s.release(c, cl, "the answer is too large to store")
+	case !storable(res.Status, err):
+		s.release(c, cl, "")
+	default:
+		s.complete(c, cl, &response{status: res.Status, headers: keptHeaders(res.Header()), body: tee.buf.Bytes()})
+	}
+}
+
+// storable reports whether an answer may be replayed for the key. A 5xx,
+// a 429 and a refusal with Retry-After mean "not done, try again"; storing
+// them would make a passing failure permanent for the key.
+func storable(status int, err error) bool {
+	return status < http.StatusInternalServerError &&
+		status != http.StatusTooManyRequests &&
+		!problem.Transient(err)
+}
+
+// complete stores the answer. Like release it runs on a context detached
+// from the request: a client that hung up must not leave its key claimed.
+func (s *Store) complete(c echo.Context, cl *claim, r *response) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), finishTimeout)
+	defer cancel()
+	ok, err := s.completeClaim(ctx, cl, r)
+	s.finished(ctx, c, cl, ok, err, resultStored)
+}
+
+// release frees the key so that a retry runs the request again.
+func (s *Store) release(c echo.Context, cl *claim, why string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), finishTimeout)
+	defer cancel()
+	if why != "" {
+		s.logger.WarnContext(ctx, "idempotency key released", "request_id", httpx.RequestID(c), "key", cl.key, "why", why)
+	}
+	ok, err := s.releaseClaim(ctx, cl)
+	s.finished(ctx, c, cl, ok, err, resultReleased)
+}
+
+func (s *Store) finished(ctx context.Context, c echo.Context, cl *claim, ok bool, err error, result string) {
+	switch {
+	case err != nil:
+		// The answer has been sent; the key frees itself when the lease ends.
+		s.counters.result(resultError)
+		s.logger.ErrorContext(ctx, "idempotency key left claimed", "request_id", httpx.RequestID(c), "key", cl.key, "err", err)
+	case !ok:
+		s.counters.result(resultStaleOwner)
+		s.logger.WarnContext(ctx, "idempotency key was taken over while the request ran; its answer is not stored",
+			"request_id", httpx.RequestID(c), "key", cl.key)
+	default:
+		s.counters.result(result)
+	}
+}
+
+// replay sends a stored answer.
+func replay(c echo.Context, r *response) error {
+	h := c.Response().Header()
+	for k, v := range r.headers {
+		h.Set(k, v)
+	}
+	h.Set(HeaderReplayed, "true")
+	c.Response().WriteHeader(r.status)
+	if _, err := c.Response().Write(r.body); err != nil {
+		return fmt.Errorf("replay stored answer: %w", err)
+	}
+	return nil
+}
+
+// keptHeaders returns the headers stored with an answer: those that are
+// part of it. The rest (request id, date, length) belong to each response.
+func keptHeaders(h http.Header) map[string]string {
+	kept := make(map[string]string, 4)
+	for _, name := range []string{echo.HeaderContentType, echo.HeaderLocation, "ETag", echo.HeaderRetryAfter} {
+		if v := h.Get(name); v != "" {
+			kept[name] = v
+		}
+	}
+	return kept
+}
+
+// readBody reads the whole request body; the body-limit middleware in front
+// has already bounded it.
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var maxErr *http.MaxBytesError
+		if errors.Is(err, echo.ErrStatusRequestEntityTooLarge) || errors.As(err, &maxErr) {
+			return nil, problem.New(problem.PayloadTooLarge, "request body is larger than 64 KiB")
+		}
+		return nil, problem.Errorf(problem.Invalid, "read body: %v", err)
+	}
+	return body, nil
+}
+
+// maxStoredBody bounds the answer kept in memory for storing. The routes
+// that take a key answer with one resource; a larger answer is still sent,
+// but not stored (the key is released).
+const maxStoredBody = 1 << 20
+
+// teeWriter copies what the handler writes into buf on its way to the
+// client. It keeps every byte the handler wrote even if the client has
+// gone: the answer stored is the one the handler gave.
+type teeWriter struct {
+	http.ResponseWriter
+	buf      bytes.Buffer
+	overflow bool
+}
+
+func (w *teeWriter) Write(p []byte) (int, error) {
+	if !w.overflow {
+		if w.buf.Len()+len(p) > maxStoredBody {
+			w.overflow = true
+			w.buf = bytes.Buffer{}
+		} else {
+			w.buf.Write(p)
+		}
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer (for
+// Flush, deadlines), as echo's Response does.
+func (w *teeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

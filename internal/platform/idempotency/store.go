@@ -1,0 +1,248 @@
+package idempotency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/postgres"
+)
+
+const (
+	// DefaultLease outlives the 10 s request timeout with room to spare, so
+	// a live owner is never taken over; a crashed one frees its key after it.
+	DefaultLease = 30 * time.Second
+	// MinRetention is how long keys are kept at least (DESIGN.md §3), so a
+	// client retrying after a day-long outage still gets its first answer.
+	MinRetention = 24 * time.Hour
+	// finishTimeout bounds the completion or release that runs after the
+	// handler on a context detached from the request.
+	finishTimeout = 5 * time.Second
+)
+
+// Options configure a Store.
+type Options struct {
+	// Lease is how long a claim is held before another request with the
+	// same key may take it over. Default DefaultLease.
+	Lease time.Duration
+	// Retention is how long keys are kept by RunSweeper. Default and
+	// minimum MinRetention; tests sweep sooner by calling Sweep directly.
+	Retention time.Duration
+	Logger    *slog.Logger
+	Metrics   *metrics.Metrics // may be nil
+	Now       func() time.Time // default time.Now; tests inject
+}
+
+// Store keeps idempotency keys and the responses stored under them.
+type Store struct {
+	db        *pgxpool.Pool
+	lease     time.Duration
+	retention time.Duration
+	logger    *slog.Logger
+	metrics   *metrics.Metrics
+	counters  *counters
+	now       func() time.Time
+}
+
+// NewStore returns a store over db.
+func NewStore(db *pgxpool.Pool, opts Options) *Store {
+	if opts.Lease <= 0 {
+		opts.Lease = DefaultLease
+	}
+	if opts.Retention < MinRetention {
+		opts.Retention = MinRetention
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Store{
+		db:        db,
+		lease:     opts.Lease,
+		retention: opts.Retention,
+		logger:    opts.Logger,
+		metrics:   opts.Metrics,
+		counters:  newCounters(opts.Metrics, opts.Logger),
+		now:       opts.Now,
+	}
+}
+
+const (
+	// sqlAsyncCommit is run first in every bookkeeping transaction; see
+	// asyncTx for why.
+	sqlAsyncCommit = `SET LOCAL synchronous_commit = off`
+
+	// sqlClaim inserts a claim, or takes over the claim of a request whose
+	// lease has run out, in one statement: of any number of concurrent
+	// requests exactly one gets a row back. A completed key, a live claim
+	// and a different request under the same key are left alone (and the
+	// row stays locked until the transaction ends, so sqlReadKey sees it
+	// as it was). created_at is returned to tell a takeover from a new key.
+	sqlClaim = `
+INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (principal, key) DO UPDATE
+   SET owner = EXCLUDED.owner, locked_until = EXCLUDED.locked_until
+ WHERE idempotency_keys.status_code IS NULL
+   AND idempotency_keys.locked_until < $6
+   AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
+RETURNING created_at`
+
+	sqlReadKey = `
+SELECT fingerprint, locked_until, status_code, headers, body
+  FROM idempotency_keys
+ WHERE principal = $1 AND key = $2`
+
+	// sqlComplete and sqlRelease are fenced by the owner token: an owner
+	// whose key was taken over matches no row and changes nothing.
+	sqlComplete = `
+UPDATE idempotency_keys
+   SET status_code = $4, headers = $5, body = $6, completed_at = $7
+ WHERE principal = $1 AND key = $2 AND owner = $3 AND status_code IS NULL`
+
+	sqlRelease = `
+DELETE FROM idempotency_keys
+ WHERE principal = $1 AND key = $2 AND owner = $3 AND status_code IS NULL`
+)
+
+// claim is one request's hold on a key.
+type claim struct {
+	principal string
+	key       string
+	owner     uuid.UUID
+	takeover  bool // the key was claimed before by a request whose lease ran out
+}
+
+// stored is the row found when the claim was refused.
+type stored struct {
+	fingerprint []byte
+	lockedUntil time.Time
+	response    *response // nil while the key is claimed
+}
+
+// response is what is stored under a completed key and replayed.
+type response struct {
+	status  int
+	headers map[string]string
+	body    []byte
+}
+
+// claim tries to claim key for the request with fingerprint fp. It returns
+// the claim when this request owns the key, or else the row that stopped it.
+func (s *Store) claim(ctx context.Context, principal, key string, fp []byte) (*claim, *stored, error) {
+	owner, err := uuid.NewRandom()
+	if err != nil {
+		return nil, nil, fmt.Errorf("new owner token: %w", err)
+	}
+	// PostgreSQL keeps microseconds; truncating makes the created_at read
+	// back comparable with now.
+	now := s.now().UTC().Truncate(time.Microsecond)
+	var (
+		c    *claim
+		prev *stored
+	)
+	err = asyncTx(ctx, s.db, func(tx pgx.Tx) error {
+		var createdAt time.Time
+		err := tx.QueryRow(ctx, sqlClaim, principal, key, fp, owner, now.Add(s.lease), now).Scan(&createdAt)
+		if err == nil {
+			c = &claim{principal: principal, key: key, owner: owner, takeover: !createdAt.Equal(now)}
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("claim: %w", err)
+		}
+		prev, err = readKey(ctx, tx, principal, key)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("idempotency key %q: %w", key, err)
+	}
+	return c, prev, nil
+}
+
+func readKey(ctx context.Context, tx pgx.Tx, principal, key string) (*stored, error) {
+	var (
+		st      stored
+		status  *int
+		headers []byte
+		body    []byte
+	)
+	err := tx.QueryRow(ctx, sqlReadKey, principal, key).Scan(&st.fingerprint, &st.lockedUntil, &status, &headers, &body)
+	if err != nil {
+		// The claim statement locked the row, so it cannot have gone since.
+		return nil, fmt.Errorf("read key: %w", err)
+	}
+	if status != nil {
+		r := &response{status: *status, body: body}
+		if len(headers) > 0 {
+			if err := json.Unmarshal(headers, &r.headers); err != nil {
+				return nil, fmt.Errorf("decode stored headers: %w", err)
+			}
+		}
+		st.response = r
+	}
+	return &st, nil
+}
+
+// completeClaim stores the response under c's key. It reports false when the
+// key is no longer c's: its lease ran out and another request took it over.
+func (s *Store) completeClaim(ctx context.Context, c *claim, r *response) (bool, error) {
+	headers, err := json.Marshal(r.headers)
+	if err != nil {
+		return false, fmt.Errorf("encode headers: %w", err)
+	}
+	now := s.now().UTC().Truncate(time.Microsecond)
+	var n int64
+	err = asyncTx(ctx, s.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlComplete, c.principal, c.key, c.owner, r.status, headers, r.body, now)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("complete idempotency key %q: %w", c.key, err)
+	}
+	return n == 1, nil
+}
+
+// releaseClaim gives c's key up, so that a retry runs the request again. It
+// reports false when the key was no longer c's.
+func (s *Store) releaseClaim(ctx context.Context, c *claim) (bool, error) {
+	var n int64
+	err := asyncTx(ctx, s.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlRelease, c.principal, c.key, c.owner)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("release idempotency key %q: %w", c.key, err)
+	}
+	return n == 1, nil
+}
+
+// asyncTx runs fn in a transaction whose commit does not wait for the WAL
+// to reach disk (synchronous_commit off). Only the flow's own transaction
+// needs a durable commit. If a crash loses a claim, a completion or a
+// release made here, the key is simply claimable again (at once, or when
+// its lease has passed), and the re-run is made safe by layers 1–4: the
+// flow's own unique constraint returns the same result. That keeps a
+// request that passes through this layer near one durable commit instead
+// of three. The commit is still atomic and at once visible to every other
+// transaction; only its durability is deferred by a few milliseconds.
+func asyncTx(ctx context.Context, db postgres.Beginner, fn func(pgx.Tx) error) error {
+	return postgres.InTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlAsyncCommit); err != nil {
+			return fmt.Errorf("set synchronous_commit: %w", err)
+		}
+		return fn(tx)
+	})
+}

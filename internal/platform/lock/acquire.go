@@ -1,0 +1,114 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+)
+
+// Retry pacing of a waiter. Short first delays because most critical sections
+// here are a database transaction of a few milliseconds; a cap of 50 ms so a
+// waiter does not sleep long past the release; full jitter so waiters that
+// collided once do not collide again. Sub-millisecond retries are avoided:
+// measured on two cores, they turn into a retry storm that starves the holder
+// (LIBRARY-FACTS.md).
+const (
+	firstDelay = 5 * time.Millisecond
+	maxDelay   = 50 * time.Millisecond
+	minSleep   = 1 * time.Millisecond
+	growth     = 1.5
+)
+
+// maxUnreachable is how many attempts that reach no quorum, with no node
+// reporting another holder, it takes to call the quorum unreachable. Two, not
+// one, so a single dropped connection does not switch a request to degraded
+// mode; not more, so a Redis outage costs a request milliseconds, not the
+// whole wait budget.
+const maxUnreachable = 2
+
+// acquisition is how an acquisition ended when it did not return an error.
+type acquisition struct {
+	outcome string // outcomeAcquired, outcomeBusy or outcomeUnavailable
+	cause   error  // the last redsync error, for the log
+}
+
+// acquire tries to take mu by repeated single attempts until it succeeds,
+// the wait budget is spent (busy), the quorum proves unreachable, or ctx ends
+// (returned as the error).
+func (l *Locker) acquire(ctx context.Context, mu *redsync.Mutex) (acquisition, error) {
+	deadline := time.Now().Add(l.waitBudget)
+	delay := firstDelay
+	unreachable := 0
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+
+	for {
+		err := mu.TryLockContext(ctx)
+		if err == nil {
+			return acquisition{outcome: outcomeAcquired}, nil
+		}
+		// redsync reports a cancelled context as ErrFailed (or as node
+		// errors); the caller wants to know it was cancelled.
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return acquisition{}, ctxErr
+		}
+
+		last := outcomeBusy
+		if quorumUnreachable(err) {
+			last = outcomeUnavailable
+			if unreachable++; unreachable >= maxUnreachable {
+				return acquisition{outcome: outcomeUnavailable, cause: err}, nil
+			}
+		}
+
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return acquisition{outcome: last, cause: err}, nil
+		}
+		sleep := min(jitter(delay), remaining)
+		delay = min(time.Duration(float64(delay)*growth), maxDelay)
+
+		if timer == nil {
+			timer = time.NewTimer(sleep)
+		} else {
+			timer.Reset(sleep)
+		}
+		select {
+		case <-ctx.Done():
+			return acquisition{}, ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// jitter returns a uniformly random sleep in [minSleep, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= minSleep {
+		return minSleep
+	}
+	return minSleep + rand.N(d-minSleep+1)
+}
+
+// quorumUnreachable reports whether a failed attempt failed only because
+// nodes did not answer. Any node that answered "taken" means another holder
+// exists, so the caller should wait like any other contender: running the
+// work without the lock is for when nobody can lock, not for when someone
+// else has. redsync joins one error per node, hence errors.As.
+func quorumUnreachable(err error) bool {
+	var (
+		taken     *redsync.ErrTaken
+		nodeTaken *redsync.ErrNodeTaken
+		redisErr  *redsync.RedisError
+	)
+	if errors.As(err, &taken) || errors.As(err, &nodeTaken) {
+		return false
+	}
+	return errors.As(err, &redisErr)
+}

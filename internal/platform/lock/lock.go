@@ -1,0 +1,222 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/redisx"
+)
+
+// Mode says what Do does when the Redis quorum cannot be reached.
+type Mode string
+
+const (
+	// Degrade runs the work without the lock and counts it: layers 2–4
+	// keep the outcome correct, only the efficiency of layer 1 is lost.
+	Degrade Mode = "degrade"
+	// Strict refuses the work with 503 unavailable.
+	Strict Mode = "strict"
+)
+
+// Defaults of Options.
+const (
+	DefaultExpiry     = 8 * time.Second
+	DefaultWaitBudget = 2 * time.Second
+	DefaultPrefix     = "shop:lock:"
+
+	// MinExpiry keeps the lease long enough for a per-node timeout, the
+	// clock drift allowance and a watchdog period of Expiry/3 to fit in it.
+	MinExpiry = 200 * time.Millisecond
+)
+
+// Retry-After values of the refusals. A busy resource frees up within a
+// request's time; a lost quorum takes longer to come back.
+const (
+	busyRetryAfter        = 1 * time.Second
+	unavailableRetryAfter = 2 * time.Second
+)
+
+// ErrLockLost is the cause of the cancellation of the work's context when the
+// watchdog could not extend the lease: another holder may now hold the lock.
+var ErrLockLost = errors.New("lock lost")
+
+// Options configure a Locker. The zero value of each field means its default.
+type Options struct {
+	Expiry     time.Duration    // lease TTL, default 8s
+	WaitBudget time.Duration    // how long a waiter tries before resource_busy, default 2s
+	Mode       Mode             // default Degrade
+	Prefix     string           // key namespace, default "shop:lock:"
+	Logger     *slog.Logger     // default slog.Default()
+	Metrics    *metrics.Metrics // may be nil (then metrics go to a private registry)
+}
+
+// Locker takes Redlock locks over independent Redis nodes. It is safe for
+// concurrent use; every Do makes its own redsync Mutex.
+type Locker struct {
+	rs          *redsync.Redsync
+	clients     []*redis.Client
+	quorum      int
+	expiry      time.Duration
+	nodeTimeout time.Duration
+	waitBudget  time.Duration
+	mode        Mode
+	prefix      string
+	log         *slog.Logger
+	m           *lockMetrics
+}
+
+// New returns a Locker over clients, one per Redis node. The quorum is a
+// majority of them; a single node is allowed (and is its own quorum).
+func New(clients []*redis.Client, opts Options) (*Locker, error) {
+	if len(clients) == 0 {
+		return nil, errors.New("new locker: no redis nodes")
+	}
+	pools := make([]redsyncredis.Pool, 0, len(clients))
+	for i, c := range clients {
+		if c == nil {
+			return nil, fmt.Errorf("new locker: redis node %d is nil", i)
+		}
+		pools = append(pools, goredis.NewPool(c))
+	}
+
+	if opts.Expiry == 0 {
+		opts.Expiry = DefaultExpiry
+	}
+	if opts.Expiry < MinExpiry {
+		return nil, fmt.Errorf("new locker: expiry %s is below %s", opts.Expiry, MinExpiry)
+	}
+	if opts.WaitBudget == 0 {
+		opts.WaitBudget = DefaultWaitBudget
+	}
+	if opts.WaitBudget < 0 {
+		return nil, fmt.Errorf("new locker: negative wait budget %s", opts.WaitBudget)
+	}
+	switch opts.Mode {
+	case "":
+		opts.Mode = Degrade
+	case Degrade, Strict:
+	default:
+		return nil, fmt.Errorf("new locker: unknown mode %q (want %q or %q)", opts.Mode, Degrade, Strict)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	var reg prometheus.Registerer = prometheus.NewRegistry()
+	if opts.Metrics != nil {
+		reg = opts.Metrics.Registry
+	}
+	m, err := newLockMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("new locker: %w", err)
+	}
+
+	return &Locker{
+		rs:          redsync.New(pools...),
+		clients:     clients,
+		quorum:      len(clients)/2 + 1,
+		expiry:      opts.Expiry,
+		nodeTimeout: nodeTimeout(opts.Expiry),
+		waitBudget:  opts.WaitBudget,
+		mode:        opts.Mode,
+		prefix:      opts.Prefix,
+		log:         opts.Logger,
+		m:           m,
+	}, nil
+}
+
+// nodeTimeout is how long one acquisition attempt waits for each node:
+// redsync's 5% of the lease (400 ms at 8 s), but never less than 50 ms, which
+// a loaded test machine can need even on loopback.
+func nodeTimeout(expiry time.Duration) time.Duration {
+	return max(expiry/20, 50*time.Millisecond)
+}
+
+// Do takes the lock on key, runs fn under a watchdog, and releases the lock.
+//
+// When the lock stays taken for the whole wait budget, Do returns a
+// problem.ResourceBusy error without running fn. When the quorum cannot be
+// reached, Degrade mode runs fn without the lock and Strict mode returns
+// problem.Unavailable. If the lease is lost while fn runs, fn's context is
+// cancelled with cause ErrLockLost, and an error fn then returns is wrapped
+// so that errors.Is(err, ErrLockLost) holds. Once fn has succeeded, a failed
+// release is logged and counted, never returned.
+func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	name := l.prefix + key
+	mu := l.rs.NewMutex(name,
+		redsync.WithExpiry(l.expiry),
+		redsync.WithTries(1), // acquire paces its own attempts
+		redsync.WithTimeoutFactor(float64(l.nodeTimeout)/float64(l.expiry)),
+		// Decide as soon as a quorum has answered: one slow node must not
+		// add its timeout to every lock, extension and release.
+		redsync.WithFailFast(true),
+	)
+
+	start := time.Now()
+	res, err := l.acquire(ctx, mu)
+	l.m.wait.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", key, err)
+	}
+
+	switch res.outcome {
+	case outcomeAcquired:
+		l.m.outcome(outcomeAcquired)
+		return l.runHeld(ctx, mu, key, fn)
+	case outcomeBusy:
+		l.m.outcome(outcomeBusy)
+		return &problem.Error{
+			Code:       problem.ResourceBusy,
+			Detail:     "another request is working on this resource; retry shortly",
+			RetryAfter: busyRetryAfter,
+		}
+	default: // outcomeUnavailable
+		l.m.outcome(outcomeUnavailable)
+		if l.mode == Strict {
+			l.log.WarnContext(ctx, "lock quorum unreachable; refusing the work",
+				"key", name, "err", res.cause)
+			return &problem.Error{
+				Code:       problem.Unavailable,
+				Detail:     "lock quorum unreachable",
+				RetryAfter: unavailableRetryAfter,
+			}
+		}
+		l.m.degraded.Inc()
+		l.log.WarnContext(ctx, "lock quorum unreachable; running without the lock",
+			"key", name, "err", res.cause)
+		return fn(ctx)
+	}
+}
+
+// Ready reports whether a quorum of nodes answers (for /readyz).
+func (l *Locker) Ready(ctx context.Context) error {
+	if n := redisx.Ping(ctx, l.clients); n < l.quorum {
+		return fmt.Errorf("lock quorum: %d of %d redis nodes answer, %d needed", n, len(l.clients), l.quorum)
+	}
+	return nil
+}
+
+// None is a Locker-shaped value that takes no lock, for tests that switch
+// layer 1 off to show the database layers hold on their own.
+type None struct{}
+
+// Do runs fn without a lock.
+func (None) Do(ctx context.Context, key string, fn func(ctx context.Context) error) error {
+	return fn(ctx)
+}

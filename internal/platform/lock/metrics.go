@@ -1,0 +1,120 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of an acquisition, the values of the "outcome" label. A lock that
+// was acquired and later lost counts once as acquired and once as lost.
+const (
+	outcomeAcquired    = "acquired"
+	outcomeBusy        = "busy"
+	outcomeUnavailable = "unavailable"
+	outcomeLost        = "lost"
+)
+
+// lockMetrics are the lock's Prometheus collectors.
+type lockMetrics struct {
+	wait         prometheus.Histogram
+	hold         prometheus.Histogram
+	acquisitions *prometheus.CounterVec
+	extensions   *prometheus.CounterVec
+	unlockErrors prometheus.Counter
+	degraded     prometheus.Counter
+}
+
+// newLockMetrics registers the lock's collectors on reg.
+//
+// A registry stands for one process, so when a second Locker is built on the
+// same registry it shares the first one's collectors (Prometheus hands them
+// back in AlreadyRegisteredError) instead of failing: both count into the
+// same process-wide series. A collector of the same name but another shape is
+// still an error.
+func newLockMetrics(reg prometheus.Registerer) (*lockMetrics, error) {
+	var (
+		m   lockMetrics
+		err error
+	)
+	if m.wait, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "shop_lock_wait_seconds",
+		Help: "Time from asking for a lock to getting it, being refused, or finding the quorum unreachable.",
+		// 1 ms to the 2 s default wait budget, plus one bucket above for
+		// custom budgets.
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
+	})); err != nil {
+		return nil, err
+	}
+	if m.hold, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "shop_lock_hold_seconds",
+		Help: "Time a lock was held, from acquisition to release.",
+		// Database work is milliseconds; a gateway call under the
+		// watchdog may take tens of seconds.
+		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	})); err != nil {
+		return nil, err
+	}
+	if m.acquisitions, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shop_lock_acquisitions_total",
+		Help: "Lock acquisitions by outcome: acquired, busy (wait budget spent), unavailable (quorum unreachable), lost (extension failed during the work).",
+	}, []string{"outcome"})); err != nil {
+		return nil, err
+	}
+	if m.extensions, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shop_lock_extensions_total",
+		Help: "Lease extensions made by the watchdog, by result.",
+	}, []string{"result"})); err != nil {
+		return nil, err
+	}
+	if m.unlockErrors, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shop_lock_unlock_errors_total",
+		Help: "Releases that did not reach a quorum; the lease then ends by expiry.",
+	})); err != nil {
+		return nil, err
+	}
+	if m.degraded, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shop_lock_degraded_total",
+		Help: "Work run without the lock because the quorum was unreachable (degrade mode).",
+	})); err != nil {
+		return nil, err
+	}
+
+	// Create every labelled series up front, so dashboards and alerts
+	// see a zero rather than no data.
+	for _, o := range []string{outcomeAcquired, outcomeBusy, outcomeUnavailable, outcomeLost} {
+		m.acquisitions.WithLabelValues(o)
+	}
+	for _, r := range []string{"ok", "failed"} {
+		m.extensions.WithLabelValues(r)
+	}
+	return &m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// the same description.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	var zero C
+	return zero, fmt.Errorf("register lock metrics: %w", err)
+}
+
+func (m *lockMetrics) outcome(o string) { m.acquisitions.WithLabelValues(o).Inc() }
+
+func (m *lockMetrics) extension(ok bool) {
+	if ok {
+		m.extensions.WithLabelValues("ok").Inc()
+		return
+	}
+	m.extensions.WithLabelValues("failed").Inc()
+}

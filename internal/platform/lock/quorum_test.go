@@ -1,0 +1,143 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+func TestLocker_QuorumUnreachable(t *testing.T) {
+	deadNodes := []string{deadNode, "127.0.0.1:2", "127.0.0.1:3"}
+
+	t.Run("Degrade", func(t *testing.T) {
+		m := metrics.New()
+		l := mustLocker(t, deadNodes, Options{Mode: Degrade, WaitBudget: 5 * time.Second, Metrics: m})
+
+		start := time.Now()
+		ran := false
+		err := l.Do(context.Background(), uniqueKey(t), func(context.Context) error { ran = true; return nil })
+		if err != nil {
+			t.Fatalf("Do = %v, want nil (degraded: run without the lock)", err)
+		}
+		if !ran {
+			t.Error("fn did not run in degrade mode")
+		}
+		// Bounded: a Redis outage must not cost every request the budget.
+		if elapsed := time.Since(start); elapsed > 2*time.Second {
+			t.Errorf("degraded after %v, want well under the 5s wait budget", elapsed)
+		}
+		if got := metricValue(t, m, "shop_lock_acquisitions_total", "outcome", "unavailable"); got != 1 {
+			t.Errorf("unavailable = %v, want 1", got)
+		}
+		if got := metricValue(t, m, "shop_lock_degraded_total"); got != 1 {
+			t.Errorf("degraded = %v, want 1", got)
+		}
+	})
+
+	t.Run("DegradeReturnsFnError", func(t *testing.T) {
+		l := mustLocker(t, deadNodes, Options{})
+		want := errors.New("from fn")
+		if err := l.Do(context.Background(), uniqueKey(t), func(context.Context) error { return want }); !errors.Is(err, want) {
+			t.Errorf("Do = %v, want fn's error", err)
+		}
+	})
+
+	t.Run("Strict", func(t *testing.T) {
+		m := metrics.New()
+		l := mustLocker(t, deadNodes, Options{Mode: Strict, WaitBudget: 5 * time.Second, Metrics: m})
+
+		err := l.Do(context.Background(), uniqueKey(t), func(context.Context) error {
+			t.Error("fn ran in strict mode without the lock")
+			return nil
+		})
+		p, ok := problem.As(err)
+		if !ok || p.Code != problem.Unavailable {
+			t.Fatalf("Do = %v, want a %s problem", err, problem.Unavailable)
+		}
+		if p.RetryAfter <= 0 {
+			t.Errorf("RetryAfter = %v, want > 0", p.RetryAfter)
+		}
+		if got := metricValue(t, m, "shop_lock_acquisitions_total", "outcome", "unavailable"); got != 1 {
+			t.Errorf("unavailable = %v, want 1", got)
+		}
+		if got := metricValue(t, m, "shop_lock_degraded_total"); got != 0 {
+			t.Errorf("degraded = %v, want 0 in strict mode", got)
+		}
+	})
+
+	t.Run("Ready", func(t *testing.T) {
+		l := mustLocker(t, deadNodes, Options{})
+		if err := l.Ready(context.Background()); err == nil {
+			t.Error("Ready with every node down = nil, want an error")
+		}
+	})
+}
+
+// Two of three nodes are a quorum: the lock still excludes, in strict mode
+// too, and nothing degrades.
+func TestLocker_QuorumWithOneNodeDown(t *testing.T) {
+	addrs := append(testenv.RedisAddrs(t)[:2], deadNode)
+	m := metrics.New()
+	l := mustLocker(t, addrs, Options{Mode: Strict, WaitBudget: 100 * time.Millisecond, Metrics: m})
+	key := uniqueKey(t)
+
+	if err := l.Ready(context.Background()); err != nil {
+		t.Errorf("Ready with 2 of 3 nodes = %v, want nil", err)
+	}
+	release := holdLock(t, l, key)
+	err := l.Do(context.Background(), key, func(context.Context) error {
+		t.Error("second holder got in with one node down")
+		return nil
+	})
+	if problem.CodeOf(err) != problem.ResourceBusy {
+		t.Errorf("Do on a held key = %v, want %s", err, problem.ResourceBusy)
+	}
+	release()
+
+	if err := l.Do(context.Background(), key, func(context.Context) error { return nil }); err != nil {
+		t.Errorf("Do after release = %v, want nil", err)
+	}
+	if got := metricValue(t, m, "shop_lock_acquisitions_total", "outcome", "acquired"); got != 2 {
+		t.Errorf("acquired = %v, want 2", got)
+	}
+	if got := metricValue(t, m, "shop_lock_acquisitions_total", "outcome", "unavailable"); got != 0 {
+		t.Errorf("unavailable = %v, want 0", got)
+	}
+}
+
+func TestLocker_Ready(t *testing.T) {
+	l := mustLocker(t, testenv.RedisAddrs(t), Options{})
+	if err := l.Ready(context.Background()); err != nil {
+		t.Errorf("Ready = %v, want nil", err)
+	}
+}
+
+// A node that hangs (accepts, never answers) must not add its timeout to
+// every lock: the two live nodes are a quorum and decide at once.
+func TestLocker_HungNodeDoesNotDelayQuorum(t *testing.T) {
+	addrs := append(testenv.RedisAddrs(t)[:2], blackholeNode(t))
+	m := metrics.New()
+	l := mustLocker(t, addrs, Options{Mode: Strict, Metrics: m})
+
+	// Each Do would wait out the per-node timeout (400 ms at the default
+	// lease) if it waited for every node; five of them well under that
+	// sum shows it does not. The bound is loose on purpose.
+	const rounds = 5
+	start := time.Now()
+	for range rounds {
+		if err := l.Do(context.Background(), uniqueKey(t), func(context.Context) error { return nil }); err != nil {
+			t.Fatalf("Do with one hung node = %v, want nil", err)
+		}
+	}
+	if elapsed, slow := time.Since(start), rounds*nodeTimeout(DefaultExpiry); elapsed >= slow/2 {
+		t.Errorf("%d locks took %v, want well under %v (waiting on the hung node)", rounds, elapsed, slow)
+	}
+	if got := metricValue(t, m, "shop_lock_acquisitions_total", "outcome", "acquired"); got != rounds {
+		t.Errorf("acquired = %v, want %d", got, rounds)
+	}
+}

@@ -1,0 +1,63 @@
+// Package metrics holds the Prometheus registry of one process and the
+// metrics every flow shares. Each server gets its own registry (no global
+// state), so tests can run several servers in one process and read each
+// one's counters.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// The defence layers, as labels of the conflict counter (DESIGN.md §1).
+const (
+	LayerIdempotency = "idempotency"
+	LayerLock        = "lock"
+	LayerState       = "state"
+	LayerVersion     = "version"
+	LayerConstraint  = "constraint"
+)
+
+// Metrics is the registry of one process and the metrics shared by flows.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// ConflictsStopped counts each conflict by the layer that stopped it:
+	// the first layer to refuse a duplicate, stale or illegal action.
+	ConflictsStopped *prometheus.CounterVec
+}
+
+// New returns a registry with the Go and process collectors and the shared
+// metrics registered.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	m := &Metrics{
+		Registry: reg,
+		ConflictsStopped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shop_conflicts_stopped_total",
+			Help: "Conflicts stopped, by flow and by the defence layer that stopped them.",
+		}, []string{"flow", "layer"}),
+	}
+	reg.MustRegister(m.ConflictsStopped)
+	return m
+}
+
+// Stopped records that layer stopped a conflict in flow.
+func (m *Metrics) Stopped(flow, layer string) {
+	if m == nil {
+		return
+	}
+	m.ConflictsStopped.WithLabelValues(flow, layer).Inc()
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}

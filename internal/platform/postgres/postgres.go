@@ -1,0 +1,102 @@
+// Package postgres opens the connection pool, runs transactions and
+// translates constraint violations into domain errors.
+//
+// The transaction helper is the only way domain stores write: it commits or
+// rolls back exactly once, turns a panic into a rollback, and returns the
+// commit error instead of losing it.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Open connects a pool to url and checks that the server answers.
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.MaxConnIdleTime = 5 * time.Minute
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", err)
+	}
+	return pool, nil
+}
+
+// Beginner starts transactions; *pgxpool.Pool satisfies it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// InTx runs fn in a transaction. It commits when fn returns nil and rolls
+// back when fn returns an error or panics (the panic is re-raised after the
+// rollback). The commit error is returned: a transaction whose COMMIT failed
+// did not happen.
+//
+// fn runs once; InTx never retries. A caller that retries on serialization
+// failures must be ready for fn to run more than once, so fn must not have
+// effects outside the transaction.
+func InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			panic(p)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err = fn(tx); err != nil {
+		return err
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// ConstraintViolated returns the name of the constraint err violated, or ""
+// when err is not a unique, check, foreign-key or exclusion violation.
+// Stores map these names to domain errors; a name is stable where a message
+// is not.
+func ConstraintViolated(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return ""
+	}
+	switch pgErr.Code {
+	case "23505", "23514", "23503", "23P01":
+		return pgErr.ConstraintName
+	}
+	return ""
+}
+
+// SQLState returns the SQLSTATE code of err, or "" if err is not from the server.
+func SQLState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}

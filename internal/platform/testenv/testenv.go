@@ -1,0 +1,288 @@
+// Package testenv gives tests real PostgreSQL and Redis servers.
+//
+// By default it starts them with testcontainers, once per test binary, and
+// stops them when the binary's tests end (each package calls testenv.Main
+// from its TestMain). SHOP_TEST_POSTGRES_URL and SHOP_TEST_REDIS_ADDRS point
+// the tests at servers that already run instead.
+//
+// Every test gets a database of its own, cloned from a migrated template, so
+// test packages and parallel tests never see each other's rows.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
+
+	"github.com/shop-example/shop/internal/platform/postgres"
+)
+
+// Environment variables that configure the test servers.
+const (
+	EnvPostgresURL   = "SHOP_TEST_POSTGRES_URL"   // a server to use instead of a container (any database on it)
+	EnvRedisAddrs    = "SHOP_TEST_REDIS_ADDRS"    // comma-separated Redis nodes to use instead of containers
+	EnvPostgresImage = "SHOP_TEST_POSTGRES_IMAGE" // image for the PostgreSQL container
+	EnvRedisImage    = "SHOP_TEST_REDIS_IMAGE"    // image for the Redis containers
+
+	defaultPostgresImage = "postgres:16-alpine"
+	defaultRedisImage    = "redis:7-alpine"
+
+	// RedisNodes is how many Redis nodes the lock quorum gets in tests.
+	RedisNodes = 3
+)
+
+// env holds the servers of one test binary. Tests share it through the
+// package-level instance below: a test binary is one process, and starting
+// containers once per process is what keeps the suite fast.
+type env struct {
+	mu         sync.Mutex
+	started    bool
+	startErr   error
+	serverURL  string // a URL to the server's maintenance database
+	redisAddrs []string
+	template   string
+	containers []testcontainers.Container
+}
+
+var shared env
+
+// Main runs the package's tests and then stops the containers they started.
+// Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	shared.stop()
+	os.Exit(code)
+}
+
+func (e *env) start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return e.startErr
+	}
+	e.started = true
+	e.startErr = e.startLocked(ctx)
+	return e.startErr
+}
+
+func (e *env) startLocked(ctx context.Context) error {
+	if u := os.Getenv(EnvPostgresURL); u != "" {
+		e.serverURL = u
+	} else {
+		c, err := tcpostgres.Run(ctx, imageFrom(EnvPostgresImage, defaultPostgresImage),
+			tcpostgres.WithDatabase("shop"),
+			tcpostgres.WithUsername("shop"),
+			tcpostgres.WithPassword("shop"),
+			tcpostgres.BasicWaitStrategies(),
+		)
+		if c != nil {
+			e.containers = append(e.containers, c)
+		}
+		if err != nil {
+			return fmt.Errorf("start postgres container: %w", err)
+		}
+		u, err := c.ConnectionString(ctx, "sslmode=disable")
+		if err != nil {
+			return fmt.Errorf("postgres container url: %w", err)
+		}
+		e.serverURL = u
+	}
+
+	if addrs := os.Getenv(EnvRedisAddrs); addrs != "" {
+		for _, a := range strings.Split(addrs, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				e.redisAddrs = append(e.redisAddrs, a)
+			}
+		}
+	} else {
+		for range RedisNodes {
+			c, err := tcredis.Run(ctx, imageFrom(EnvRedisImage, defaultRedisImage))
+			if c != nil {
+				e.containers = append(e.containers, c)
+			}
+			if err != nil {
+				return fmt.Errorf("start redis container: %w", err)
+			}
+			ep, err := c.Endpoint(ctx, "")
+			if err != nil {
+				return fmt.Errorf("redis container address: %w", err)
+			}
+			e.redisAddrs = append(e.redisAddrs, ep)
+		}
+	}
+
+	tpl, err := ensureTemplate(ctx, e.serverURL)
+	if err != nil {
+		return err
+	}
+	e.template = tpl
+	return nil
+}
+
+func (e *env) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.containers {
+		_ = testcontainers.TerminateContainer(c)
+	}
+	e.containers = nil
+}
+
+func imageFrom(envVar, def string) string {
+	if v := os.Getenv(envVar); v != "" {
+		return v
+	}
+	return def
+}
+
+func skipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL and Redis; skipped with -short")
+	}
+}
+
+// DatabaseURL creates an empty-of-rows, fully migrated database for this
+// test and returns its URL. The database is dropped when the test ends.
+func DatabaseURL(t testing.TB) string {
+	t.Helper()
+	skipShort(t)
+	ctx := context.Background()
+	if err := shared.start(ctx); err != nil {
+		t.Fatalf("test environment: %v", err)
+	}
+	name := "test_" + randomHex(8)
+	admin, err := pgx.Connect(ctx, shared.serverURL)
+	if err != nil {
+		t.Fatalf("connect to test server: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, shared.template)); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), shared.serverURL)
+		if err != nil {
+			t.Logf("drop test database %s: %v", name, err)
+			return
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("drop test database %s: %v", name, err)
+		}
+	})
+	return withDatabase(t, shared.serverURL, name)
+}
+
+// Pool returns a pool connected to a fresh database of this test's own,
+// closed when the test ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return PoolFor(t, DatabaseURL(t))
+}
+
+// PoolFor returns a pool connected to url, closed when the test ends.
+func PoolFor(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := postgres.Open(context.Background(), url, 40)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// RedisAddrs returns the addresses of the Redis nodes of the lock quorum.
+// Tests share the nodes; keep keys unique per test (the ids in them are).
+func RedisAddrs(t testing.TB) []string {
+	t.Helper()
+	skipShort(t)
+	if err := shared.start(context.Background()); err != nil {
+		t.Fatalf("test environment: %v", err)
+	}
+	return append([]string(nil), shared.redisAddrs...)
+}
+
+// ensureTemplate creates, once per server and schema, a database with every
+// migration applied, named after a hash of the migrations. Test binaries
+// running at once agree on it through an advisory lock.
+func ensureTemplate(ctx context.Context, serverURL string) (string, error) {
+	name := "shop_template_" + migrationsHash()
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return "", fmt.Errorf("connect to test server: %w", err)
+	}
+	defer conn.Close(ctx)
+	lockCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := conn.Exec(lockCtx, "SELECT pg_advisory_lock(hashtext($1))", name); err != nil {
+		return "", fmt.Errorf("lock template: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext($1))", name) //nolint:errcheck
+
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("look up template: %w", err)
+	}
+	if exists {
+		return name, nil
+	}
+	building := name + "_building"
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+building+" WITH (FORCE)"); err != nil {
+		return "", fmt.Errorf("drop half-built template: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+building); err != nil {
+		return "", fmt.Errorf("create template: %w", err)
+	}
+	u, err := databaseURL(serverURL, building)
+	if err != nil {
+		return "", err
+	}
+	if err := postgres.MigrateUp(u); err != nil {
+		return "", fmt.Errorf("migrate template: %w", err)
+	}
+	// Renaming last means a crashed build never leaves a template that looks done.
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+name); err != nil {
+		return "", fmt.Errorf("publish template: %w", err)
+	}
+	return name, nil
+}
+
+func withDatabase(t testing.TB, serverURL, name string) string {
+	t.Helper()
+	u, err := databaseURL(serverURL, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func databaseURL(serverURL, name string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", EnvPostgresURL, err)
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,2 @@
+DROP TABLE idempotency_keys;
+DROP TABLE users;

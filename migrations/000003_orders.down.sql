@@ -1,0 +1,3 @@
+DROP TABLE stock_releases;
+DROP TABLE order_items;
+DROP TABLE orders;
