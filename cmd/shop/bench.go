@@ -1,10 +1,225 @@
 package main
 
+// `shop bench orders` measures order creation through the layered HTTP
+// service against the raw SQL baseline, in one run, with -clients concurrent
+// clients, for one hot SKU and for orders spread over -skus SKUs.
+//
+// What is measured, per scenario, over -duration after -warmup:
+//   - successful orders per second: a raw transaction that committed, or an
+//     HTTP 201 that is not a replay; nothing else counts as an order;
+//   - exact p50 and p99 of the latency of those orders, as the client saw
+//     it (for the layered flow: the whole HTTP round trip on loopback);
+//   - failures, counted by HTTP status or SQLSTATE.
+//
+// The raw baseline is one transaction per order: the conditional stock
+// decrement and the order insert, as a hand-written program would do it. No
+// auth, no idempotency key, no lock, no HTTP. The layered flow is the real
+// service (app.New) behind a real http.Server on 127.0.0.1: bearer-token
+// lookup, idempotency claim and completion, Redlock on every Redis node, the
+// order transaction, JSON in and out.
+//
+// What is not measured: a real network (everything is on loopback), TLS, a
+// load balancer, more than one replica, the background jobs (not started),
+// the write of the request log (it is formatted, then discarded), payment.
+// The load generator runs in the same process as the service and shares the
+// machine's CPUs with it, PostgreSQL and Redis: on a small machine the
+// figures are those of the whole box.
+//
+// It works in a scratch database that it creates on the -db server and drops
+// at the end; it never reads or writes the data of the database in -db.
+
 import (
 	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
+// The goal from the issue: the layered flow keeps at least half of the raw
+// baseline's throughput, with p99 under 100 ms, for the hot and spread cases.
+const (
+	goalRatio = 0.5
+	goalP99   = 100 * time.Millisecond
+)
+
+// benchOptions are the flags of `shop bench orders`.
+type benchOptions struct {
+	clients    int
+	duration   time.Duration
+	warmup     time.Duration
+	skus       int
+	dbURL      string
+	redisAddrs []string
+	cpuProfile string
+}
+
 func bench(ctx context.Context, args []string, logger *slog.Logger) error {
-	return errUsage
+	if len(args) == 0 || args[0] != "orders" {
+		return errUsage
+	}
+	o, err := parseBenchFlags(args[1:])
+	if err != nil {
+		return err
+	}
+	return benchOrders(ctx, o, logger)
+}
+
+func parseBenchFlags(args []string) (benchOptions, error) {
+	cfg, err := config.FromEnv(os.Getenv)
+	if err != nil {
+		return benchOptions{}, fmt.Errorf("config: %w", err)
+	}
+	var o benchOptions
+	fs := flag.NewFlagSet("shop bench orders", flag.ContinueOnError)
+	fs.IntVar(&o.clients, "clients", 32, "concurrent clients, each a user of its own")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each scenario")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each scenario's measurement")
+	fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread scenarios pick from at random")
+	fs.StringVar(&o.dbURL, "db", "", "PostgreSQL server to create the scratch database on (default $SHOP_DATABASE_URL)")
+	redis := fs.String("redis", strings.Join(cfg.RedisAddrs, ","), "comma-separated Redis nodes of the lock quorum (default $SHOP_REDIS_ADDRS)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered scenario to this file, suffixed -hot / -spread")
+	if err := fs.Parse(args); err != nil {
+		return o, errUsage
+	}
+	if o.dbURL == "" {
+		o.dbURL = cfg.DatabaseURL
+	}
+	for _, a := range strings.Split(*redis, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.redisAddrs = append(o.redisAddrs, a)
+		}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("bench orders: unexpected arguments %q", fs.Args())
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1:
+		return o, errors.New("bench orders: -clients, -duration and -skus must be positive, -warmup not negative")
+	case len(o.redisAddrs) == 0:
+		return o, errors.New("bench orders: -redis needs at least one node")
+	}
+	return o, nil
+}
+
+func benchOrders(ctx context.Context, o benchOptions, logger *slog.Logger) (err error) {
+	db, err := createScratchDB(ctx, o.dbURL)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, db.drop()) }()
+	logger.Info("bench: scratch database created", "name", db.name)
+
+	if err := postgres.MigrateUp(db.url); err != nil {
+		return err
+	}
+	pool, err := postgres.Open(ctx, db.url, int32(o.clients))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	fx, err := seedBench(ctx, pool, o)
+	if err != nil {
+		return err
+	}
+	svc, err := startService(ctx, o, db.url, fx.tokens)
+	if err != nil {
+		return err
+	}
+	defer svc.stop()
+	raw := rawFlow{pool: pool, users: fx.userIDs}
+
+	// Each scenario buys from products of its own, so none inherits the
+	// dead row versions of another; hot and spread alternate raw, layered.
+	scenarios := []scenario{
+		{name: "raw/hot", skus: fx.skus[0], order: raw.order},
+		{name: "layered/hot", skus: fx.skus[1], order: svc.order, layered: true},
+		{name: "raw/spread", skus: fx.skus[2], order: raw.order},
+		{name: "layered/spread", skus: fx.skus[3], order: svc.order, layered: true},
+	}
+	var results []result
+	for _, sc := range scenarios {
+		// Every scenario starts with no dirty pages to flush, so none pays
+		// for a checkpoint the one before it caused.
+		if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+			logger.Warn("bench: checkpoint refused; scenarios may pay for each other's writes", "err", err)
+		}
+		stopProfile, err := startProfile(o.cpuProfile, sc)
+		if err != nil {
+			return err
+		}
+		logger.Info("bench: running", "scenario", sc.name)
+		r := measure(ctx, sc, o.clients, o.warmup, o.duration)
+		stopProfile()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	printReport(os.Stdout, o, results, svc.lockOutcomes())
+	return nil
+}
+
+// startProfile writes a CPU profile of a layered scenario when asked to.
+// The profile is of the whole process: the service and the load generator.
+func startProfile(path string, sc scenario) (stop func(), err error) {
+	if path == "" || !sc.layered {
+		return func() {}, nil
+	}
+	ext := filepath.Ext(path)
+	shape := sc.name[strings.LastIndex(sc.name, "/")+1:]
+	f, err := os.Create(strings.TrimSuffix(path, ext) + "-" + shape + ext)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// printReport writes the results as a Markdown table, then the ratio of the
+// layered flow to the baseline and whether the goal is met, per case.
+func printReport(w io.Writer, o benchOptions, results []result, lockOutcomes string) {
+	fmt.Fprintf(w, "\nshop bench orders: %d clients, %s measured after %s warmup per scenario, spread over %d SKUs; %d CPUs, GOMAXPROCS %d, %s\n\n",
+		o.clients, o.duration, o.warmup, o.skus, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| scenario\t orders/s\t p50\t p99\t errors\t")
+	fmt.Fprintln(tw, "|---\t---:\t---:\t---:\t---\t")
+	byName := make(map[string]result, len(results))
+	for _, r := range results {
+		byName[r.name] = r
+		fmt.Fprintf(tw, "| %s\t %.0f\t %s\t %s\t %s\t\n", r.name, r.rate(), millis(r.p50), millis(r.p99), r.errorSummary())
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	for _, shape := range []string{"hot", "spread"} {
+		raw, layered := byName["raw/"+shape], byName["layered/"+shape]
+		if raw.orders == 0 {
+			continue
+		}
+		ratio := layered.rate() / raw.rate()
+		verdict := "MET"
+		if ratio < goalRatio || layered.p99 >= goalP99 || layered.orders == 0 {
+			verdict = "NOT MET"
+		}
+		fmt.Fprintf(w, "%-6s layered/raw = %.2f, layered p99 %s: goal (ratio >= %.1f, p99 < %s) %s\n",
+			shape, ratio, millis(layered.p99), goalRatio, goalP99, verdict)
+	}
+	fmt.Fprintf(w, "service lock: %s\n", lockOutcomes)
+}
+
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 }

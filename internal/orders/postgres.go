@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/inventory"
@@ -51,7 +52,7 @@ const (
 
 	// The same without the version check, as a naive implementation would
 	// write it. Only the layer tests use it.
-	sqlUpdateStatusUnversioned = `UPDATE orders SET status = $3, version = version + 1, updated_at = $4
+	sqlUpdateStatusUnversioned = `UPDATE orders SET status = $2, version = version + 1, updated_at = $3
 		WHERE id = $1`
 
 	// Layer 4: a second release of the same order violates the primary key.
@@ -167,14 +168,15 @@ func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]O
 	return items, next, nil
 }
 
-// Update reads the order, lets change apply a domain rule to it, and writes
-// the new status back if the order is still at the version read. Moving
+// Update reads the order, lets change apply a domain rule to it, and, when
+// change says so, writes the new status back if the order is still at the
+// version read. Moving
 // into cancelled or expired returns the stock in the same transaction,
 // recorded once in stock_releases. It returns ErrVersionConflict when
 // another writer got there first; the caller re-reads and decides again.
 //
 // versioned selects the version check; only the layer tests turn it off.
-func (s *Store) Update(ctx context.Context, id string, versioned bool, change func(*Order) error) (Order, error) {
+func (s *Store) Update(ctx context.Context, id string, versioned bool, change func(*Order) (write bool, err error)) (Order, error) {
 	var o Order
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
@@ -184,18 +186,16 @@ func (s *Store) Update(ctx context.Context, id string, versioned bool, change fu
 			}
 			return fmt.Errorf("read order %s: %w", id, err)
 		}
-		before := o.Status
-		if err := change(&o); err != nil {
+		write, err := change(&o)
+		if err != nil || !write {
 			return err
 		}
-		if o.Status == before {
-			return nil
+		var tag pgconn.CommandTag
+		if versioned {
+			tag, err = tx.Exec(ctx, sqlUpdateStatus, o.ID, o.Version, o.Status, o.UpdatedAt)
+		} else {
+			tag, err = tx.Exec(ctx, sqlUpdateStatusUnversioned, o.ID, o.Status, o.UpdatedAt)
 		}
-		query := sqlUpdateStatus
-		if !versioned {
-			query = sqlUpdateStatusUnversioned
-		}
-		tag, err := tx.Exec(ctx, query, o.ID, o.Version, o.Status, o.UpdatedAt)
 		if err != nil {
 			return fmt.Errorf("update order %s: %w", id, err)
 		}

@@ -138,20 +138,21 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 		for attempt := 1; ; attempt++ {
 			// Layer 3: Update writes only if the order is still at the
 			// version read; layer 4: stock_releases admits one release.
-			o, err := s.store.Update(ctx, id, s.defences.Version, func(o *Order) error {
+			o, err := s.store.Update(ctx, id, s.defences.Version, func(o *Order) (bool, error) {
 				if o.UserID != userID {
-					return ErrNotFound // someone else's order does not exist for this user
+					return false, ErrNotFound // someone else's order does not exist for this user
 				}
+				now := s.now().UTC().Truncate(time.Microsecond)
 				// Layer 2: the state machine decides what cancel means now.
 				if !s.defences.State {
-					o.Status, o.UpdatedAt = StatusCancelled, s.now().UTC()
-					return nil
+					o.Status, o.UpdatedAt = StatusCancelled, now
+					return true, nil
 				}
-				changed, err := o.Cancel(s.now().UTC().Truncate(time.Microsecond))
+				changed, err := o.Cancel(now)
 				if err != nil || !changed {
 					s.metrics.Stopped(flowCancel, metrics.LayerState)
 				}
-				return err
+				return changed, err
 			})
 			switch {
 			case errors.Is(err, ErrVersionConflict) && attempt < maxVersionRetries:

@@ -49,15 +49,23 @@ func (l *Locker) acquire(ctx context.Context, mu *redsync.Mutex) (acquisition, e
 		}
 	}()
 
+	// An attempt does not see the request's cancellation. Cancelling one
+	// half-way would also cancel redsync's clean-up of the nodes it did
+	// lock, leaving them locked until the lease expires. An attempt is
+	// short (bounded by the per-node timeout); cancellation is checked
+	// between attempts. (redsync would report it as ErrFailed anyway.)
+	attemptCtx := context.WithoutCancel(ctx)
 	for {
-		err := mu.TryLockContext(ctx)
+		err := mu.TryLockContext(attemptCtx)
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			if err == nil {
+				// Won the lock for a caller that has gone: give it back.
+				l.release(ctx, mu, false)
+			}
+			return acquisition{}, ctxErr
+		}
 		if err == nil {
 			return acquisition{outcome: outcomeAcquired}, nil
-		}
-		// redsync reports a cancelled context as ErrFailed (or as node
-		// errors); the caller wants to know it was cancelled.
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return acquisition{}, ctxErr
 		}
 
 		last := outcomeBusy

@@ -163,9 +163,11 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 		redsync.WithExpiry(l.expiry),
 		redsync.WithTries(1), // acquire paces its own attempts
 		redsync.WithTimeoutFactor(float64(l.nodeTimeout)/float64(l.expiry)),
-		// Decide as soon as a quorum has answered: one slow node must not
-		// add its timeout to every lock, extension and release.
-		redsync.WithFailFast(true),
+		// Not WithFailFast: returning as soon as a quorum has answered
+		// cancels the requests still in flight, including redsync's
+		// clean-up after a failed attempt, which leaves keys behind on
+		// some nodes until the lease expires; enough of those across
+		// contenders and nobody reaches a quorum for a whole TTL.
 	)
 
 	start := time.Now()

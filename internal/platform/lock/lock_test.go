@@ -26,10 +26,12 @@ func TestLocker_MutualExclusion(t *testing.T) {
 	})
 
 	t.Run("WithLock", func(t *testing.T) {
+		addrs := testenv.RedisAddrs(t)
 		m := metrics.New()
-		l := mustLocker(t, testenv.RedisAddrs(t), Options{WaitBudget: 10 * time.Second, Metrics: m})
+		l := mustLocker(t, addrs, Options{WaitBudget: 10 * time.Second, Metrics: m})
+		key := uniqueKey(t)
 
-		counter, maxInside := raceIncrements(t, l, uniqueKey(t), workers)
+		counter, maxInside := raceIncrements(t, l, key, workers)
 		if counter != workers {
 			t.Errorf("counter = %d, want %d (lost updates: two holders at once)", counter, workers)
 		}
@@ -45,6 +47,9 @@ func TestLocker_MutualExclusion(t *testing.T) {
 		if got := metricValue(t, m, "shop_lock_degraded_total"); got != 0 {
 			t.Errorf("degraded = %v, want 0", got)
 		}
+		// Failed attempts clean up after themselves: no node keeps a
+		// stray key that would block the next caller until it expires.
+		assertReleased(t, addrs, DefaultPrefix+key)
 	})
 }
 

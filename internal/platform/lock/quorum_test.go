@@ -117,27 +117,26 @@ func TestLocker_Ready(t *testing.T) {
 	}
 }
 
-// A node that hangs (accepts, never answers) must not add its timeout to
-// every lock: the two live nodes are a quorum and decide at once.
-func TestLocker_HungNodeDoesNotDelayQuorum(t *testing.T) {
+// A node that hangs (accepts, never answers) costs each lock at most the
+// per-node timeout, not the wait budget, and the two live nodes still make
+// the quorum: strict mode does not refuse.
+func TestLocker_HungNode(t *testing.T) {
 	addrs := append(testenv.RedisAddrs(t)[:2], blackholeNode(t))
 	m := metrics.New()
-	l := mustLocker(t, addrs, Options{Mode: Strict, Metrics: m})
+	l := mustLocker(t, addrs, Options{Mode: Strict, Expiry: time.Second, WaitBudget: 10 * time.Second, Metrics: m})
 
-	// Each Do would wait out the per-node timeout (400 ms at the default
-	// lease) if it waited for every node; five of them well under that
-	// sum shows it does not. The bound is loose on purpose.
-	const rounds = 5
-	start := time.Now()
-	for range rounds {
+	for range 2 {
+		start := time.Now()
 		if err := l.Do(context.Background(), uniqueKey(t), func(context.Context) error { return nil }); err != nil {
 			t.Fatalf("Do with one hung node = %v, want nil", err)
 		}
+		// Loose: far below the 10s budget, far above the ~300 ms a lock
+		// and release take while waiting out the hung node.
+		if elapsed := time.Since(start); elapsed > 3*time.Second {
+			t.Errorf("Do with one hung node took %v, want it bounded by the per-node timeouts", elapsed)
+		}
 	}
-	if elapsed, slow := time.Since(start), rounds*nodeTimeout(DefaultExpiry); elapsed >= slow/2 {
-		t.Errorf("%d locks took %v, want well under %v (waiting on the hung node)", rounds, elapsed, slow)
-	}
-	if got := metricValue(t, m, "shop_lock_acquisitions_total", "outcome", "acquired"); got != rounds {
-		t.Errorf("acquired = %v, want %d", got, rounds)
+	if got := metricValue(t, m, "shop_lock_acquisitions_total", "outcome", "acquired"); got != 2 {
+		t.Errorf("acquired = %v, want 2", got)
 	}
 }

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/platform/auth"
+)
+
+// benchStock is every bench product's stock: more than any run can sell, so
+// that what is measured is successful orders, never "out of stock".
+const benchStock = 1_000_000_000
+
+// scratchDB is a database of the bench's own on the server it was given.
+type scratchDB struct {
+	name  string
+	url   string
+	admin string // URL of the database it was created from, to drop it
+}
+
+// createScratchDB creates an empty database bench_<random> on the server of
+// serverURL. It only runs CREATE DATABASE there.
+func createScratchDB(ctx context.Context, serverURL string) (*scratchDB, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse -db: %w", err)
+	}
+	name := "bench_" + strings.ToLower(rand.Text()[:10])
+	if err := execOnce(ctx, serverURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return nil, fmt.Errorf("create scratch database: %w", err)
+	}
+	u.Path = "/" + name
+	return &scratchDB{name: name, url: u.String(), admin: serverURL}, nil
+}
+
+// drop removes the scratch database, closing whatever still uses it. It runs
+// even when the bench was interrupted.
+func (d *scratchDB) drop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := execOnce(ctx, d.admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{d.name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop scratch database %s: %w", d.name, err)
+	}
+	return nil
+}
+
+func execOnce(ctx context.Context, dbURL, sql string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// fixture is what the scenarios buy with: one user per client, and the
+// SKUs of each scenario (scenario i buys from skus[i]).
+type fixture struct {
+	userIDs []string
+	tokens  []string
+	skus    [4][]string
+}
+
+const sqlSeedProducts = `INSERT INTO products (sku, name, price_cents, stock_available, created_at, updated_at)
+	SELECT $1::text || g, 'bench product ' || $1::text || g, 1000, $3, now(), now()
+	FROM generate_series(1, $2) AS g`
+
+// seedBench creates the users through the auth store (so their tokens are
+// real) and the products in one statement per scenario: raw/hot and
+// layered/hot get one SKU each, raw/spread and layered/spread -skus each.
+func seedBench(ctx context.Context, pool *pgxpool.Pool, o benchOptions) (fixture, error) {
+	var fx fixture
+	users := auth.NewStore(pool)
+	for i := range o.clients {
+		u, token, err := users.CreateUser(ctx, fmt.Sprintf("bench client %d", i))
+		if err != nil {
+			return fx, fmt.Errorf("seed user: %w", err)
+		}
+		fx.userIDs = append(fx.userIDs, u.ID)
+		fx.tokens = append(fx.tokens, token)
+	}
+	for i, n := range []int{1, 1, o.skus, o.skus} {
+		prefix := fmt.Sprintf("BENCH%d-", i)
+		if _, err := pool.Exec(ctx, sqlSeedProducts, prefix, n, benchStock); err != nil {
+			return fx, fmt.Errorf("seed products: %w", err)
+		}
+		for g := 1; g <= n; g++ {
+			fx.skus[i] = append(fx.skus[i], prefix+strconv.Itoa(g))
+		}
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE"); err != nil {
+		return fx, fmt.Errorf("analyze: %w", err)
+	}
+	return fx, nil
+}

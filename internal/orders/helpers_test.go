@@ -1,0 +1,147 @@
+package orders_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/redisx"
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// clock is a test clock shared by services, moved by hand.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// fixture is one test database with the pieces of the order flow.
+type fixture struct {
+	pool  *pgxpool.Pool
+	clock *clock
+	redis func() orders.Locker
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	pool := testenv.Pool(t)
+	addrs := testenv.RedisAddrs(t)
+	f := &fixture{pool: pool, clock: newClock()}
+	f.redis = func() orders.Locker {
+		clients := redisx.Clients(addrs)
+		t.Cleanup(func() { _ = redisx.Close(clients) })
+		l, err := lock.New(clients, lock.Options{Metrics: metrics.New()})
+		if err != nil {
+			t.Fatalf("lock.New: %v", err)
+		}
+		return l
+	}
+	return f
+}
+
+// service builds an order service with the given locker and defences.
+func (f *fixture) service(t *testing.T, locker orders.Locker, d orders.Defences) *orders.Service {
+	t.Helper()
+	svc, err := orders.NewService(orders.Config{
+		Store: orders.NewStore(f.pool), Locker: locker, Metrics: metrics.New(),
+		OrderTTL: 15 * time.Minute, Now: f.clock.Now, Defences: d,
+	})
+	if err != nil {
+		t.Fatalf("NewService: %v", err)
+	}
+	return svc
+}
+
+func (f *fixture) mustExec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := f.pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (f *fixture) mustInt(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// mustCreateUsers inserts n users and returns their ids.
+func (f *fixture) mustCreateUsers(t *testing.T, n int) []string {
+	t.Helper()
+	rows, err := f.pool.Query(context.Background(), `INSERT INTO users (id, name, token_hash, created_at)
+		SELECT gen_random_uuid(), 'user-' || i, sha256(gen_random_uuid()::text::bytea), now()
+		FROM generate_series(1, $1) AS i RETURNING id::text`, n)
+	if err != nil {
+		t.Fatalf("create users: %v", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatalf("scan user: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (f *fixture) mustCreateProduct(t *testing.T, sku string, stock int) {
+	t.Helper()
+	_, err := inventory.NewStore(f.pool, f.clock.Now).Create(context.Background(),
+		inventory.Product{SKU: sku, Name: sku, PriceCents: 1000, StockAvailable: stock})
+	if err != nil {
+		t.Fatalf("create product %s: %v", sku, err)
+	}
+}
+
+func (f *fixture) stock(t *testing.T, sku string) int {
+	t.Helper()
+	return f.mustInt(t, "SELECT stock_available FROM products WHERE sku = $1", sku)
+}
+
+// race runs fn(i) for i in [0, n) on `workers` goroutines released
+// together, so the calls really overlap.
+func race(n, workers int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	next := atomic.Int64{}
+	for range workers {
+		wg.Go(func() {
+			<-start
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
+func line(sku string, q int) []inventory.Line { return []inventory.Line{{SKU: sku, Quantity: q}} }
+
+func key(i int) string { return fmt.Sprintf("key-%d", i) }

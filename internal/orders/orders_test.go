@@ -1,0 +1,94 @@
+package orders_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+func TestValidateLines(t *testing.T) {
+	many := make([]inventory.Line, 21)
+	for i := range many {
+		many[i] = inventory.Line{SKU: "SKU-" + strings.Repeat("x", i+1), Quantity: 1}
+	}
+	tests := []struct {
+		name  string
+		lines []inventory.Line
+		want  string // "" for valid, else a fragment of the detail
+	}{
+		{"one item", []inventory.Line{{SKU: "A", Quantity: 1}}, ""},
+		{"max quantity", []inventory.Line{{SKU: "A", Quantity: 100}}, ""},
+		{"twenty items", many[:20], ""},
+		{"no items", nil, "at least one"},
+		{"twenty-one items", many, "at most 20"},
+		{"quantity zero", []inventory.Line{{SKU: "A", Quantity: 0}}, "quantity"},
+		{"quantity negative", []inventory.Line{{SKU: "A", Quantity: -1}}, "quantity"},
+		{"quantity 101", []inventory.Line{{SKU: "A", Quantity: 101}}, "quantity"},
+		{"duplicate sku", []inventory.Line{{SKU: "A", Quantity: 1}, {SKU: "A", Quantity: 2}}, "more than once"},
+		{"empty sku", []inventory.Line{{SKU: "", Quantity: 1}}, "sku"},
+		{"bad sku", []inventory.Line{{SKU: "A B", Quantity: 1}}, "sku"},
+		{"long sku", []inventory.Line{{SKU: strings.Repeat("a", 65), Quantity: 1}}, "sku"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := orders.ValidateLines(tt.lines)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("ValidateLines: %v, want nil", err)
+				}
+				return
+			}
+			p, ok := problem.As(err)
+			if !ok || p.Code != problem.Invalid || !strings.Contains(p.Detail, tt.want) {
+				t.Fatalf("ValidateLines: %v, want invalid_request mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestOrder_Transitions(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		from        orders.Status
+		cancel      orders.Status // status after Cancel; "" when refused
+		cancelNoop  bool
+		expireAfter orders.Status // status after Expire past the deadline; "" when refused
+	}{
+		{orders.StatusPendingPayment, orders.StatusCancelled, false, orders.StatusExpired},
+		{orders.StatusCancelled, orders.StatusCancelled, true, ""},
+		{orders.StatusPaid, "", false, ""},
+		{orders.StatusExpired, "", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.from), func(t *testing.T) {
+			o := orders.Order{Status: tt.from, ExpiresAt: now}
+			changed, err := o.Cancel(now)
+			switch {
+			case tt.cancel == "" && !errors.Is(err, orders.ErrInvalidState):
+				t.Errorf("Cancel from %s: %v, want invalid_state", tt.from, err)
+			case tt.cancel != "" && (err != nil || o.Status != tt.cancel || changed == tt.cancelNoop):
+				t.Errorf("Cancel from %s: status %s changed %t err %v", tt.from, o.Status, changed, err)
+			}
+
+			o = orders.Order{Status: tt.from, ExpiresAt: now}
+			err = o.Expire(now.Add(time.Second))
+			switch {
+			case tt.expireAfter == "" && !errors.Is(err, orders.ErrInvalidState):
+				t.Errorf("Expire from %s: %v, want invalid_state", tt.from, err)
+			case tt.expireAfter != "" && (err != nil || o.Status != tt.expireAfter):
+				t.Errorf("Expire from %s: status %s err %v", tt.from, o.Status, err)
+			}
+		})
+	}
+	t.Run("not before its time", func(t *testing.T) {
+		o := orders.Order{Status: orders.StatusPendingPayment, ExpiresAt: now}
+		if err := o.Expire(now.Add(-time.Second)); !errors.Is(err, orders.ErrInvalidState) {
+			t.Fatalf("Expire before the deadline: %v, want invalid_state", err)
+		}
+	})
+}

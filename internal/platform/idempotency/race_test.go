@@ -1,0 +1,177 @@
+package idempotency
+
+import (
+	"bytes"
+	"net/http"
+	"sync"
+	"testing"
+)
+
+// TestMiddleware_Race sends one key 20 times at once to a handler that takes
+// 200 ms: the handler runs once, every 2xx is the same bytes, the rest are
+// told to come back later; and the database holds one completed key.
+func TestMiddleware_Race(t *testing.T) {
+	t.Parallel()
+	const n = 20
+
+	// Without the layer, the same race runs the side effect many times: the
+	// invariant checked below is one the middleware must make true.
+	t.Run("WithoutTheLayer", func(t *testing.T) {
+		h := newHarness(t)
+		replies := race(t, h, n, request{path: "/v1/plain/1", key: "k1", act: "sleep"})
+		if runs := h.runs.Load(); runs < 2 {
+			t.Fatalf("handler ran %d times with no idempotency layer; the race is not racing", runs)
+		}
+		for _, r := range replies {
+			if r.status != http.StatusCreated {
+				t.Fatalf("got %d, want 201", r.status)
+			}
+		}
+	})
+
+	t.Run("WithTheLayer", func(t *testing.T) {
+		h := newHarness(t)
+		replies := race(t, h, n, request{key: "k1", act: "sleep", body: `{"quantity":1}`})
+		if runs := h.runs.Load(); runs != 1 {
+			t.Fatalf("handler ran %d times, want 1", runs)
+		}
+		var first []byte
+		fresh, inProgress := 0, 0
+		for _, r := range replies {
+			switch {
+			case r.status == http.StatusCreated:
+				if first == nil {
+					first = r.body
+				}
+				if !bytes.Equal(r.body, first) {
+					t.Fatalf("two different 2xx bodies:\n%s\n%s", first, r.body)
+				}
+				if !r.replayed() {
+					fresh++
+				}
+			case r.status == http.StatusConflict && r.code() == "request_in_progress":
+				if r.header.Get("Retry-After") != "1" {
+					t.Fatalf("409 with Retry-After %q, want 1", r.header.Get("Retry-After"))
+				}
+				inProgress++
+			default:
+				t.Fatalf("unexpected %d %s", r.status, r.body)
+			}
+		}
+		if fresh != 1 {
+			t.Fatalf("%d answers were not replays, want 1", fresh)
+		}
+		if inProgress == 0 {
+			t.Fatal("no request found the key in progress; the race is not racing")
+		}
+		stopped := counter(t, h, "shop_conflicts_stopped_total", "flow", route, "layer", "idempotency")
+		if stopped != n-1 {
+			t.Fatalf("conflicts stopped = %v, want %d", stopped, n-1)
+		}
+
+		// The invariant, in SQL: one key, completed, holding that answer.
+		var (
+			count     int
+			status    int
+			body      []byte
+			completed bool
+		)
+		err := h.db.QueryRow(t.Context(), `
+			SELECT count(*) OVER (), status_code, body, completed_at IS NOT NULL
+			  FROM idempotency_keys WHERE principal = 'alice' AND key = 'k1'`).Scan(&count, &status, &body, &completed)
+		if err != nil {
+			t.Fatalf("read key: %v", err)
+		}
+		var total int
+		if err := h.db.QueryRow(t.Context(), `SELECT count(*) FROM idempotency_keys`).Scan(&total); err != nil {
+			t.Fatalf("count keys: %v", err)
+		}
+		if total != 1 || count != 1 || !completed || status < 200 || status > 299 || !bytes.Equal(body, first) {
+			t.Fatalf("keys: total %d, this key %d completed=%v status %d; body matches answer: %v",
+				total, count, completed, status, bytes.Equal(body, first))
+		}
+	})
+}
+
+// race sends n copies of r at once and returns the replies.
+func race(t *testing.T, h *harness, n int, r request) []reply {
+	t.Helper()
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		replies = make([]reply, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			replies[i], errs[i] = h.send(r)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	return replies
+}
+
+// TestMiddleware_Takeover: a claim whose lease ran out (its owner crashed,
+// or stalled) is taken over and the request runs; when the stale owner
+// finishes after all, its answer does not overwrite the new owner's.
+func TestMiddleware_Takeover(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	body := `{"quantity":1}`
+
+	staleDone := make(chan reply, 1)
+	go func() {
+		rep, err := h.send(request{key: "k1", body: body, act: "block"})
+		if err != nil {
+			t.Errorf("stale owner: %v", err)
+		}
+		staleDone <- rep
+	}()
+	wait(t, h.started, "the first owner to start")
+
+	if rep := h.mustSend(t, request{key: "k1", body: body}); rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
+		t.Fatalf("within the lease: got %d %s, want 409 request_in_progress", rep.status, rep.body)
+	}
+
+	h.clock.Advance(DefaultLease + 1)
+
+	if rep := h.mustSend(t, request{key: "k1", body: `{"quantity":2}`}); rep.status != http.StatusUnprocessableEntity {
+		t.Fatalf("another request after the lease: got %d %s, want 422", rep.status, rep.body)
+	}
+	newOwner := h.mustSend(t, request{key: "k1", body: body})
+	if newOwner.status != http.StatusCreated || newOwner.replayed() {
+		t.Fatalf("after the lease: got %d replayed=%v %s, want a fresh 201", newOwner.status, newOwner.replayed(), newOwner.body)
+	}
+	if runs := h.runs.Load(); runs != 2 {
+		t.Fatalf("handler ran %d times, want 2", runs)
+	}
+
+	close(h.unblock)
+	stale := <-staleDone
+	wait(t, h.served, "the stale owner to finish")
+	if stale.status != http.StatusCreated || bytes.Equal(stale.body, newOwner.body) {
+		t.Fatalf("stale owner: got %d %s; want its own 201", stale.status, stale.body)
+	}
+
+	again := h.mustSend(t, request{key: "k1", body: body})
+	if !again.replayed() || !bytes.Equal(again.body, newOwner.body) {
+		t.Fatalf("replay: got %s, want the new owner's %s", again.body, newOwner.body)
+	}
+	rows := h.rows(t)
+	if r, ok := rows["alice/k1"]; len(rows) != 1 || !ok || !r.completed || !bytes.Equal(r.body, newOwner.body) {
+		t.Fatalf("stored key does not hold the new owner's answer: %v", rows)
+	}
+	if got := counter(t, h, "shop_idempotency_requests_total", "outcome", outcomeTakenOver); got != 1 {
+		t.Fatalf("takeovers counted: %v, want 1", got)
+	}
+	if got := counter(t, h, "shop_idempotency_results_total", "result", resultStaleOwner); got != 1 {
+		t.Fatalf("stale owners counted: %v, want 1", got)
+	}
+}
