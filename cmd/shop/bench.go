@@ -66,6 +66,9 @@ type benchOptions struct {
 }
 
 func bench(ctx context.Context, args []string, logger *slog.Logger) error {
+	if len(args) > 0 && args[0] == "experiment" {
+		return benchExperiment(ctx, args[1:], logger)
+	}
 	if len(args) == 0 || args[0] != "orders" {
 		return errUsage
 	}

@@ -363,6 +363,16 @@ func (e *env) stock(t testing.TB, sku string) int {
 	return e.count(t, `SELECT stock_available FROM products WHERE sku = $1`, sku)
 }
 
+// warm opens conns keep-alive connections to every replica, and as many
+// database connections in its pool (/readyz pings Postgres), so that
+// requests released by a barrier race each other, not the handshakes.
+func (e *env) warm(t testing.TB, conns int) {
+	t.Helper()
+	for _, r := range e.replicas {
+		together(conns, func(int) { r.do(t, http.MethodGet, "/readyz", "", nil) })
+	}
+}
+
 // inParallel calls fn(i) for every i in [0, n) from a pool of workers.
 func inParallel(n, workers int, fn func(i int)) {
 	var next atomic.Int64

@@ -115,6 +115,7 @@ func TestOrders_CreateSameKey(t *testing.T) {
 	key := newKey()
 	body, _ := json.Marshal(orderBody(line{SKU: sku, Quantity: 3}))
 
+	e.warm(t, n)
 	results := make([]response, n)
 	together(n, func(i int) {
 		results[i] = e.r(i).do(t, http.MethodPost, "/v1/orders", u.Token, body, "Idempotency-Key", key)
@@ -195,6 +196,7 @@ func TestOrders_CancelRace(t *testing.T) {
 		t.Fatalf("stock after the order %d, want %d", got, initial-4)
 	}
 
+	e.warm(t, n)
 	results := make([]response, n)
 	together(n, func(i int) {
 		results[i] = e.r(i).do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil)
@@ -238,15 +240,21 @@ func TestOrders_CancelRace(t *testing.T) {
 	}
 }
 
-// TestOrders_ExpiryRace lets the expiry job of three replicas run at once,
-// past the orders' TTL, while their users cancel a third of the same orders
-// over HTTP. Every order ends either cancelled or expired, never both; each
+// TestOrders_ExpiryRace runs the expiry job of three replicas at once, past
+// the orders' TTL, while their users cancel a third of the same orders over
+// HTTP. Every order ends either cancelled or expired, never both; each
 // release is recorded once and the stock is back to where it started.
+//
+// The orders fall due one second apart and the clock sweeps across their
+// deadlines while the jobs run in a loop, so expiries and cancels
+// interleave instead of one job taking every order in its first batch.
 func TestOrders_ExpiryRace(t *testing.T) {
-	const orders = 30
+	const (
+		orders  = 30
+		initial = 200
+	)
 	e := newEnv(t, 3, nil)
 	skus := []string{"EXP-A", "EXP-B", "EXP-C"}
-	const initial = 200
 	for _, s := range skus {
 		mustCreateProduct(t, e.r(0), s, 100, initial)
 	}
@@ -267,13 +275,13 @@ func TestOrders_ExpiryRace(t *testing.T) {
 		}
 		u := users[i%len(users)]
 		all[i] = placed{order: mustCreateOrder(t, e.r(i), u.Token, lines...), user: u}
+		e.clock.Advance(time.Second)
 	}
 	ctx := context.Background()
 	if n, err := e.replicas[0].app.Orders.ExpireDue(ctx); err != nil || n != 0 {
 		t.Fatalf("ExpireDue before the TTL: %d, %v; want 0, nil", n, err)
 	}
 
-	e.clock.Advance(orderTTL + time.Minute)
 	var cancelTargets []int
 	for i := range all {
 		if i%3 == 0 {
@@ -281,19 +289,40 @@ func TestOrders_ExpiryRace(t *testing.T) {
 		}
 	}
 	jobs := len(e.replicas)
-	var expired atomic.Int64
+	e.warm(t, len(cancelTargets))
+	e.clock.Advance(orderTTL - orders*time.Second) // the first order is due
+	var (
+		expired  atomic.Int64
+		sweeping atomic.Bool
+	)
+	sweeping.Store(true)
 	cancels := make([]response, len(cancelTargets))
-	together(jobs+len(cancelTargets), func(i int) {
-		if i < jobs {
-			n, err := e.replicas[i].app.Orders.ExpireDue(ctx)
-			if err != nil {
-				t.Errorf("ExpireDue on replica %d: %v", i, err)
+	together(1+jobs+len(cancelTargets), func(i int) {
+		switch {
+		case i == 0: // the clock crosses one deadline per tick
+			for range orders + 1 {
+				time.Sleep(time.Millisecond)
+				e.clock.Advance(time.Second)
 			}
-			expired.Add(int64(n))
-			return
+			sweeping.Store(false)
+		case i <= jobs: // the replicas' expiry jobs, until one run after the sweep
+			for {
+				last := !sweeping.Load()
+				n, err := e.replicas[i-1].app.Orders.ExpireDue(ctx)
+				if err != nil {
+					t.Errorf("ExpireDue on replica %d: %v", i-1, err)
+					return
+				}
+				expired.Add(int64(n))
+				if last {
+					return
+				}
+			}
+		default:
+			j := i - 1 - jobs
+			p := all[cancelTargets[j]]
+			cancels[j] = e.r(i).do(t, http.MethodPost, "/v1/orders/"+p.ID+"/cancel", p.user.Token, nil)
 		}
-		p := all[cancelTargets[i-jobs]]
-		cancels[i-jobs] = e.r(i).do(t, http.MethodPost, "/v1/orders/"+p.ID+"/cancel", p.user.Token, nil)
 	})
 
 	status := func(id string) string {
