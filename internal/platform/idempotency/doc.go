@@ -39,15 +39,16 @@
 // # What is not stored
 //
 // A 5xx, a 429 and any refusal that carries a Retry-After (409
-// request_in_progress, 409 resource_busy, 503 unavailable) say "this did not
-// happen, try again". Storing them would turn a passing failure into a
-// permanent one for that key, so the claim is released and a retry runs the
-// handler again. (Stripe stores 500s; it can, because it never lets a 500
-// leave a half-done effect behind. Here the flows' own layers make the retry
-// safe, and a retry that can succeed is worth more to the client.) A 4xx
-// that is an answer about the request itself (out_of_stock, invalid_state,
-// payment_declined) is stored and replayed: running it again could give a
-// different answer to the same request, which is what the key rules out.
+// request_in_progress, 409 resource_busy, 503 unavailable) ask the client to
+// try again. Storing them would turn a passing failure into a permanent one
+// for that key, so the claim is released and a retry runs the handler again. (Stripe stores its 500s; here a 5xx usually means a
+// dependency failed, the flows' own layers make the retry safe, and a retry
+// that can succeed is worth more to the client than a stored failure.) A
+// 4xx that answers the request itself (invalid_request, out_of_stock,
+// invalid_state, payment_declined) is stored and replayed: running it again
+// could give another answer to the same request, which is what the key
+// rules out. An answer the handler broke off after it had started writing,
+// or one larger than 1 MiB, is not stored either; the key is released.
 //
 // # Commits
 //

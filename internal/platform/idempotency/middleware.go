@@ -24,33 +24,11 @@ const (
 	HeaderKey      = "Idempotency-Key"
 	HeaderReplayed = "Idempotent-Replayed"
 	maxKeyLength   = 255
+	// retryInProgress is the Retry-After of a 409 request_in_progress: the
+	// flows answer in tens of milliseconds, so the first request is most
+	// likely done by then.
+	retryInProgress = time.Second
 )
-
-// keyFrom returns the request's idempotency key: exactly one header of 1–255
-// printable ASCII characters (0x20–0x7E), the same rule as the table's
-// CHECK constraint idempotency_keys_key_format.
-func keyFrom(h http.Header) (string, error) {
-	values := h.Values(HeaderKey)
-	switch {
-	case len(values) == 0:
-		return "", problem.New(problem.IdempotencyRequired, "this route needs an Idempotency-Key header")
-	case len(values) > 1:
-		return "", problem.New(problem.IdempotencyRequired, "send exactly one Idempotency-Key header")
-	}
-	key := values[0]
-	if key == "" || len(key) > maxKeyLength {
-		return "", problem.Errorf(problem.IdempotencyRequired, "Idempotency-Key must be 1–%d characters long", maxKeyLength)
-	}
-	if i := strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }); i >= 0 {
-		return "", problem.Errorf(problem.IdempotencyRequired, "Idempotency-Key must be printable ASCII; character %d is not", i+1)
-	}
-	return key, nil
-}
-
-// retryInProgress is the Retry-After of a 409 request_in_progress: the
-// flows answer in tens of milliseconds, so the first request will most
-// likely be done by then.
-const retryInProgress = time.Second
 
 // Middleware requires an Idempotency-Key on the route it wraps and makes the
 // route run at most once per key (DESIGN.md §3). It must run after the auth
@@ -186,6 +164,7 @@ func (s *Store) release(c echo.Context, cl *claim, why string) {
 	s.finished(ctx, c, cl, ok, err, resultReleased)
 }
 
+// finished records what became of a claim after the handler ran.
 func (s *Store) finished(ctx context.Context, c echo.Context, cl *claim, ok bool, err error, result string) {
 	switch {
 	case err != nil:
@@ -225,6 +204,27 @@ func keptHeaders(h http.Header) map[string]string {
 		}
 	}
 	return kept
+}
+
+// keyFrom returns the request's idempotency key: exactly one header of 1–255
+// printable ASCII characters (0x20–0x7E), the same rule as the table's
+// CHECK constraint idempotency_keys_key_format.
+func keyFrom(h http.Header) (string, error) {
+	values := h.Values(HeaderKey)
+	switch {
+	case len(values) == 0:
+		return "", problem.New(problem.IdempotencyRequired, "this route needs an Idempotency-Key header")
+	case len(values) > 1:
+		return "", problem.New(problem.IdempotencyRequired, "send exactly one Idempotency-Key header")
+	}
+	key := values[0]
+	if key == "" || len(key) > maxKeyLength {
+		return "", problem.Errorf(problem.IdempotencyRequired, "Idempotency-Key must be 1–%d characters long", maxKeyLength)
+	}
+	if i := strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }); i >= 0 {
+		return "", problem.Errorf(problem.IdempotencyRequired, "Idempotency-Key must be printable ASCII; character %d is not", i+1)
+	}
+	return key, nil
 }
 
 // readBody reads the whole request body; the body-limit middleware in front

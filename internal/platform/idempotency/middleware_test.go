@@ -215,15 +215,15 @@ func TestMiddleware_ClientHangsUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := h.send(request{key: "k1", act: "wait_for_hangup", ctx: ctx})
+		_, err := h.send(request{key: "k1", act: "wait_for_hangup", gate: "a", ctx: ctx})
 		errc <- err
 	}()
-	wait(t, h.started, "the handler to start")
+	wait(t, h.gate("a").started, "the handler to start")
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("the cancelled request got an answer")
 	}
-	wait(t, h.served, "the middleware to finish")
+	wait(t, h.gate("a").done, "the middleware to finish")
 	// The release ran on a detached context: the key is free at once,
 	// not only when its lease runs out.
 	if rows := h.rows(t); len(rows) != 0 {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestMiddleware_Race sends one key 20 times at once to a handler that takes
@@ -118,34 +119,21 @@ func race(t *testing.T, h *harness, n int, r request) []reply {
 	return replies
 }
 
-// TestMiddleware_Takeover: a claim whose lease ran out (its owner crashed,
-// or stalled) is taken over and the request runs; when the stale owner
-// finishes after all, its answer does not overwrite the new owner's.
+// TestMiddleware_Takeover: a claim whose lease ran out (its owner crashed
+// or stalled) is taken over, and the request runs again.
 func TestMiddleware_Takeover(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	body := `{"quantity":1}`
+	stale := start(t, h, request{key: "k1", gate: "stale"})
 
-	staleDone := make(chan reply, 1)
-	go func() {
-		rep, err := h.send(request{key: "k1", body: body, act: "block"})
-		if err != nil {
-			t.Errorf("stale owner: %v", err)
-		}
-		staleDone <- rep
-	}()
-	wait(t, h.started, "the first owner to start")
-
-	if rep := h.mustSend(t, request{key: "k1", body: body}); rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
+	if rep := h.mustSend(t, request{key: "k1"}); rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
 		t.Fatalf("within the lease: got %d %s, want 409 request_in_progress", rep.status, rep.body)
 	}
-
-	h.clock.Advance(DefaultLease + 1)
-
+	h.clock.Advance(DefaultLease + time.Second)
 	if rep := h.mustSend(t, request{key: "k1", body: `{"quantity":2}`}); rep.status != http.StatusUnprocessableEntity {
 		t.Fatalf("another request after the lease: got %d %s, want 422", rep.status, rep.body)
 	}
-	newOwner := h.mustSend(t, request{key: "k1", body: body})
+	newOwner := h.mustSend(t, request{key: "k1"})
 	if newOwner.status != http.StatusCreated || newOwner.replayed() {
 		t.Fatalf("after the lease: got %d replayed=%v %s, want a fresh 201", newOwner.status, newOwner.replayed(), newOwner.body)
 	}
@@ -153,25 +141,81 @@ func TestMiddleware_Takeover(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 2", runs)
 	}
 
-	close(h.unblock)
-	stale := <-staleDone
-	wait(t, h.served, "the stale owner to finish")
-	if stale.status != http.StatusCreated || bytes.Equal(stale.body, newOwner.body) {
-		t.Fatalf("stale owner: got %d %s; want its own 201", stale.status, stale.body)
+	// The stale owner finishes last: the key is completed already.
+	h.gate("stale").release()
+	if rep := <-stale; rep.status != http.StatusCreated || bytes.Equal(rep.body, newOwner.body) {
+		t.Fatalf("stale owner: got %d %s; want its own 201", rep.status, rep.body)
 	}
-
-	again := h.mustSend(t, request{key: "k1", body: body})
-	if !again.replayed() || !bytes.Equal(again.body, newOwner.body) {
-		t.Fatalf("replay: got %s, want the new owner's %s", again.body, newOwner.body)
-	}
-	rows := h.rows(t)
-	if r, ok := rows["alice/k1"]; len(rows) != 1 || !ok || !r.completed || !bytes.Equal(r.body, newOwner.body) {
-		t.Fatalf("stored key does not hold the new owner's answer: %v", rows)
-	}
+	wait(t, h.gate("stale").done, "the stale owner to finish")
+	assertStored(t, h, "k1", newOwner.body)
 	if got := counter(t, h, "shop_idempotency_requests_total", "outcome", outcomeTakenOver); got != 1 {
 		t.Fatalf("takeovers counted: %v, want 1", got)
 	}
 	if got := counter(t, h, "shop_idempotency_results_total", "result", resultStaleOwner); got != 1 {
 		t.Fatalf("stale owners counted: %v, want 1", got)
+	}
+}
+
+// TestMiddleware_StaleOwnerFenced: an owner whose key was taken over
+// finishes while the new owner still runs. The owner token fences it: its
+// answer is not stored and its release does not free the new owner's key.
+func TestMiddleware_StaleOwnerFenced(t *testing.T) {
+	t.Parallel()
+	for _, act := range []string{"", "fail"} {
+		t.Run("Act="+act, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			stale := start(t, h, request{key: "k1", act: act, gate: "stale"})
+			h.clock.Advance(DefaultLease + time.Second)
+			fresh := start(t, h, request{key: "k1", gate: "new"})
+
+			h.gate("stale").release()
+			<-stale
+			wait(t, h.gate("stale").done, "the stale owner to finish")
+			if rep := h.mustSend(t, request{key: "k1"}); rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
+				t.Fatalf("while the new owner runs: got %d %s, want 409 request_in_progress", rep.status, rep.body)
+			}
+
+			h.gate("new").release()
+			newOwner := <-fresh
+			wait(t, h.gate("new").done, "the new owner to finish")
+			if newOwner.status != http.StatusCreated {
+				t.Fatalf("new owner: got %d %s", newOwner.status, newOwner.body)
+			}
+			assertStored(t, h, "k1", newOwner.body)
+			if runs := h.runs.Load(); runs != 2 {
+				t.Fatalf("handler ran %d times, want 2", runs)
+			}
+		})
+	}
+}
+
+// start sends r, which must name a gate, and returns once its handler is
+// waiting there; the reply arrives on the channel when the gate opens.
+func start(t *testing.T, h *harness, r request) <-chan reply {
+	t.Helper()
+	replies := make(chan reply, 1)
+	go func() {
+		rep, err := h.send(r)
+		if err != nil {
+			t.Errorf("send through gate %s: %v", r.gate, err)
+		}
+		replies <- rep
+	}()
+	wait(t, h.gate(r.gate).started, "the handler behind gate "+r.gate)
+	return replies
+}
+
+// assertStored checks that key is the only key, completed, and that it
+// replays body.
+func assertStored(t *testing.T, h *harness, key string, body []byte) {
+	t.Helper()
+	rows := h.rows(t)
+	if r, ok := rows["alice/"+key]; len(rows) != 1 || !ok || !r.completed || !bytes.Equal(r.body, body) {
+		t.Fatalf("stored keys %v, want %s completed with %s", rows, key, body)
+	}
+	again := h.mustSend(t, request{key: key})
+	if !again.replayed() || !bytes.Equal(again.body, body) {
+		t.Fatalf("replay: got %d %s, want %s", again.status, again.body, body)
 	}
 }

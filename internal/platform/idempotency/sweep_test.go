@@ -15,10 +15,10 @@ func insertKeys(t *testing.T, db *pgxpool.Pool, prefix string, n int, createdAt,
 	t.Helper()
 	_, err := db.Exec(context.Background(), `
 		INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, status_code, body, created_at, completed_at)
-		SELECT 'alice', $1 || '-' || i, '\x00', gen_random_uuid(), $3,
-		       CASE WHEN $5 THEN 201 END, CASE WHEN $5 THEN '{}'::bytea END,
-		       $4, CASE WHEN $5 THEN $4 END
-		  FROM generate_series(0, $2 - 1) AS i`,
+		SELECT 'alice', $1::text || '-' || i, '\x00', gen_random_uuid(), $3::timestamptz,
+		       CASE WHEN $5::bool THEN 201 END, CASE WHEN $5::bool THEN '{}'::bytea END,
+		       $4::timestamptz, CASE WHEN $5::bool THEN $4::timestamptz END
+		  FROM generate_series(0, $2::int - 1) AS i`,
 		prefix, n, lockedUntil, createdAt, completed)
 	if err != nil {
 		t.Fatalf("insert %s keys: %v", prefix, err)

@@ -1,0 +1,178 @@
+package idempotency
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/platform/auth"
+	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const (
+	route        = "/v1/things/:id" // guarded by the middleware
+	plainRoute   = "/v1/plain/:id"  // the same handler without it
+	headerUser   = "X-Test-User"    // becomes the principal
+	headerAct    = "X-Test-Act"     // what the handler does; not part of the fingerprint
+	headerGate   = "X-Test-Gate"    // the gate the handler waits at first
+	testDeadline = 10 * time.Second
+)
+
+// clock is the injected time; tests move it to expire leases.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// harness is an echo server with the middleware in front of a handler that
+// counts its runs and answers with a fresh random nonce, so a replay is
+// told apart from a second run by its bytes.
+type harness struct {
+	db      *pgxpool.Pool
+	clock   *clock
+	metrics *metrics.Metrics
+	store   *Store
+	srv     *httptest.Server
+	runs    atomic.Int64
+
+	mu    sync.Mutex
+	gates map[string]*gate
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h := &harness{
+		db:      testenv.Pool(t),
+		clock:   &clock{now: time.Now().UTC()},
+		metrics: metrics.New(),
+		gates:   map[string]*gate{},
+	}
+	h.store = NewStore(h.db, Options{Logger: logger, Metrics: h.metrics, Now: h.clock.Now})
+	e := httpx.New(h.metrics, httpx.Options{Logger: logger})
+	e.POST(route, h.handle, h.principal, h.store.Middleware)
+	e.PUT(route, h.handle, h.principal, h.store.Middleware)
+	e.POST(plainRoute, h.handle, h.principal)
+	h.srv = httptest.NewServer(e)
+	t.Cleanup(h.srv.Close)
+	// Cleanups run last-in first-out: a test that failed while a handler
+	// waited at a gate lets it go before Close waits for it.
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, g := range h.gates {
+			g.release()
+		}
+	})
+	return h
+}
+
+// gate holds one request's handler until the test lets it through, so a
+// test can order what two requests with one key do.
+type gate struct {
+	started  chan struct{} // closed when the handler reaches the gate
+	open     chan struct{} // closed to let it through
+	done     chan struct{} // closed when the request has left the middleware
+	openOnce sync.Once
+}
+
+func (g *gate) release() { g.openOnce.Do(func() { close(g.open) }) }
+
+// gate returns the gate called name, made on first use.
+func (h *harness) gate(name string) *gate {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g, ok := h.gates[name]
+	if !ok {
+		g = &gate{started: make(chan struct{}), open: make(chan struct{}), done: make(chan struct{})}
+		h.gates[name] = g
+	}
+	return g
+}
+
+// principal stands in for the auth middleware: the caller is whoever
+// X-Test-User names.
+func (h *harness) principal(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if name := c.Request().Header.Get(headerGate); name != "" {
+			defer close(h.gate(name).done)
+		}
+		if user := c.Request().Header.Get(headerUser); user != "" {
+			ctx := auth.WithPrincipal(c.Request().Context(), auth.Principal{UserID: user, Name: user})
+			c.SetRequest(c.Request().WithContext(ctx))
+		}
+		return next(c)
+	}
+}
+
+func (h *harness) handle(c echo.Context) error {
+	run := h.runs.Add(1)
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return err
+	}
+	act := c.Request().Header.Get(headerAct)
+	if name := c.Request().Header.Get(headerGate); name != "" {
+		g := h.gate(name)
+		close(g.started)
+		if act == "wait_for_hangup" {
+			<-c.Request().Context().Done()
+			return c.Request().Context().Err()
+		}
+		<-g.open
+	}
+	switch act {
+	case "fail":
+		return errors.New("boom")
+	case "panic":
+		panic("boom")
+	case "busy":
+		return &problem.Error{Code: problem.ResourceBusy, Detail: "thing:1 is locked", RetryAfter: 2 * time.Second}
+	case "rate_limited":
+		return &problem.Error{Code: problem.RateLimited, RetryAfter: time.Second}
+	case "out_of_stock":
+		return problem.New(problem.OutOfStock, "SKU-1: 0 available, 2 requested")
+	case "sleep":
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/v1/things/"+c.Param("id"))
+	c.Response().Header().Set("ETag", fmt.Sprintf(`"%d"`, run))
+	return httpx.JSON(c, http.StatusCreated, map[string]any{
+		"run": run, "nonce": nonce(), "body": string(body),
+	})
+}
+
+func nonce() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
