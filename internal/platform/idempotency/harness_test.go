@@ -162,7 +162,9 @@ func (h *harness) handle(c echo.Context) error {
 	case "out_of_stock":
 		return problem.New(problem.OutOfStock, "SKU-1: 0 available, 2 requested")
 	case "sleep":
-		time.Sleep(200 * time.Millisecond)
+		// Long enough that the other copies arrive while it runs, even on
+		// a loaded two-core machine.
+		time.Sleep(time.Second)
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/things/"+c.Param("id"))
 	c.Response().Header().Set("ETag", fmt.Sprintf(`"%d"`, run))

@@ -9,7 +9,7 @@ import (
 )
 
 // TestMiddleware_Race sends one key 20 times at once to a handler that takes
-// 200 ms: the handler runs once, every 2xx is the same bytes, the rest are
+// a second: the handler runs once, every 2xx is the same bytes, the rest are
 // told to come back later; and the database holds one completed key.
 func TestMiddleware_Race(t *testing.T) {
 	t.Parallel()
