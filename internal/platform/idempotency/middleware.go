@@ -46,7 +46,7 @@ func (s *Store) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok {
 			return errors.New("idempotency middleware: no principal on the request; it must run after the auth middleware")
 		}
-		body, err := readBody(req)
+		body, err := httpx.ReadBody(c)
 		if err != nil {
 			return err
 		}
@@ -225,20 +225,6 @@ func keyFrom(h http.Header) (string, error) {
 		return "", problem.Errorf(problem.IdempotencyRequired, "Idempotency-Key must be printable ASCII; character %d is not", i+1)
 	}
 	return key, nil
-}
-
-// readBody reads the whole request body; the body-limit middleware in front
-// has already bounded it.
-func readBody(r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		var maxErr *http.MaxBytesError
-		if errors.Is(err, echo.ErrStatusRequestEntityTooLarge) || errors.As(err, &maxErr) {
-			return nil, problem.New(problem.PayloadTooLarge, "request body is larger than 64 KiB")
-		}
-		return nil, problem.Errorf(problem.Invalid, "read body: %v", err)
-	}
-	return body, nil
 }
 
 // maxStoredBody bounds the answer kept in memory for storing. The routes
