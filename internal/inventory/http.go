@@ -183,8 +183,10 @@ func ifMatch(c echo.Context) (int64, error) {
 	if raw == "" {
 		return 0, problem.New(problem.PreconditionRequired, `If-Match: required, give the ETag of the product you read, like "3"`)
 	}
-	v, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(raw, "W/"), `"`), 10, 64)
-	if err != nil || v < 1 {
+	// A strong comparison (RFC 9110 §13.1.1): a weak W/"3" or * never matches.
+	quoted := len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"'
+	v, err := strconv.ParseInt(strings.Trim(raw, `"`), 10, 64)
+	if !quoted || err != nil || v < 1 {
 		return 0, problem.Errorf(problem.VersionMismatch, "If-Match: %s is not a version of this product", raw)
 	}
 	return v, nil

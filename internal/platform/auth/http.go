@@ -39,14 +39,18 @@ func (m *Middleware) User(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // Admin admits requests that carry the admin token. A user's token is
-// authenticated but not allowed (403); no or an unknown token is 401.
+// authenticated but not allowed (403); no or an unknown token is 401. With
+// no admin token configured the admin routes are off: 403 to everyone.
 func (m *Middleware) Admin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if m.adminToken == "" {
+			return problem.New(problem.Forbidden, "admin routes are disabled: SHOP_ADMIN_TOKEN is not set")
+		}
 		token, ok := bearer(c)
 		if !ok {
 			return ErrUnauthenticated
 		}
-		if m.adminToken != "" && equalTokens(token, m.adminToken) {
+		if equalTokens(token, m.adminToken) {
 			setPrincipal(c, Principal{Name: AdminScope, Admin: true})
 			return next(c)
 		}

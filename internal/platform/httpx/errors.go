@@ -26,6 +26,7 @@ var statuses = map[problem.Code]struct {
 	title  string
 }{
 	problem.Invalid:              {http.StatusBadRequest, "Invalid request"},
+	problem.MethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	problem.IdempotencyRequired:  {http.StatusBadRequest, "Idempotency key required"},
 	problem.Unauthenticated:      {http.StatusUnauthorized, "Unauthenticated"},
 	problem.Forbidden:            {http.StatusForbidden, "Forbidden"},
@@ -115,7 +116,7 @@ func toProblem(err error) *problem.Error {
 		case http.StatusNotFound:
 			return problem.New(problem.NotFound, "no such resource")
 		case http.StatusMethodNotAllowed:
-			return problem.New(problem.Invalid, "method not allowed on this resource")
+			return problem.New(problem.MethodNotAllowed, "this resource does not answer that method")
 		case http.StatusRequestEntityTooLarge:
 			return problem.New(problem.PayloadTooLarge, "request body is larger than 64 KiB")
 		case http.StatusServiceUnavailable:

@@ -20,7 +20,8 @@ import (
 
 const (
 	// BodyLimit is the largest request body accepted (API.md: 64 KiB).
-	BodyLimit = "64K"
+	// Spelled KiB: echo's size parser reads "64K" as 64,000 bytes.
+	BodyLimit = "64KiB"
 	// retryAfterUnavailable is what a client is told to wait after a 503.
 	retryAfterUnavailable = 2 * time.Second
 )

@@ -18,6 +18,7 @@ type Code string
 // The codes of the API contract (API.md, "Errors").
 const (
 	Invalid              Code = "invalid_request"
+	MethodNotAllowed     Code = "method_not_allowed"
 	IdempotencyRequired  Code = "idempotency_key_required"
 	Unauthenticated      Code = "unauthenticated"
 	Forbidden            Code = "forbidden"

@@ -1,0 +1,936 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/redisx"
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// badRequest is one request body the route must refuse with 400.
+type badRequest struct {
+	name string
+	body string
+}
+
+func TestUsers_Create(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+
+	t.Run("Created", func(t *testing.T) {
+		res := r.do(t, http.MethodPost, "/v1/users", "", `{"name": "alice"}`)
+		wantStatus(t, res, http.StatusCreated)
+		u := decode[user](t, res)
+		if !uuidPattern.MatchString(u.ID) || u.Name != "alice" || u.Token == "" {
+			t.Fatalf("want id, name alice and a token, got %s", res.Body)
+		}
+		if got := res.Header.Get("Content-Type"); !strings.HasPrefix(got, "application/json") {
+			t.Errorf("Content-Type %q, want application/json", got)
+		}
+	})
+	t.Run("LongestName", func(t *testing.T) {
+		mustCreateUser(t, r, strings.Repeat("é", 100))
+	})
+	for _, tc := range []badRequest{
+		{"NoName", `{}`},
+		{"EmptyName", `{"name": ""}`},
+		{"BlankName", `{"name": "   "}`},
+		{"NameTooLong", `{"name": "` + strings.Repeat("a", 101) + `"}`},
+		{"ControlCharacter", `{"name": "a\u0007b"}`},
+		{"NameNotAString", `{"name": 5}`},
+		{"UnknownField", `{"name": "bob", "admin": true}`},
+		{"FieldCase", `{"Name": "bob"}`},
+		{"DuplicateField", `{"name": "bob", "name": "eve"}`},
+		{"MalformedJSON", `{"name": `},
+		{"NotAnObject", `["bob"]`},
+		{"TrailingData", `{"name": "bob"} {}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := r.do(t, http.MethodPost, "/v1/users", "", tc.body)
+			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+		})
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM users`); n != 2 {
+		t.Errorf("%d users stored, want the 2 created", n)
+	}
+}
+
+func TestUsers_Me(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	u := mustCreateUser(t, r, "carol")
+
+	t.Run("OK", func(t *testing.T) {
+		res := r.do(t, http.MethodGet, "/v1/me", u.Token, nil)
+		wantStatus(t, res, http.StatusOK)
+		var got map[string]any
+		if err := json.Unmarshal(res.Body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got["id"] != u.ID || got["name"] != "carol" {
+			t.Errorf("got %s, want id %s and name carol", res.Body, u.ID)
+		}
+		if _, shown := got["token"]; shown {
+			t.Errorf("the token is shown again: %s", res.Body)
+		}
+	})
+	for _, tc := range []struct{ name, authorization string }{
+		{"NoToken", ""},
+		{"UnknownToken", "Bearer shop_not-a-token"},
+		{"AdminToken", "Bearer " + testAdminToken},
+		{"EmptyBearer", "Bearer "},
+		{"OtherScheme", "Basic " + base64.StdEncoding.EncodeToString([]byte("carol:x"))},
+		{"NoScheme", u.Token},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hdr []string
+			if tc.authorization != "" {
+				hdr = []string{"Authorization", tc.authorization}
+			}
+			res := r.do(t, http.MethodGet, "/v1/me", "", nil, hdr...)
+			wantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
+		})
+	}
+}
+
+func TestProducts_Create(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	u := mustCreateUser(t, r, "dave")
+	valid := `{"sku": "SKU-1", "name": "Mug", "price_cents": 1250, "stock": 7}`
+
+	t.Run("Created", func(t *testing.T) {
+		res := r.do(t, http.MethodPost, "/v1/products", testAdminToken, valid)
+		wantStatus(t, res, http.StatusCreated)
+		got := decode[product](t, res)
+		want := product{SKU: "SKU-1", Name: "Mug", PriceCents: 1250, StockAvailable: 7, Version: 1}
+		if got != want {
+			t.Errorf("got %+v, want %+v", got, want)
+		}
+		if etag := res.Header.Get("ETag"); etag != `"1"` {
+			t.Errorf(`ETag %q, want "1"`, etag)
+		}
+	})
+	t.Run("DuplicateSKU", func(t *testing.T) {
+		res := r.do(t, http.MethodPost, "/v1/products", testAdminToken, valid)
+		wantProblem(t, res, http.StatusConflict, "already_exists")
+		if got := e.stock(t, "SKU-1"); got != 7 {
+			t.Errorf("stock %d after the duplicate, want 7", got)
+		}
+	})
+	t.Run("AsUser", func(t *testing.T) {
+		res := r.do(t, http.MethodPost, "/v1/products", u.Token, strings.Replace(valid, "SKU-1", "SKU-U", 1))
+		wantProblem(t, res, http.StatusForbidden, "forbidden")
+	})
+	t.Run("NoToken", func(t *testing.T) {
+		res := r.do(t, http.MethodPost, "/v1/products", "", strings.Replace(valid, "SKU-1", "SKU-N", 1))
+		wantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
+	})
+	t.Run("UnknownToken", func(t *testing.T) {
+		res := r.do(t, http.MethodPost, "/v1/products", "shop_nobody", strings.Replace(valid, "SKU-1", "SKU-N", 1))
+		wantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
+	})
+	for _, tc := range []badRequest{
+		{"EmptySKU", `{"sku": "", "name": "x", "price_cents": 1, "stock": 1}`},
+		{"SKUWithSpace", `{"sku": "A B", "name": "x", "price_cents": 1, "stock": 1}`},
+		{"SKUTooLong", `{"sku": "` + strings.Repeat("A", 65) + `", "name": "x", "price_cents": 1, "stock": 1}`},
+		{"NegativePrice", `{"sku": "NEG-P", "name": "x", "price_cents": -1, "stock": 1}`},
+		{"NegativeStock", `{"sku": "NEG-S", "name": "x", "price_cents": 1, "stock": -1}`},
+		{"NoPrice", `{"sku": "NO-P", "name": "x", "stock": 1}`},
+		{"NoStock", `{"sku": "NO-S", "name": "x", "price_cents": 1}`},
+		{"NoName", `{"sku": "NO-N", "price_cents": 1, "stock": 1}`},
+		{"PriceNotInteger", `{"sku": "PF", "name": "x", "price_cents": 1.5, "stock": 1}`},
+		{"UnknownField", `{"sku": "UF", "name": "x", "price_cents": 1, "stock": 1, "color": "red"}`},
+		{"MalformedJSON", `{"sku": "MJ"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := r.do(t, http.MethodPost, "/v1/products", testAdminToken, tc.body)
+			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+		})
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM products`); n != 1 {
+		t.Errorf("%d products stored, want 1", n)
+	}
+
+	// Without SHOP_ADMIN_TOKEN the admin routes are closed (DESIGN.md §5).
+	t.Run("NoAdminTokenConfigured", func(t *testing.T) {
+		closed := newEnv(t, 1, map[string]string{"SHOP_ADMIN_TOKEN": ""})
+		u := mustCreateUser(t, closed.r(0), "erin")
+		res := closed.r(0).do(t, http.MethodPost, "/v1/products", u.Token, valid)
+		wantProblem(t, res, http.StatusForbidden, "forbidden")
+		res = closed.r(0).do(t, http.MethodPost, "/v1/products", "", valid)
+		wantProblem(t, res, http.StatusForbidden, "forbidden")
+		res = closed.r(0).do(t, http.MethodPost, "/v1/products", "not-a-token", valid)
+		wantProblem(t, res, http.StatusForbidden, "forbidden")
+		if n := closed.count(t, `SELECT count(*)::int FROM products`); n != 0 {
+			t.Errorf("%d products created with the admin routes closed", n)
+		}
+	})
+}
+
+func TestProducts_List(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	var want []string
+	for i := 22; i >= 1; i-- { // created out of order: the list sorts by SKU
+		sku := fmt.Sprintf("LIST-%02d", i)
+		mustCreateProduct(t, r, sku, int64(i), i)
+		want = append(want, sku)
+	}
+	slices.Sort(want)
+
+	t.Run("PagesThroughAll", func(t *testing.T) {
+		var got []string
+		var sizes []int
+		cursor := ""
+		for range 10 {
+			res := r.do(t, http.MethodGet, "/v1/products?limit=5&cursor="+url.QueryEscape(cursor), "", nil)
+			wantStatus(t, res, http.StatusOK)
+			p := decode[page[product]](t, res)
+			sizes = append(sizes, len(p.Items))
+			for _, it := range p.Items {
+				got = append(got, it.SKU)
+			}
+			if p.NextCursor == nil {
+				break
+			}
+			cursor = *p.NextCursor
+		}
+		if !slices.Equal(got, want) || !slices.Equal(sizes, []int{5, 5, 5, 5, 2}) {
+			t.Errorf("paged %v in pages of %v, want %v in pages of 5,5,5,5,2", got, sizes, want)
+		}
+	})
+	t.Run("DefaultLimit", func(t *testing.T) {
+		res := r.do(t, http.MethodGet, "/v1/products", "", nil)
+		wantStatus(t, res, http.StatusOK)
+		p := decode[page[product]](t, res)
+		if len(p.Items) != 20 || p.NextCursor == nil {
+			t.Errorf("got %d items, next_cursor %v; want 20 and a cursor", len(p.Items), p.NextCursor)
+		}
+	})
+	t.Run("MaxLimit", func(t *testing.T) {
+		res := r.do(t, http.MethodGet, "/v1/products?limit=100", "", nil)
+		wantStatus(t, res, http.StatusOK)
+		p := decode[page[product]](t, res)
+		if len(p.Items) != 22 || p.NextCursor != nil || !bytes.Contains(res.Body, []byte(`"next_cursor":null`)) {
+			t.Errorf("got %d items and next_cursor %v, want 22 and null", len(p.Items), p.NextCursor)
+		}
+	})
+	for _, q := range []string{
+		"limit=0", "limit=101", "limit=abc", "limit=-1", "limit=1.5",
+		"cursor=" + url.QueryEscape("!!!"),
+		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("not a sku")),
+	} {
+		t.Run("Bad/"+q, func(t *testing.T) {
+			res := r.do(t, http.MethodGet, "/v1/products?"+q, "", nil)
+			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+		})
+	}
+}
+
+func TestProducts_Get(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "GET-1", 300, 4)
+
+	t.Run("OK", func(t *testing.T) {
+		res := r.do(t, http.MethodGet, "/v1/products/GET-1", "", nil)
+		wantStatus(t, res, http.StatusOK)
+		got := decode[product](t, res)
+		if got != (product{SKU: "GET-1", Name: "Product GET-1", PriceCents: 300, StockAvailable: 4, Version: 1}) {
+			t.Errorf("got %+v", got)
+		}
+		if etag := res.Header.Get("ETag"); etag != `"1"` {
+			t.Errorf(`ETag %q, want "1"`, etag)
+		}
+	})
+	for _, sku := range []string{"NOPE", "bad.sku", strings.Repeat("A", 65)} {
+		t.Run("NotFound/"+sku[:min(len(sku), 8)], func(t *testing.T) {
+			res := r.do(t, http.MethodGet, "/v1/products/"+sku, "", nil)
+			wantProblem(t, res, http.StatusNotFound, "not_found")
+		})
+	}
+}
+
+func TestProducts_Update(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "PATCH-1", 100, 3)
+	u := mustCreateUser(t, r, "frank")
+	patch := func(t *testing.T, token, ifMatch, body string) response {
+		t.Helper()
+		var hdr []string
+		if ifMatch != "" {
+			hdr = []string{"If-Match", ifMatch}
+		}
+		return r.do(t, http.MethodPatch, "/v1/products/PATCH-1", token, body, hdr...)
+	}
+
+	t.Run("OK", func(t *testing.T) {
+		res := patch(t, testAdminToken, `"1"`, `{"price_cents": 250}`)
+		wantStatus(t, res, http.StatusOK)
+		got := decode[product](t, res)
+		if got != (product{SKU: "PATCH-1", Name: "Product PATCH-1", PriceCents: 250, StockAvailable: 3, Version: 2}) {
+			t.Errorf("got %+v, want price 250 at version 2", got)
+		}
+		if etag := res.Header.Get("ETag"); etag != `"2"` {
+			t.Errorf(`ETag %q, want "2"`, etag)
+		}
+		res = patch(t, testAdminToken, `"2"`, `{"name": "Big mug"}`)
+		wantStatus(t, res, http.StatusOK)
+		if got := decode[product](t, res); got.Name != "Big mug" || got.PriceCents != 250 || got.Version != 3 {
+			t.Errorf("got %+v, want the name changed, the price kept, version 3", got)
+		}
+	})
+	t.Run("StaleVersion", func(t *testing.T) {
+		res := patch(t, testAdminToken, `"1"`, `{"price_cents": 1}`)
+		wantProblem(t, res, http.StatusPreconditionFailed, "version_mismatch")
+		if n := e.count(t, `SELECT price_cents::int FROM products WHERE sku = 'PATCH-1'`); n != 250 {
+			t.Errorf("stale edit changed the price to %d", n)
+		}
+	})
+	for _, ifMatch := range []string{`"abc"`, `W/"3"`, `*`, `3`} {
+		t.Run("IfMatch/"+ifMatch, func(t *testing.T) {
+			res := patch(t, testAdminToken, ifMatch, `{"price_cents": 1}`)
+			wantProblem(t, res, http.StatusPreconditionFailed, "version_mismatch")
+		})
+	}
+	t.Run("NoIfMatch", func(t *testing.T) {
+		res := patch(t, testAdminToken, "", `{"price_cents": 1}`)
+		wantProblem(t, res, http.StatusPreconditionRequired, "precondition_required")
+	})
+	for _, tc := range []badRequest{
+		{"UnknownField", `{"price_cents": 1, "stock": 100}`},
+		{"Empty", `{}`},
+		{"NegativePrice", `{"price_cents": -5}`},
+		{"EmptyName", `{"name": ""}`},
+		{"Malformed", `{"name"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := patch(t, testAdminToken, `"3"`, tc.body)
+			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+		})
+	}
+	t.Run("UnknownSKU", func(t *testing.T) {
+		res := r.do(t, http.MethodPatch, "/v1/products/NOPE", testAdminToken, `{"price_cents": 1}`, "If-Match", `"1"`)
+		wantProblem(t, res, http.StatusNotFound, "not_found")
+	})
+	t.Run("AsUser", func(t *testing.T) {
+		wantProblem(t, patch(t, u.Token, `"3"`, `{"price_cents": 1}`), http.StatusForbidden, "forbidden")
+	})
+	t.Run("NoToken", func(t *testing.T) {
+		wantProblem(t, patch(t, "", `"3"`, `{"price_cents": 1}`), http.StatusUnauthorized, "unauthenticated")
+	})
+	if n := e.count(t, `SELECT version::int FROM products WHERE sku = 'PATCH-1'`); n != 3 {
+		t.Errorf("version %d, want 3 (two edits)", n)
+	}
+}
+
+func TestProducts_Restock(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "RS-1", 100, 10)
+	mustCreateProduct(t, r, "RS-2", 100, 10)
+	u := mustCreateUser(t, r, "gina")
+	key := newKey()
+	restock := func(t *testing.T, sku, token, body string, hdr ...string) response {
+		t.Helper()
+		return r.do(t, http.MethodPost, "/v1/products/"+sku+"/restock", token, body, hdr...)
+	}
+
+	var first response
+	t.Run("OK", func(t *testing.T) {
+		first = restock(t, "RS-1", testAdminToken, `{"quantity": 5}`, "Idempotency-Key", key)
+		wantStatus(t, first, http.StatusOK)
+		got := decode[product](t, first)
+		if got.StockAvailable != 15 || got.Version != 1 {
+			t.Errorf("got %+v, want stock 15 and the version unchanged (1)", got)
+		}
+		if first.Header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("first answer marked replayed")
+		}
+	})
+	t.Run("Replay", func(t *testing.T) {
+		// The same JSON, spelled differently, is the same request.
+		for _, body := range []string{`{"quantity": 5}`, `{ "quantity" : 5 }`} {
+			res := restock(t, "RS-1", testAdminToken, body, "Idempotency-Key", key)
+			wantStatus(t, res, http.StatusOK)
+			if res.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(res.Body, first.Body) ||
+				res.Header.Get("ETag") != first.Header.Get("ETag") {
+				t.Errorf("got %s (replayed %q), want the first answer replayed byte for byte",
+					res, res.Header.Get("Idempotent-Replayed"))
+			}
+		}
+		if got := e.stock(t, "RS-1"); got != 15 {
+			t.Errorf("stock %d after replays, want 15 (added once)", got)
+		}
+	})
+	t.Run("KeyReusedOtherBody", func(t *testing.T) {
+		res := restock(t, "RS-1", testAdminToken, `{"quantity": 6}`, "Idempotency-Key", key)
+		wantProblem(t, res, http.StatusUnprocessableEntity, "idempotency_key_reused")
+	})
+	t.Run("KeyReusedOtherPath", func(t *testing.T) {
+		res := restock(t, "RS-2", testAdminToken, `{"quantity": 5}`, "Idempotency-Key", key)
+		wantProblem(t, res, http.StatusUnprocessableEntity, "idempotency_key_reused")
+	})
+	for _, tc := range []struct{ name, key string }{
+		{"NoKey", ""},
+		{"KeyTooLong", strings.Repeat("k", 256)},
+		{"KeyNotPrintable", "caf\u00e9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hdr []string
+			if tc.key != "" {
+				hdr = []string{"Idempotency-Key", tc.key}
+			}
+			res := restock(t, "RS-1", testAdminToken, `{"quantity": 1}`, hdr...)
+			wantProblem(t, res, http.StatusBadRequest, "idempotency_key_required")
+		})
+	}
+	for _, tc := range []badRequest{
+		{"ZeroQuantity", `{"quantity": 0}`},
+		{"NegativeQuantity", `{"quantity": -3}`},
+		{"NoQuantity", `{}`},
+		{"UnknownField", `{"quantity": 1, "sku": "RS-2"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := restock(t, "RS-1", testAdminToken, tc.body, "Idempotency-Key", newKey())
+			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+		})
+	}
+	t.Run("UnknownSKU", func(t *testing.T) {
+		res := restock(t, "NOPE", testAdminToken, `{"quantity": 1}`, "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusNotFound, "not_found")
+	})
+	t.Run("AsUser", func(t *testing.T) {
+		res := restock(t, "RS-1", u.Token, `{"quantity": 1}`, "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusForbidden, "forbidden")
+	})
+	t.Run("NoToken", func(t *testing.T) {
+		res := restock(t, "RS-1", "", `{"quantity": 1}`, "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
+	})
+	if a, b := e.stock(t, "RS-1"), e.stock(t, "RS-2"); a != 15 || b != 10 {
+		t.Errorf("stock %d and %d, want 15 and 10", a, b)
+	}
+}
+
+func TestOrders_Create(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "ORD-A", 1250, 50)
+	mustCreateProduct(t, r, "ORD-B", 399, 50)
+	mustCreateProduct(t, r, "ORD-SHORT", 100, 1)
+	u := mustCreateUser(t, r, "hank")
+	create := func(t *testing.T, token string, body any, hdr ...string) response {
+		t.Helper()
+		return r.do(t, http.MethodPost, "/v1/orders", token, body, hdr...)
+	}
+	// noChange checks that nothing was reserved or placed by refused requests.
+	noChange := func(t *testing.T, orders, a, b int) {
+		t.Helper()
+		if n := e.count(t, `SELECT count(*)::int FROM orders`); n != orders {
+			t.Errorf("%d orders, want %d", n, orders)
+		}
+		if got := e.stock(t, "ORD-A"); got != a {
+			t.Errorf("ORD-A stock %d, want %d", got, a)
+		}
+		if got := e.stock(t, "ORD-B"); got != b {
+			t.Errorf("ORD-B stock %d, want %d", got, b)
+		}
+	}
+
+	key := newKey()
+	body := `{"items": [{"sku": "ORD-B", "quantity": 3}, {"sku": "ORD-A", "quantity": 2}]}`
+	var first response
+	t.Run("Created", func(t *testing.T) {
+		before := e.clock.Now()
+		first = create(t, u.Token, body, "Idempotency-Key", key)
+		wantStatus(t, first, http.StatusCreated)
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(first.Body, &fields); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"id", "status", "items", "total_cents", "version", "created_at", "expires_at"} {
+			if _, ok := fields[f]; !ok {
+				t.Errorf("order has no %q: %s", f, first.Body)
+			}
+		}
+		o := decode[order](t, first)
+		if !uuidPattern.MatchString(o.ID) || o.Status != "pending_payment" || o.Version != 1 {
+			t.Errorf("got id %q, status %q, version %d; want a uuid, pending_payment, 1", o.ID, o.Status, o.Version)
+		}
+		wantItems := []orderItem{{"ORD-A", 2, 1250}, {"ORD-B", 3, 399}}
+		if !slices.Equal(o.Items, wantItems) || o.TotalCents != 2*1250+3*399 {
+			t.Errorf("got items %+v total %d, want %+v total %d", o.Items, o.TotalCents, wantItems, 2*1250+3*399)
+		}
+		created, err1 := time.Parse(time.RFC3339, o.CreatedAt)
+		expires, err2 := time.Parse(time.RFC3339, o.ExpiresAt)
+		if err1 != nil || err2 != nil || !strings.HasSuffix(o.CreatedAt, "Z") || !strings.HasSuffix(o.ExpiresAt, "Z") {
+			t.Errorf("created_at %q, expires_at %q: want RFC 3339 UTC", o.CreatedAt, o.ExpiresAt)
+		}
+		if created.Before(before.Add(-time.Second)) || expires.Sub(created) != orderTTL {
+			t.Errorf("created_at %s, expires_at %s: want now and now + %s", created, expires, orderTTL)
+		}
+		if loc := first.Header.Get("Location"); loc != "/v1/orders/"+o.ID {
+			t.Errorf("Location %q, want /v1/orders/%s", loc, o.ID)
+		}
+		noChange(t, 1, 48, 47)
+	})
+	t.Run("Replay", func(t *testing.T) {
+		res := create(t, u.Token, body, "Idempotency-Key", key)
+		wantStatus(t, res, http.StatusCreated)
+		if res.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(res.Body, first.Body) ||
+			res.Header.Get("Location") != first.Header.Get("Location") {
+			t.Errorf("got %s, want the first answer replayed byte for byte", res)
+		}
+		noChange(t, 1, 48, 47)
+	})
+	t.Run("KeyReusedOtherBody", func(t *testing.T) {
+		res := create(t, u.Token, `{"items": [{"sku": "ORD-A", "quantity": 1}]}`, "Idempotency-Key", key)
+		wantProblem(t, res, http.StatusUnprocessableEntity, "idempotency_key_reused")
+		noChange(t, 1, 48, 47)
+	})
+	t.Run("KeyIsPerUser", func(t *testing.T) {
+		other := mustCreateUser(t, r, "ivy")
+		res := create(t, other.Token, body, "Idempotency-Key", key)
+		wantStatus(t, res, http.StatusCreated)
+		if decode[order](t, res).ID == decode[order](t, first).ID {
+			t.Errorf("another user's key replayed the first user's order")
+		}
+		noChange(t, 2, 46, 44)
+	})
+
+	items21 := make([]line, 21)
+	for i := range items21 {
+		items21[i] = line{SKU: fmt.Sprintf("S%d", i), Quantity: 1}
+	}
+	many, _ := json.Marshal(orderBody(items21...))
+	for _, tc := range []badRequest{
+		{"MalformedJSON", `{"items": [`},
+		{"UnknownField", `{"items": [{"sku": "ORD-A", "quantity": 1}], "coupon": "FREE"}`},
+		{"UnknownItemField", `{"items": [{"sku": "ORD-A", "quantity": 1, "price_cents": 0}]}`},
+		{"QuantityString", `{"items": [{"sku": "ORD-A", "quantity": "2"}]}`},
+		{"QuantityFraction", `{"items": [{"sku": "ORD-A", "quantity": 1.5}]}`},
+		{"ItemsNotArray", `{"items": {"sku": "ORD-A", "quantity": 1}}`},
+		{"ItemNotObject", `{"items": ["ORD-A"]}`},
+		{"BodyNotObject", `[{"sku": "ORD-A", "quantity": 1}]`},
+		{"QuantityZero", `{"items": [{"sku": "ORD-A", "quantity": 0}]}`},
+		{"QuantityNegative", `{"items": [{"sku": "ORD-A", "quantity": -1}]}`},
+		{"Quantity101", `{"items": [{"sku": "ORD-A", "quantity": 101}]}`},
+		{"NoQuantity", `{"items": [{"sku": "ORD-A"}]}`},
+		{"NoItems", `{"items": []}`},
+		{"ItemsNull", `{"items": null}`},
+		{"EmptyObject", `{}`},
+		{"EmptyBody", ``},
+		{"TwentyOneItems", string(many)},
+		{"DuplicateSKU", `{"items": [{"sku": "ORD-A", "quantity": 1}, {"sku": "ORD-A", "quantity": 2}]}`},
+		{"BadSKU", `{"items": [{"sku": "ORD A", "quantity": 1}]}`},
+		{"DuplicateKey", `{"items": [{"sku": "ORD-A", "quantity": 1, "quantity": 2}]}`},
+		{"KeyCase", `{"Items": [{"sku": "ORD-A", "quantity": 1}]}`},
+		{"TrailingData", `{"items": [{"sku": "ORD-A", "quantity": 1}]} x`},
+	} {
+		t.Run("Invalid/"+tc.name, func(t *testing.T) {
+			res := create(t, u.Token, tc.body, "Idempotency-Key", newKey())
+			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+		})
+	}
+	noChange(t, 2, 46, 44)
+
+	t.Run("UnknownSKU", func(t *testing.T) {
+		res := create(t, u.Token, `{"items": [{"sku": "ORD-A", "quantity": 1}, {"sku": "NOPE", "quantity": 1}]}`,
+			"Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusNotFound, "not_found")
+		noChange(t, 2, 46, 44)
+	})
+	t.Run("OutOfStock", func(t *testing.T) {
+		res := create(t, u.Token, `{"items": [{"sku": "ORD-SHORT", "quantity": 2}]}`, "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusConflict, "out_of_stock")
+		if d := res.problem().Detail; !strings.Contains(d, "ORD-SHORT") {
+			t.Errorf("detail %q does not name the SKU", d)
+		}
+		if got := e.stock(t, "ORD-SHORT"); got != 1 {
+			t.Errorf("ORD-SHORT stock %d, want 1", got)
+		}
+	})
+	t.Run("OutOfStock/SecondItemShort", func(t *testing.T) {
+		// ORD-A and ORD-B are taken first (stock is taken in SKU order); the
+		// third is short, and the first two must come back untouched.
+		res := create(t, u.Token, `{"items": [{"sku": "ORD-A", "quantity": 5}, {"sku": "ORD-B", "quantity": 5},
+			{"sku": "ORD-SHORT", "quantity": 2}]}`, "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusConflict, "out_of_stock")
+		noChange(t, 2, 46, 44)
+		if n := e.count(t, `SELECT count(*)::int FROM order_items WHERE sku = 'ORD-SHORT'`); n != 0 {
+			t.Errorf("%d order items for the short SKU", n)
+		}
+	})
+	t.Run("PayloadTooLarge", func(t *testing.T) {
+		big := `{"items": [{"sku": "ORD-A", "quantity": 1}]}` + strings.Repeat(" ", 64<<10)
+		res := create(t, u.Token, big, "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusRequestEntityTooLarge, "payload_too_large")
+		// Without Content-Length the limit is found while reading.
+		res = create(t, u.Token, bytes.NewBufferString(big), "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusRequestEntityTooLarge, "payload_too_large")
+		noChange(t, 2, 46, 44)
+	})
+	t.Run("LargestBody", func(t *testing.T) {
+		small := `{"items": [{"sku": "ORD-A", "quantity": 1}]}`
+		res := create(t, u.Token, small+strings.Repeat(" ", 64<<10-len(small)), "Idempotency-Key", newKey())
+		wantStatus(t, res, http.StatusCreated)
+		noChange(t, 3, 45, 44)
+	})
+	t.Run("NoToken", func(t *testing.T) {
+		res := create(t, "", body, "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
+	})
+	t.Run("UnknownToken", func(t *testing.T) {
+		res := create(t, "shop_nobody", body, "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
+	})
+	t.Run("NoIdempotencyKey", func(t *testing.T) {
+		res := create(t, u.Token, body)
+		wantProblem(t, res, http.StatusBadRequest, "idempotency_key_required")
+	})
+	t.Run("TwoIdempotencyKeys", func(t *testing.T) {
+		res := create(t, u.Token, body, "Idempotency-Key", newKey(), "Idempotency-Key", newKey())
+		wantProblem(t, res, http.StatusBadRequest, "idempotency_key_required")
+	})
+	noChange(t, 3, 45, 44)
+}
+
+func TestOrders_Get(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "GETO", 100, 10)
+	owner, other := mustCreateUser(t, r, "jack"), mustCreateUser(t, r, "kate")
+	res := r.do(t, http.MethodPost, "/v1/orders", owner.Token, orderBody(line{"GETO", 2}), "Idempotency-Key", newKey())
+	wantStatus(t, res, http.StatusCreated)
+	o := decode[order](t, res)
+
+	t.Run("Own", func(t *testing.T) {
+		got := r.do(t, http.MethodGet, "/v1/orders/"+o.ID, owner.Token, nil)
+		wantStatus(t, got, http.StatusOK)
+		if !bytes.Equal(got.Body, res.Body) {
+			t.Errorf("GET gives\n%s\nPOST gave\n%s", got.Body, res.Body)
+		}
+	})
+	for _, tc := range []struct{ name, token, id string }{
+		{"OtherUsers", other.Token, o.ID},
+		{"NotAUUID", owner.Token, "123"},
+		{"Unknown", owner.Token, "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantProblem(t, r.do(t, http.MethodGet, "/v1/orders/"+tc.id, tc.token, nil), http.StatusNotFound, "not_found")
+		})
+	}
+	t.Run("NoToken", func(t *testing.T) {
+		wantProblem(t, r.do(t, http.MethodGet, "/v1/orders/"+o.ID, "", nil), http.StatusUnauthorized, "unauthenticated")
+	})
+}
+
+func TestOrders_List(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "LISTO", 100, 100)
+	a, b := mustCreateUser(t, r, "leo"), mustCreateUser(t, r, "mia")
+	var mine, theirs []string
+	for i := range 5 {
+		mine = append(mine, mustCreateOrder(t, r, a.Token, line{"LISTO", i + 1}).ID)
+		if i < 2 {
+			theirs = append(theirs, mustCreateOrder(t, r, b.Token, line{"LISTO", 1}).ID)
+		}
+	}
+	slices.Reverse(mine) // newest first
+	slices.Reverse(theirs)
+
+	listAll := func(t *testing.T, token string, limit int) ([]string, []int) {
+		t.Helper()
+		var ids []string
+		var sizes []int
+		cursor := ""
+		for range 10 {
+			res := r.do(t, http.MethodGet, fmt.Sprintf("/v1/orders?limit=%d&cursor=%s", limit, url.QueryEscape(cursor)), token, nil)
+			wantStatus(t, res, http.StatusOK)
+			p := decode[page[order]](t, res)
+			sizes = append(sizes, len(p.Items))
+			for _, o := range p.Items {
+				ids = append(ids, o.ID)
+			}
+			if p.NextCursor == nil {
+				break
+			}
+			cursor = *p.NextCursor
+		}
+		return ids, sizes
+	}
+	t.Run("PagesNewestFirst", func(t *testing.T) {
+		ids, sizes := listAll(t, a.Token, 2)
+		if !slices.Equal(ids, mine) || !slices.Equal(sizes, []int{2, 2, 1}) {
+			t.Errorf("got %v in pages %v, want %v in pages 2,2,1", ids, sizes, mine)
+		}
+	})
+	t.Run("OnlyOwn", func(t *testing.T) {
+		if ids, _ := listAll(t, b.Token, 20); !slices.Equal(ids, theirs) {
+			t.Errorf("second user lists %v, want only %v", ids, theirs)
+		}
+		c := mustCreateUser(t, r, "nobody")
+		res := r.do(t, http.MethodGet, "/v1/orders", c.Token, nil)
+		wantStatus(t, res, http.StatusOK)
+		if !bytes.Contains(res.Body, []byte(`"items":[]`)) || !bytes.Contains(res.Body, []byte(`"next_cursor":null`)) {
+			t.Errorf("user without orders gets %s, want an empty list", res.Body)
+		}
+	})
+	t.Run("CursorOfAnotherUser", func(t *testing.T) {
+		// A cursor is a position, not a permission: it pages only the caller's orders.
+		res := r.do(t, http.MethodGet, "/v1/orders?limit=1", a.Token, nil)
+		cursor := *decode[page[order]](t, res).NextCursor
+		res = r.do(t, http.MethodGet, "/v1/orders?cursor="+url.QueryEscape(cursor), b.Token, nil)
+		wantStatus(t, res, http.StatusOK)
+		for _, o := range decode[page[order]](t, res).Items {
+			if slices.Contains(mine, o.ID) {
+				t.Errorf("second user sees order %s of the first", o.ID)
+			}
+		}
+	})
+	for _, q := range []string{"limit=0", "limit=101", "limit=abc", "cursor=" + url.QueryEscape("%%%"),
+		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|not-a-uuid"))} {
+		t.Run("Bad/"+q, func(t *testing.T) {
+			wantProblem(t, r.do(t, http.MethodGet, "/v1/orders?"+q, a.Token, nil), http.StatusBadRequest, "invalid_request")
+		})
+	}
+	t.Run("NoToken", func(t *testing.T) {
+		wantProblem(t, r.do(t, http.MethodGet, "/v1/orders", "", nil), http.StatusUnauthorized, "unauthenticated")
+	})
+}
+
+func TestOrders_Cancel(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "CXL", 100, 10)
+	owner, other := mustCreateUser(t, r, "nina"), mustCreateUser(t, r, "otto")
+	cancel := func(t *testing.T, token, id string) response {
+		t.Helper()
+		return r.do(t, http.MethodPost, "/v1/orders/"+id+"/cancel", token, nil)
+	}
+
+	o := mustCreateOrder(t, r, owner.Token, line{"CXL", 3})
+	t.Run("OtherUsers", func(t *testing.T) {
+		wantProblem(t, cancel(t, other.Token, o.ID), http.StatusNotFound, "not_found")
+		if n := e.count(t, `SELECT count(*)::int FROM orders WHERE id = $1 AND status = 'pending_payment'`, o.ID); n != 1 {
+			t.Errorf("another user's cancel changed the order")
+		}
+	})
+	var first response
+	t.Run("Cancelled", func(t *testing.T) {
+		first = cancel(t, owner.Token, o.ID)
+		wantStatus(t, first, http.StatusOK)
+		if got := decode[order](t, first); got.Status != "cancelled" || got.Version != 2 || got.ID != o.ID {
+			t.Errorf("got %s, want order %s cancelled at version 2", first.Body, o.ID)
+		}
+		if got := e.stock(t, "CXL"); got != 10 {
+			t.Errorf("stock %d, want 10 (returned)", got)
+		}
+	})
+	t.Run("AgainUnchanged", func(t *testing.T) {
+		res := cancel(t, owner.Token, o.ID)
+		wantStatus(t, res, http.StatusOK)
+		if !bytes.Equal(res.Body, first.Body) {
+			t.Errorf("second cancel gives\n%s\nfirst gave\n%s", res.Body, first.Body)
+		}
+		if got := e.stock(t, "CXL"); got != 10 {
+			t.Errorf("stock %d, want 10 (returned once)", got)
+		}
+		if n := e.count(t, `SELECT count(*)::int FROM stock_releases WHERE order_id = $1`, o.ID); n != 1 {
+			t.Errorf("%d releases, want 1", n)
+		}
+	})
+	t.Run("Paid", func(t *testing.T) {
+		paid := mustCreateOrder(t, r, owner.Token, line{"CXL", 1})
+		if _, err := e.db.Exec(context.Background(), `UPDATE orders SET status = 'paid', version = version + 1 WHERE id = $1`, paid.ID); err != nil {
+			t.Fatal(err)
+		}
+		res := cancel(t, owner.Token, paid.ID)
+		wantProblem(t, res, http.StatusConflict, "invalid_state")
+		if d := res.problem().Detail; !strings.Contains(d, "paid") {
+			t.Errorf("detail %q does not give the state", d)
+		}
+		if got := e.stock(t, "CXL"); got != 9 {
+			t.Errorf("stock %d, want 9 (a paid order keeps its stock)", got)
+		}
+	})
+	for _, tc := range []struct{ name, id string }{
+		{"NotAUUID", "xyz"},
+		{"Unknown", "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantProblem(t, cancel(t, owner.Token, tc.id), http.StatusNotFound, "not_found")
+		})
+	}
+	t.Run("NoToken", func(t *testing.T) {
+		wantProblem(t, cancel(t, "", o.ID), http.StatusUnauthorized, "unauthenticated")
+	})
+	t.Run("ResourceBusy", func(t *testing.T) {
+		// Another replica holds the order's lock past the wait budget.
+		busy := mustCreateOrder(t, r, owner.Token, line{"CXL", 1})
+		clients := redisx.Clients(testenv.RedisAddrs(t))
+		t.Cleanup(func() { _ = redisx.Close(clients) })
+		holder, err := lock.New(clients, lock.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- holder.Do(context.Background(), "order:"+busy.ID, func(context.Context) error {
+				close(held)
+				<-release
+				return nil
+			})
+		}()
+		<-held
+		res := cancel(t, owner.Token, busy.ID)
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatalf("holder: %v", err)
+		}
+		wantProblem(t, res, http.StatusConflict, "resource_busy")
+		if n := e.count(t, `SELECT count(*)::int FROM orders WHERE id = $1 AND status = 'pending_payment'`, busy.ID); n != 1 {
+			t.Errorf("a busy cancel changed the order")
+		}
+		wantStatus(t, cancel(t, owner.Token, busy.ID), http.StatusOK)
+	})
+}
+
+// TestOrders_CancelExpired expires an order with the injected clock and the
+// expiry job, then tries to cancel it.
+func TestOrders_CancelExpired(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "EXPD", 100, 10)
+	u := mustCreateUser(t, r, "pat")
+	o := mustCreateOrder(t, r, u.Token, line{"EXPD", 4})
+
+	e.clock.Advance(orderTTL + time.Second)
+	if n, err := r.app.Orders.ExpireDue(context.Background()); err != nil || n != 1 {
+		t.Fatalf("ExpireDue: %d, %v; want 1, nil", n, err)
+	}
+	res := r.do(t, http.MethodGet, "/v1/orders/"+o.ID, u.Token, nil)
+	wantStatus(t, res, http.StatusOK)
+	if got := decode[order](t, res); got.Status != "expired" || got.Version != 2 {
+		t.Errorf("got %s, want expired at version 2", res.Body)
+	}
+	res = r.do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil)
+	wantProblem(t, res, http.StatusConflict, "invalid_state")
+	if d := res.problem().Detail; !strings.Contains(d, "expired") {
+		t.Errorf("detail %q does not give the state", d)
+	}
+	if got := e.stock(t, "EXPD"); got != 10 {
+		t.Errorf("stock %d, want 10 (returned once, by the expiry)", got)
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM stock_releases WHERE order_id = $1 AND reason = 'expired'`, o.ID); n != 1 {
+		t.Errorf("%d expired releases, want 1", n)
+	}
+}
+
+func TestOperations(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+
+	for _, path := range []string{"/healthz", "/readyz"} {
+		t.Run(path, func(t *testing.T) {
+			wantStatus(t, r.do(t, http.MethodGet, path, "", nil), http.StatusOK)
+		})
+	}
+	t.Run("UnknownRoute", func(t *testing.T) {
+		wantProblem(t, r.do(t, http.MethodGet, "/v1/nothing-here", "", nil), http.StatusNotFound, "not_found")
+	})
+	t.Run("WrongMethod", func(t *testing.T) {
+		res := r.do(t, http.MethodDelete, "/v1/products", "", nil)
+		wantProblem(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
+		if allow := res.Header.Get("Allow"); !strings.Contains(allow, http.MethodGet) {
+			t.Errorf("Allow %q, want it to list GET", allow)
+		}
+	})
+	t.Run("Metrics", func(t *testing.T) {
+		metrics := func() string {
+			res := r.do(t, http.MethodGet, "/metrics", "", nil)
+			wantStatus(t, res, http.StatusOK)
+			return string(res.Body)
+		}
+		if m := metrics(); !strings.Contains(m, "shop_http_requests_total{") {
+			t.Errorf("/metrics has no shop_http_requests_total")
+		}
+		if m := metrics(); strings.Contains(m, "shop_conflicts_stopped_total{") {
+			t.Fatalf("conflicts counted before any conflict")
+		}
+		mustCreateProduct(t, r, "MET", 100, 10)
+		u := mustCreateUser(t, r, "quinn")
+		key := newKey()
+		for range 2 {
+			res := r.do(t, http.MethodPost, "/v1/orders", u.Token, orderBody(line{"MET", 1}), "Idempotency-Key", key)
+			wantStatus(t, res, http.StatusCreated)
+		}
+		m := metrics()
+		if !regexp.MustCompile(`(?m)^shop_conflicts_stopped_total\{[^}]*layer="idempotency"[^}]*\} 1$`).MatchString(m) {
+			t.Errorf("the duplicate request is not counted as stopped by the idempotency layer:\n%s",
+				grepLines(m, "shop_conflicts_stopped_total"))
+		}
+		if !regexp.MustCompile(`(?m)^shop_http_requests_total\{method="POST",route="/v1/orders",status="201"\} 2$`).MatchString(m) {
+			t.Errorf("the two order requests are not counted:\n%s", grepLines(m, "shop_http_requests_total"))
+		}
+	})
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for l := range strings.Lines(s) {
+		if strings.Contains(l, substr) {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestRequestID(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	for _, tc := range []struct {
+		name, path, sent string
+		echoed           bool
+	}{
+		{"WellFormed", "/healthz", "req-123.abc:XYZ_9", true},
+		{"WellFormedOnError", "/v1/me", "trace-42", true},
+		{"Malformed", "/healthz", "bad id\twith <html>", false},
+		{"TooLong", "/healthz", strings.Repeat("a", 65), false},
+		{"Absent", "/healthz", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hdr []string
+			if tc.sent != "" {
+				hdr = []string{"X-Request-ID", tc.sent}
+			}
+			res := r.do(t, http.MethodGet, tc.path, "", nil, hdr...)
+			got := res.Header.Get("X-Request-ID")
+			switch {
+			case tc.echoed && got != tc.sent:
+				t.Errorf("X-Request-ID %q, want %q echoed", got, tc.sent)
+			case !tc.echoed && !uuidPattern.MatchString(got):
+				t.Errorf("X-Request-ID %q, want a fresh uuid in place of %q", got, tc.sent)
+			}
+		})
+	}
+}
