@@ -54,6 +54,9 @@ const (
 	goalP99   = 100 * time.Millisecond
 )
 
+// errHelpShown means -h was asked for and the flag set has printed it.
+var errHelpShown = errors.New("help shown")
+
 // benchOptions are the flags of `shop bench orders`.
 type benchOptions struct {
 	clients    int
@@ -66,13 +69,13 @@ type benchOptions struct {
 }
 
 func bench(ctx context.Context, args []string, logger *slog.Logger) error {
-	if len(args) > 0 && args[0] == "experiment" {
-		return benchExperiment(ctx, args[1:], logger)
-	}
 	if len(args) == 0 || args[0] != "orders" {
 		return errUsage
 	}
 	o, err := parseBenchFlags(args[1:])
+	if errors.Is(err, errHelpShown) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -91,9 +94,12 @@ func parseBenchFlags(args []string) (benchOptions, error) {
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each scenario's measurement")
 	fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread scenarios pick from at random")
 	fs.StringVar(&o.dbURL, "db", "", "PostgreSQL server to create the scratch database on (default $SHOP_DATABASE_URL)")
-	redis := fs.String("redis", strings.Join(cfg.RedisAddrs, ","), "comma-separated Redis nodes of the lock quorum (default $SHOP_REDIS_ADDRS)")
+	redis := fs.String("redis", strings.Join(cfg.RedisAddrs, ","), "comma-separated Redis nodes of the lock quorum; the default is $SHOP_REDIS_ADDRS")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered scenario to this file, suffixed -hot / -spread")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, errHelpShown
+		}
 		return o, errUsage
 	}
 	if o.dbURL == "" {

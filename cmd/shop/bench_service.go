@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/idempotency"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/platform/redisx"
+)
+
+// service is the real service, in process, behind a real HTTP server on a
+// loopback port, and an HTTP client to it.
+type service struct {
+	metrics *metrics.Metrics
+	base    string
+	client  *http.Client
+	tokens  []string // bearer token of each client
+	stop    func()
+}
+
+// startService builds the service as `shop serve` does, from the SHOP_*
+// settings (pool size SHOP_DB_MAX_CONNS, default lock mode and budgets), on
+// the scratch database and the -redis nodes. It fails unless /readyz says
+// the database and the lock quorum answer: a run in degrade mode would
+// measure a flow without its lock.
+func startService(ctx context.Context, o benchOptions, dbURL string, tokens []string) (*service, error) {
+	cfg, err := config.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg.DatabaseURL, cfg.RedisAddrs = dbURL, o.redisAddrs
+	pool, err := postgres.Open(ctx, dbURL, cfg.DBMaxConns)
+	if err != nil {
+		return nil, err
+	}
+	rdb := redisx.Clients(cfg.RedisAddrs)
+	closeDeps := func() {
+		redisx.Close(rdb) //nolint:errcheck
+		pool.Close()
+	}
+	a, err := app.New(cfg, app.Deps{Pool: pool, Redis: rdb, Logger: serviceLogger()})
+	if err != nil {
+		closeDeps()
+		return nil, err
+	}
+	s, err := serveLoopback(ctx, a.Echo, o.clients, closeDeps)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics, s.tokens = a.Metrics, tokens
+	return s, nil
+}
+
+// serviceLogger formats request logs as in production but does not write
+// them; warnings and errors go to stderr.
+func serviceLogger() *slog.Logger {
+	return slog.New(slog.NewMultiHandler(
+		slog.NewJSONHandler(io.Discard, nil),
+		slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}),
+	))
+}
+
+// serveLoopback serves h with httpx.Serve (the server `shop serve` runs) on
+// a 127.0.0.1 port and waits until it is ready. stop shuts the server down,
+// then calls closeDeps.
+func serveLoopback(ctx context.Context, h http.Handler, clients int, closeDeps func()) (*service, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		closeDeps()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- httpx.Serve(srvCtx, ln, ln.Addr().String(), h, 5*time.Second) }()
+
+	// A Transport of its own: no proxy from the environment, and an idle
+	// connection kept for every client, so no request waits for a dial.
+	transport := &http.Transport{MaxIdleConns: 2 * clients, MaxIdleConnsPerHost: 2 * clients, IdleConnTimeout: time.Minute}
+	s := &service{base: "http://" + ln.Addr().String(), client: &http.Client{Transport: transport, Timeout: 30 * time.Second}}
+	s.stop = func() {
+		cancel()
+		<-served
+		transport.CloseIdleConnections()
+		closeDeps()
+	}
+	if err := s.ready(ctx); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *service) ready(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("service not ready (%d %s): are the database and a quorum of -redis nodes up?", resp.StatusCode, bytes.TrimSpace(body))
+	}
+	return nil
+}
+
+// order POSTs /v1/orders as a client would: its bearer token, a fresh
+// Idempotency-Key, the body read to the end so the connection is reused.
+func (s *service) order(ctx context.Context, client int, sku string) string {
+	body := `{"items":[{"sku":"` + sku + `","quantity":1}]}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/orders", strings.NewReader(body))
+	if err != nil {
+		return "request"
+	}
+	req.Header.Set("Authorization", "Bearer "+s.tokens[client])
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idempotency.HeaderKey, crand.Text())
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "cancelled"
+		}
+		return "transport"
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		return "read body"
+	case resp.StatusCode != http.StatusCreated:
+		return "http " + strconv.Itoa(resp.StatusCode)
+	case resp.Header.Get(idempotency.HeaderReplayed) != "":
+		return "replayed"
+	}
+	return ""
+}
+
+// lockOutcomes summarises the service's lock metrics, to show the layered
+// figures are of the whole flow: every order acquired its lock, none ran
+// degraded (without Redis).
+func (s *service) lockOutcomes() string {
+	if s.metrics == nil {
+		return "no metrics"
+	}
+	families, err := s.metrics.Registry.Gather()
+	if err != nil {
+		return "metrics unavailable: " + err.Error()
+	}
+	var parts []string
+	for _, f := range families {
+		name := strings.TrimPrefix(strings.TrimSuffix(f.GetName(), "_total"), "shop_lock_")
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "shop_lock_acquisitions_total":
+				parts = append(parts, fmt.Sprintf("%s=%.0f", m.GetLabel()[0].GetValue(), m.GetCounter().GetValue()))
+			case "shop_lock_degraded_total", "shop_lock_unlock_errors_total":
+				parts = append(parts, fmt.Sprintf("%s=%.0f", name, m.GetCounter().GetValue()))
+			}
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
