@@ -59,7 +59,11 @@ func startService(ctx context.Context, o benchOptions, dbURL string, tokens []st
 		closeDeps()
 		return nil, err
 	}
-	s, err := serveLoopback(ctx, a.Echo, o.clients, closeDeps)
+	closeAll := func() {
+		a.Close()
+		closeDeps()
+	}
+	s, err := serveLoopback(ctx, a.Echo, o.clients, closeAll)
 	if err != nil {
 		return nil, err
 	}

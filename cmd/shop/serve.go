@@ -40,6 +40,7 @@ func serve(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	defer a.Close()
 	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
 	var jobs sync.WaitGroup
 	jobs.Go(func() { a.RunJobs(jobsCtx) })

@@ -25,6 +25,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 // Deps are the connections the service runs on. The caller owns them.
@@ -42,13 +43,15 @@ type App struct {
 	Metrics *metrics.Metrics
 	Orders  *orders.Service
 
-	cfg    config.Config
-	deps   Deps
-	locker *lock.Locker
-	idem   *idempotency.Store
+	cfg         config.Config
+	deps        Deps
+	locker      *lock.Locker
+	idem        *idempotency.Store
+	bookkeeping *pgxpool.Pool
 }
 
-// New builds the service on deps with the settings in cfg.
+// New builds the service on deps with the settings in cfg. Close releases
+// what it opened itself.
 func New(cfg config.Config, deps Deps) (*App, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
@@ -65,7 +68,13 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
-	idem := idempotency.NewStore(deps.Pool, idempotency.Options{Logger: deps.Logger, Metrics: m, Now: deps.Now})
+	// Idempotency bookkeeping commits without waiting for the WAL flush;
+	// see package idempotency for why that is safe.
+	bookkeeping, err := postgres.AsyncCommitPool(context.Background(), deps.Pool, max(deps.Pool.Config().MaxConns/2, 2))
+	if err != nil {
+		return nil, err
+	}
+	idem := idempotency.NewStore(bookkeeping, idempotency.Options{Logger: deps.Logger, Metrics: m, Now: deps.Now})
 	users := auth.NewStore(deps.Pool)
 	authn := auth.NewMiddleware(users, cfg.AdminToken)
 
@@ -79,11 +88,12 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		Defences: orders.AllDefences(),
 	})
 	if err != nil {
+		bookkeeping.Close()
 		return nil, err
 	}
 
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, cfg: cfg, deps: deps, locker: locker, idem: idem}
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, cfg: cfg, deps: deps, locker: locker, idem: idem, bookkeeping: bookkeeping}
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", a.ready)
@@ -96,6 +106,11 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	})
 	orders.Register(v1, orderSvc, orders.Guards{User: authn.User, Idempotency: idem.Middleware})
 	return a, nil
+}
+
+// Close releases the connections New opened (not those in Deps).
+func (a *App) Close() {
+	a.bookkeeping.Close()
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order

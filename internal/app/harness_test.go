@@ -90,6 +90,7 @@ func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
 		}
+		t.Cleanup(a.Close)
 		srv := httptest.NewServer(a.Echo)
 		t.Cleanup(srv.Close)
 		e.replicas = append(e.replicas, &replica{app: a, url: srv.URL, client: client})

@@ -52,10 +52,11 @@
 //
 // # Commits
 //
-// The claim, the completion and the release run with synchronous_commit off.
-// A request already pays one durable commit (about a millisecond of fsync
-// on the reference machine) for the flow's own transaction; two more for
-// bookkeeping would triple that. Losing them in a database crash is
+// The claim, the completion and the release are one statement each, one
+// round trip, and they run on a pool whose sessions have synchronous_commit
+// off (postgres.AsyncCommitPool). A request already pays one durable commit
+// (about a millisecond of fsync on the reference machine) for the flow's own
+// transaction; two more for bookkeeping would triple that. Losing them in a database crash is
 // harmless: a lost claim or completion leaves the key claimable again, and
 // the re-run is made safe by layers 1–4, which return the same result. WAL
 // is flushed in order, so when the flow commits durably the claim before it

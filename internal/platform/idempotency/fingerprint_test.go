@@ -5,8 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -65,22 +64,24 @@ func TestCanonicalJSON(t *testing.T) {
 	}
 }
 
-// The bookkeeping transactions commit asynchronously; nothing else does.
-func TestAsyncTx(t *testing.T) {
+// The bookkeeping pool commits asynchronously; the pool it came from does not.
+func TestAsyncCommitPool(t *testing.T) {
 	t.Parallel()
 	db := testenv.Pool(t)
 	ctx := context.Background()
-	var inside, after string
-	err := asyncTx(ctx, db, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&inside)
-	})
+	async, err := postgres.AsyncCommitPool(ctx, db, 2)
 	if err != nil {
-		t.Fatalf("async tx: %v", err)
+		t.Fatalf("async pool: %v", err)
 	}
-	if err := db.QueryRow(ctx, "SHOW synchronous_commit").Scan(&after); err != nil {
+	defer async.Close()
+	var asyncSetting, setting string
+	if err := async.QueryRow(ctx, "SHOW synchronous_commit").Scan(&asyncSetting); err != nil {
 		t.Fatalf("show: %v", err)
 	}
-	if inside != "off" || after != "on" {
-		t.Fatalf("synchronous_commit inside %q, after %q; want off, on", inside, after)
+	if err := db.QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting); err != nil {
+		t.Fatalf("show: %v", err)
+	}
+	if asyncSetting != "off" || setting != "on" {
+		t.Fatalf("synchronous_commit %q in the async pool, %q in the main pool; want off, on", asyncSetting, setting)
 	}
 }

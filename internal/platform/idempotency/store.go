@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
-	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 const (
@@ -52,7 +51,15 @@ type Store struct {
 	now       func() time.Time
 }
 
-// NewStore returns a store over db.
+// NewStore returns a store over db. Each claim, completion and release is
+// one statement. Give it a pool from postgres.AsyncCommitPool so that they
+// do not wait for the WAL flush: only the flow's own transaction needs a
+// durable commit. If a crash loses a claim, a completion or a release, the
+// key is simply claimable again (at once, or when its lease has passed), and
+// the re-run is made safe by layers 1–4: the flow's own unique constraint
+// returns the same result. That keeps a request that passes through this
+// layer at one durable commit instead of three. Any pool works; a normal one
+// only makes the bookkeeping durable, and slower.
 func NewStore(db *pgxpool.Pool, opts Options) *Store {
 	if opts.Lease <= 0 {
 		opts.Lease = DefaultLease
@@ -78,16 +85,11 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 }
 
 const (
-	// sqlAsyncCommit is run first in every bookkeeping transaction; see
-	// asyncTx for why.
-	sqlAsyncCommit = `SET LOCAL synchronous_commit = off`
-
 	// sqlClaim inserts a claim, or takes over the claim of a request whose
 	// lease has run out, in one statement: of any number of concurrent
 	// requests exactly one gets a row back. A completed key, a live claim
-	// and a different request under the same key are left alone (and the
-	// row stays locked until the transaction ends, so sqlReadKey sees it
-	// as it was). created_at is returned to tell a takeover from a new key.
+	// and a different request under the same key are left alone.
+	// created_at is returned to tell a takeover from a new key.
 	sqlClaim = `
 INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -147,39 +149,41 @@ func (s *Store) claim(ctx context.Context, principal, key string, fp []byte) (*c
 	// PostgreSQL keeps microseconds; truncating makes the created_at read
 	// back comparable with now.
 	now := s.now().UTC().Truncate(time.Microsecond)
-	var (
-		c    *claim
-		prev *stored
-	)
-	err = asyncTx(ctx, s.db, func(tx pgx.Tx) error {
+	// The row that refused the claim may be released or swept before it is
+	// read; then the key is free and the claim is tried again (bounded).
+	for range 3 {
 		var createdAt time.Time
-		err := tx.QueryRow(ctx, sqlClaim, principal, key, fp, owner, now.Add(s.lease), now).Scan(&createdAt)
+		err := s.db.QueryRow(ctx, sqlClaim, principal, key, fp, owner, now.Add(s.lease), now).Scan(&createdAt)
 		if err == nil {
-			c = &claim{principal: principal, key: key, owner: owner, takeover: !createdAt.Equal(now)}
-			return nil
+			return &claim{principal: principal, key: key, owner: owner, takeover: !createdAt.Equal(now)}, nil, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("claim: %w", err)
+			return nil, nil, fmt.Errorf("claim idempotency key %q: %w", key, err)
 		}
-		prev, err = readKey(ctx, tx, principal, key)
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("idempotency key %q: %w", key, err)
+		prev, err := readKey(ctx, s.db, principal, key)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("idempotency key %q: %w", key, err)
+		}
+		return nil, prev, nil
 	}
-	return c, prev, nil
+	return nil, nil, fmt.Errorf("idempotency key %q: claimed and freed again three times in a row", key)
 }
 
-func readKey(ctx context.Context, tx pgx.Tx, principal, key string) (*stored, error) {
+func readKey(ctx context.Context, db *pgxpool.Pool, principal, key string) (*stored, error) {
 	var (
 		st      stored
 		status  *int
 		headers []byte
 		body    []byte
 	)
-	err := tx.QueryRow(ctx, sqlReadKey, principal, key).Scan(&st.fingerprint, &st.lockedUntil, &status, &headers, &body)
+	err := db.QueryRow(ctx, sqlReadKey, principal, key).Scan(&st.fingerprint, &st.lockedUntil, &status, &headers, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
 	if err != nil {
-		// The claim statement locked the row, so it cannot have gone since.
 		return nil, fmt.Errorf("read key: %w", err)
 	}
 	if status != nil {
@@ -202,47 +206,19 @@ func (s *Store) completeClaim(ctx context.Context, c *claim, r *response) (bool,
 		return false, fmt.Errorf("encode headers: %w", err)
 	}
 	now := s.now().UTC().Truncate(time.Microsecond)
-	var n int64
-	err = asyncTx(ctx, s.db, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sqlComplete, c.principal, c.key, c.owner, r.status, headers, r.body, now)
-		n = tag.RowsAffected()
-		return err
-	})
+	tag, err := s.db.Exec(ctx, sqlComplete, c.principal, c.key, c.owner, r.status, headers, r.body, now)
 	if err != nil {
 		return false, fmt.Errorf("complete idempotency key %q: %w", c.key, err)
 	}
-	return n == 1, nil
+	return tag.RowsAffected() == 1, nil
 }
 
 // releaseClaim gives c's key up, so that a retry runs the request again. It
 // reports false when the key was no longer c's.
 func (s *Store) releaseClaim(ctx context.Context, c *claim) (bool, error) {
-	var n int64
-	err := asyncTx(ctx, s.db, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sqlRelease, c.principal, c.key, c.owner)
-		n = tag.RowsAffected()
-		return err
-	})
+	tag, err := s.db.Exec(ctx, sqlRelease, c.principal, c.key, c.owner)
 	if err != nil {
 		return false, fmt.Errorf("release idempotency key %q: %w", c.key, err)
 	}
-	return n == 1, nil
-}
-
-// asyncTx runs fn in a transaction whose commit does not wait for the WAL
-// to reach disk (synchronous_commit off). Only the flow's own transaction
-// needs a durable commit. If a crash loses a claim, a completion or a
-// release made here, the key is simply claimable again (at once, or when
-// its lease has passed), and the re-run is made safe by layers 1–4: the
-// flow's own unique constraint returns the same result. That keeps a
-// request that passes through this layer near one durable commit instead
-// of three. The commit is still atomic and at once visible to every other
-// transaction; only its durability is deferred by a few milliseconds.
-func asyncTx(ctx context.Context, db postgres.Beginner, fn func(pgx.Tx) error) error {
-	return postgres.InTx(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlAsyncCommit); err != nil {
-			return fmt.Errorf("set synchronous_commit: %w", err)
-		}
-		return fn(tx)
-	})
+	return tag.RowsAffected() == 1, nil
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // sweepBatch bounds the rows one sweeping transaction deletes, so a large
@@ -40,17 +38,13 @@ func (s *Store) Sweep(ctx context.Context, olderThan time.Duration) (int64, erro
 	cutoff := now.Add(-olderThan)
 	var total int64
 	for {
-		var n int64
-		// Asynchronous commit, as for claims: a delete lost in a crash is
-		// only a key swept on the next round.
-		err := asyncTx(ctx, s.db, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, sqlSweep, cutoff, now, sweepBatch)
-			n = tag.RowsAffected()
-			return err
-		})
+		// One statement, one transaction; on the async-commit pool a
+		// delete lost in a crash is only a key swept on the next round.
+		tag, err := s.db.Exec(ctx, sqlSweep, cutoff, now, sweepBatch)
 		if err != nil {
 			return total, fmt.Errorf("sweep idempotency keys: %w", err)
 		}
+		n := tag.RowsAffected()
 		total += n
 		s.counters.sweptKeys(n)
 		if n < sweepBatch {

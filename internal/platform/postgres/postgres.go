@@ -100,3 +100,23 @@ func SQLState(err error) string {
 	}
 	return ""
 }
+
+// AsyncCommitPool returns a second pool on pool's database whose sessions
+// run with synchronous_commit off: a commit returns before its WAL reaches
+// disk. It is for bookkeeping writes whose loss in a crash is harmless (see
+// package idempotency), so that they cost one round trip and no fsync wait,
+// and only the business transaction of a request waits for durability. The
+// commit is still atomic and at once visible to every other session.
+// The caller must Close it.
+func AsyncCommitPool(ctx context.Context, pool *pgxpool.Pool, maxConns int32) (*pgxpool.Pool, error) {
+	cfg := pool.Config() // a copy
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	async, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open async-commit pool: %w", err)
+	}
+	return async, nil
+}

@@ -6,8 +6,8 @@
 // quickly is as good as down, because the other nodes can still make the
 // quorum. So timeouts are short, the client never retries a command on its
 // own (the quorum is the redundancy, and a retried SET NX that did succeed the
-// first time would read as "taken by someone else"), and pools are small:
-// a lock command is one round trip on loopback or a LAN.
+// first time would read as "taken by someone else"), and connections are
+// kept open: a lock command is one round trip on loopback or a LAN.
 package redisx
 
 import (
@@ -26,8 +26,11 @@ const (
 	dialTimeout  = 250 * time.Millisecond
 	ioTimeout    = 250 * time.Millisecond
 	poolTimeout  = 250 * time.Millisecond
-	poolSize     = 16
-	maxIdleConns = 4
+	// A lock command is one round trip, but every request in flight makes
+	// one on each node; idle connections are kept up to the pool size, as
+	// opening one per lock costs more than the lock itself.
+	poolSize     = 32
+	maxIdleConns = poolSize
 )
 
 // Clients returns one client per node address. Creating a client does not

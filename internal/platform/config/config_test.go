@@ -1,0 +1,311 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// env returns a getenv over vars that records every name it is asked for.
+func env(vars map[string]string, asked map[string]bool) func(string) string {
+	return func(name string) string {
+		if asked != nil {
+			asked[name] = true
+		}
+		return vars[name]
+	}
+}
+
+// allVars names every variable FromEnv reads.
+var allVars = []string{
+	"SHOP_HTTP_ADDR",
+	"SHOP_DATABASE_URL",
+	"SHOP_REDIS_ADDRS",
+	"SHOP_ADMIN_TOKEN",
+	"SHOP_GATEWAY_URL",
+	"SHOP_GATEWAY_ADDR",
+	"SHOP_LOCK_MODE",
+	"SHOP_ORDER_TTL",
+	"SHOP_SEAT_HOLD_TTL",
+	"SHOP_MIGRATE",
+	"SHOP_DB_MAX_CONNS",
+	"SHOP_JOB_INTERVAL",
+	"SHOP_SHUTDOWN_DRAIN",
+}
+
+// The defaults are DESIGN.md §5's table; the variables after it are not
+// in the table and keep the values main was written against.
+func TestFromEnv_Defaults(t *testing.T) {
+	asked := map[string]bool{}
+	got, err := FromEnv(env(nil, asked))
+	if err != nil {
+		t.Fatalf("FromEnv(empty) = %v", err)
+	}
+	want := Config{
+		HTTPAddr:    ":8080",
+		DatabaseURL: "postgres://shop:shop@localhost:5432/shop?sslmode=disable",
+		RedisAddrs:  []string{"localhost:6379"},
+		AdminToken:  "",
+		GatewayURL:  "http://localhost:8081",
+		GatewayAddr: ":8081",
+		LockMode:    "degrade",
+		OrderTTL:    15 * time.Minute,
+		SeatHoldTTL: 5 * time.Minute,
+
+		Migrate:       false,
+		DBMaxConns:    20,
+		JobInterval:   5 * time.Second,
+		ShutdownDrain: 15 * time.Second,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("FromEnv(empty) =\n%+v\nwant\n%+v", got, want)
+	}
+	for _, name := range allVars {
+		if !asked[name] {
+			t.Errorf("%s is never read", name)
+		}
+	}
+	for name := range asked {
+		if !slices.Contains(allVars, name) {
+			t.Errorf("%s is read but not in the list of variables: add it to DESIGN.md §5 and to allVars", name)
+		}
+	}
+}
+
+// Setting every variable to a value other than its default shows each one
+// reaches its field.
+func TestFromEnv_EveryVariable(t *testing.T) {
+	vars := map[string]string{
+		"SHOP_HTTP_ADDR":      "127.0.0.1:9000",
+		"SHOP_DATABASE_URL":   "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
+		"SHOP_REDIS_ADDRS":    " r1:6379, r2:6379 ,,r3:6379,",
+		"SHOP_ADMIN_TOKEN":    "admin-secret",
+		"SHOP_GATEWAY_URL":    "http://gateway:9090",
+		"SHOP_GATEWAY_ADDR":   ":9090",
+		"SHOP_LOCK_MODE":      "strict",
+		"SHOP_ORDER_TTL":      "30m",
+		"SHOP_SEAT_HOLD_TTL":  "90s",
+		"SHOP_MIGRATE":        "true",
+		"SHOP_DB_MAX_CONNS":   "7",
+		"SHOP_JOB_INTERVAL":   "250ms",
+		"SHOP_SHUTDOWN_DRAIN": "1m",
+	}
+	if len(vars) != len(allVars) {
+		t.Fatalf("test sets %d variables, want all %d", len(vars), len(allVars))
+	}
+	got, err := FromEnv(env(vars, nil))
+	if err != nil {
+		t.Fatalf("FromEnv = %v", err)
+	}
+	want := Config{
+		HTTPAddr:      "127.0.0.1:9000",
+		DatabaseURL:   "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
+		RedisAddrs:    []string{"r1:6379", "r2:6379", "r3:6379"},
+		AdminToken:    "admin-secret",
+		GatewayURL:    "http://gateway:9090",
+		GatewayAddr:   ":9090",
+		LockMode:      "strict",
+		OrderTTL:      30 * time.Minute,
+		SeatHoldTTL:   90 * time.Second,
+		Migrate:       true,
+		DBMaxConns:    7,
+		JobInterval:   250 * time.Millisecond,
+		ShutdownDrain: time.Minute,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("FromEnv =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// Surrounding whitespace (a stray space in a compose file) is not part of
+// a value, and a value of only spaces means unset.
+func TestFromEnv_Whitespace(t *testing.T) {
+	got, err := FromEnv(env(map[string]string{
+		"SHOP_LOCK_MODE":   " strict\n",
+		"SHOP_ADMIN_TOKEN": "  ",
+		"SHOP_ORDER_TTL":   " 1h ",
+	}, nil))
+	if err != nil {
+		t.Fatalf("FromEnv = %v", err)
+	}
+	if got.LockMode != "strict" || got.AdminToken != "" || got.OrderTTL != time.Hour {
+		t.Errorf("LockMode %q, AdminToken %q, OrderTTL %v; want strict, empty, 1h", got.LockMode, got.AdminToken, got.OrderTTL)
+	}
+}
+
+func TestFromEnv_Invalid(t *testing.T) {
+	tests := []struct {
+		name, variable, value string
+	}{
+		{"OrderTTLNotADuration", "SHOP_ORDER_TTL", "15"},
+		{"OrderTTLZero", "SHOP_ORDER_TTL", "0s"},
+		{"OrderTTLNegative", "SHOP_ORDER_TTL", "-5m"},
+		{"SeatHoldTTL", "SHOP_SEAT_HOLD_TTL", "five minutes"},
+		{"JobInterval", "SHOP_JOB_INTERVAL", "abc"},
+		{"ShutdownDrain", "SHOP_SHUTDOWN_DRAIN", "-1s"},
+		{"LockMode", "SHOP_LOCK_MODE", "lenient"},
+		{"LockModeCase", "SHOP_LOCK_MODE", "Strict"},
+		{"RedisAddrsOnlyCommas", "SHOP_REDIS_ADDRS", ",,"},
+		{"RedisAddrsCommasAndSpaces", "SHOP_REDIS_ADDRS", " , , "},
+		{"DatabaseURLMySQL", "SHOP_DATABASE_URL", "mysql://shop:shop@localhost/shop"},
+		{"DatabaseURLKeyValue", "SHOP_DATABASE_URL", "host=localhost user=shop"},
+		{"DatabaseURLUnparseable", "SHOP_DATABASE_URL", "postgres://shop:shop@local host:bad/shop"},
+		{"Migrate", "SHOP_MIGRATE", "yes"},
+		{"DBMaxConnsZero", "SHOP_DB_MAX_CONNS", "0"},
+		{"DBMaxConnsNegative", "SHOP_DB_MAX_CONNS", "-3"},
+		{"DBMaxConnsNotANumber", "SHOP_DB_MAX_CONNS", "many"},
+		{"DBMaxConnsOverflow", "SHOP_DB_MAX_CONNS", "4294967296"},
+		{"GatewayURLNoScheme", "SHOP_GATEWAY_URL", "localhost:8081"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := FromEnv(env(map[string]string{tt.variable: tt.value}, nil))
+			if err == nil {
+				t.Fatalf("FromEnv(%s=%q) = nil, want an error", tt.variable, tt.value)
+			}
+			if !strings.Contains(err.Error(), tt.variable) {
+				t.Errorf("error %q does not name %s", err, tt.variable)
+			}
+			// Only the bad variable is blamed.
+			for _, other := range allVars {
+				if other != tt.variable && strings.Contains(err.Error(), other+":") {
+					t.Errorf("error %q blames %s too", err, other)
+				}
+			}
+		})
+	}
+}
+
+// An operator fixing a broken environment sees every problem at once.
+func TestFromEnv_AllErrors(t *testing.T) {
+	bad := map[string]string{
+		"SHOP_ORDER_TTL":      "x",
+		"SHOP_SEAT_HOLD_TTL":  "0",
+		"SHOP_JOB_INTERVAL":   "-1s",
+		"SHOP_SHUTDOWN_DRAIN": "soon",
+		"SHOP_LOCK_MODE":      "sometimes",
+		"SHOP_REDIS_ADDRS":    ",",
+		"SHOP_DATABASE_URL":   "mysql://x",
+		"SHOP_MIGRATE":        "maybe",
+		"SHOP_DB_MAX_CONNS":   "0",
+		"SHOP_GATEWAY_URL":    "gateway",
+	}
+	_, err := FromEnv(env(bad, nil))
+	if err == nil {
+		t.Fatal("FromEnv = nil, want an error")
+	}
+	for name := range bad {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s:\n%v", name, err)
+		}
+	}
+	if got := len(strings.Split(err.Error(), "\n")); got != len(bad) {
+		t.Errorf("error has %d lines, want one per bad variable (%d):\n%v", got, len(bad), err)
+	}
+}
+
+func TestFromEnv_ParseBool(t *testing.T) {
+	for value, want := range map[string]bool{"true": true, "1": true, "TRUE": true, "false": false, "0": false} {
+		got, err := FromEnv(env(map[string]string{"SHOP_MIGRATE": value}, nil))
+		if err != nil || got.Migrate != want {
+			t.Errorf("SHOP_MIGRATE=%s: Migrate = %v, %v; want %v, nil", value, got.Migrate, err, want)
+		}
+	}
+}
+
+// logged renders c the way main logs it.
+func logged(t *testing.T, c Config) string {
+	t.Helper()
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", c)
+	return buf.String()
+}
+
+func TestLogValue(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{
+		"SHOP_DATABASE_URL": "postgres://app:s3cr3t-pw@db:5432/shop?sslmode=disable",
+		"SHOP_ADMIN_TOKEN":  "adm1n-t0ken",
+		"SHOP_REDIS_ADDRS":  "r1:6379,r2:6379",
+	}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := logged(t, c)
+	for _, secret := range []string{"s3cr3t-pw", "adm1n-t0ken"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("log reveals %q: %s", secret, out)
+		}
+	}
+	var line struct {
+		Config map[string]any `json:"config"`
+	}
+	if err := json.Unmarshal([]byte(out), &line); err != nil {
+		t.Fatalf("log line %q: %v", out, err)
+	}
+	want := map[string]any{
+		"http_addr":       ":8080",
+		"database_url":    "postgres://app:xxxxx@db:5432/shop?sslmode=disable",
+		"admin_token_set": true,
+		"gateway_url":     "http://localhost:8081",
+		"lock_mode":       "degrade",
+		"migrate":         false,
+	}
+	for k, v := range want {
+		if line.Config[k] != v {
+			t.Errorf("%s = %v, want %v", k, line.Config[k], v)
+		}
+	}
+	if got, ok := line.Config["redis_addrs"].([]any); !ok || len(got) != 2 {
+		t.Errorf("redis_addrs = %v, want both nodes", line.Config["redis_addrs"])
+	}
+}
+
+func TestLogValue_URLs(t *testing.T) {
+	tests := []struct {
+		name, url, want string
+	}{
+		{"NoPassword", "postgres://shop@db/shop", "postgres://shop@db/shop"},
+		{"Password", "postgres://shop:pw@db/shop", "postgres://shop:xxxxx@db/shop"},
+		{"EscapedPassword", "postgres://shop:p%40ss%2Fw0rd@db/shop", "postgres://shop:xxxxx@db/shop"},
+		{"EmptyPassword", "postgres://shop:@db/shop", "postgres://shop:xxxxx@db/shop"},
+		{"Unparseable", "postgres://shop:pw@db:port/shop", "(unparseable)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := logged(t, Config{DatabaseURL: tt.url})
+			var line struct {
+				Config map[string]any `json:"config"`
+			}
+			if err := json.Unmarshal([]byte(out), &line); err != nil {
+				t.Fatal(err)
+			}
+			if got := line.Config["database_url"]; got != tt.want {
+				t.Errorf("database_url = %v, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLogValue_NoAdminToken(t *testing.T) {
+	out := logged(t, Config{})
+	if !strings.Contains(out, `"admin_token_set":false`) {
+		t.Errorf("log %s does not say the admin token is unset", out)
+	}
+}
+
+// The error for a bad database URL is printed at start; it must not carry
+// the password the URL holds.
+func TestFromEnv_DatabaseURLErrorMasked(t *testing.T) {
+	_, err := FromEnv(env(map[string]string{"SHOP_DATABASE_URL": "mysql://app:s3cr3t-pw@db/shop"}, nil))
+	if err == nil {
+		t.Fatal("FromEnv = nil, want an error")
+	}
+	if strings.Contains(err.Error(), "s3cr3t-pw") {
+		t.Errorf("error %q reveals the password", err)
+	}
+}

@@ -1,0 +1,201 @@
+package httpx
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// order is shaped like the bodies the flows decode: a nested array of
+// objects, a pointer field and a field named by its Go name.
+type order struct {
+	Items []orderItem `json:"items"`
+	Note  *string     `json:"note,omitempty"`
+	Meta  struct {
+		Tags []string `json:"tags"`
+	} `json:"meta"`
+	Hidden string `json:"-"`
+	Plain  int
+}
+
+type orderItem struct {
+	SKU      string `json:"sku"`
+	Quantity int    `json:"quantity"`
+}
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		// wantDetail must appear in the refusal's detail; "" means accepted.
+		wantDetail string
+	}{
+		{"Valid", `{"items":[{"sku":"SKU-1","quantity":2}],"note":"hi","meta":{"tags":["a"]},"Plain":3}`, ""},
+		{"EmptyBody", ``, ""},
+		{"WhitespaceBody", " \n\t ", ""},
+		{"EmptyObject", `{}`, ""},
+		{"TrailingWhitespace", "{}\n", ""},
+
+		{"Malformed", `{"items":`, "malformed JSON"},
+		{"MalformedSyntax", `{"items" [}`, "malformed JSON"},
+		{"NotAnObject", `[1,2]`, "must be a JSON object"},
+		{"UnknownField", `{"itemz":[]}`, `unknown field "itemz"`},
+		{"UnknownNestedField", `{"items":[{"sku":"A","qty":1}]}`, `unknown field "qty"`},
+		{"IgnoredFieldIsUnknown", `{"Hidden":"x"}`, `unknown field "Hidden"`},
+		{"CaseVariantKey", `{"items":[{"SKU":"A","quantity":1}]}`, `unknown field items[0].SKU (did you mean "sku"?)`},
+		{"CaseVariantTopLevel", `{"Items":[]}`, `unknown field Items (did you mean "items"?)`},
+		{"CaseVariantGoName", `{"plain":1}`, `unknown field plain (did you mean "Plain"?)`},
+		{"CaseVariantAfterExactKey", `{"items":[],"ITEMS":[]}`, `did you mean "items"?`},
+		{"DuplicateKey", `{"items":[],"items":[{"sku":"A","quantity":1}]}`, "duplicate field items"},
+		{"DuplicateKeyNested", `{"meta":{"tags":[],"tags":["x"]}}`, "duplicate field meta.tags"},
+		{"DuplicateKeyInArrayOfObjects", `{"items":[{"sku":"A","quantity":1},{"sku":"B","quantity":1,"quantity":100}]}`, "duplicate field items[1].quantity"},
+		{"DuplicateKeyInsideUnknownField", `{"extra":{"a":1,"a":2}}`, "duplicate field extra.a"},
+		{"TrailingObject", `{} {}`, "single JSON object"},
+		{"TrailingGarbage", `{}x`, "single JSON object"},
+		{"TrailingArray", `{"items":[]}[]`, "single JSON object"},
+		{"WrongTypeTopLevel", `{"items":"A"}`, "field items: must be an array, not string"},
+		{"WrongTypeNested", `{"items":[{"sku":"A","quantity":"2"}]}`, "field items.quantity: must be an integer, not string"},
+		{"WrongTypeString", `{"items":[{"sku":7,"quantity":1}]}`, "field items.sku: must be a string, not number"},
+		{"WrongTypeFraction", `{"items":[{"sku":"A","quantity":1.5}]}`, "field items.quantity: must be an integer"},
+		{"WrongTypeObject", `{"meta":[]}`, "field meta: must be an object, not array"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var dst order
+			err := Decode([]byte(tt.body), &dst)
+			if tt.wantDetail == "" {
+				if err != nil {
+					t.Fatalf("Decode(%q) = %v, want nil", tt.body, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Decode(%q) = nil, want a refusal containing %q", tt.body, tt.wantDetail)
+			}
+			p, ok := problem.As(err)
+			if !ok {
+				t.Fatalf("Decode(%q) = %T %v, want *problem.Error", tt.body, err, err)
+			}
+			if p.Code != problem.Invalid {
+				t.Errorf("code = %q, want %q", p.Code, problem.Invalid)
+			}
+			if !strings.Contains(p.Detail, tt.wantDetail) {
+				t.Errorf("detail = %q, want it to contain %q", p.Detail, tt.wantDetail)
+			}
+		})
+	}
+}
+
+// The last of two duplicate keys must not silently win (encoding/json's
+// behaviour): a client that sent quantity 1 and quantity 100 gets a 400,
+// not an order for 100.
+func TestDecode_DuplicateKeyDoesNotReachTheValue(t *testing.T) {
+	var dst orderItem
+	err := Decode([]byte(`{"sku":"A","quantity":1,"quantity":100}`), &dst)
+	if problem.CodeOf(err) != problem.Invalid {
+		t.Fatalf("Decode = %v, want invalid_request", err)
+	}
+	if dst.Quantity != 0 {
+		t.Errorf("Quantity = %d after a refusal, want the value untouched (0)", dst.Quantity)
+	}
+}
+
+func TestDecode_Values(t *testing.T) {
+	var dst order
+	body := `{"items":[{"sku":"SKU-1","quantity":2},{"sku":"SKU-2","quantity":3}],"note":"n","meta":{"tags":["a","b"]},"Plain":7}`
+	if err := Decode([]byte(body), &dst); err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if len(dst.Items) != 2 || dst.Items[0] != (orderItem{"SKU-1", 2}) || dst.Items[1] != (orderItem{"SKU-2", 3}) {
+		t.Errorf("Items = %+v", dst.Items)
+	}
+	if dst.Note == nil || *dst.Note != "n" {
+		t.Errorf("Note = %v, want n", dst.Note)
+	}
+	if got := strings.Join(dst.Meta.Tags, ","); got != "a,b" {
+		t.Errorf("Meta.Tags = %q, want a,b", got)
+	}
+	if dst.Plain != 7 {
+		t.Errorf("Plain = %d, want 7", dst.Plain)
+	}
+}
+
+// Decoding into a map still refuses duplicate keys: there is no struct to
+// check names against, but the last value would still win silently.
+func TestDecode_Map(t *testing.T) {
+	var dst map[string]int
+	if err := Decode([]byte(`{"a":1,"A":2}`), &dst); err != nil {
+		t.Fatalf("case-distinct map keys: %v, want nil", err)
+	}
+	if err := Decode([]byte(`{"a":1,"a":2}`), &dst); problem.CodeOf(err) != problem.Invalid {
+		t.Fatalf("duplicate map key: %v, want invalid_request", err)
+	}
+}
+
+func TestBind(t *testing.T) {
+	e := echo.New()
+	t.Run("Body", func(t *testing.T) {
+		req := httptest.NewRequest(http.MethodPost, "/things/from-path?sku=from-query", strings.NewReader(`{"quantity":3}`))
+		req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+		c := e.NewContext(req, httptest.NewRecorder())
+		c.SetParamNames("sku")
+		c.SetParamValues("from-path")
+		var dst orderItem
+		if err := Bind(c, &dst); err != nil {
+			t.Fatalf("Bind: %v", err)
+		}
+		// Bind reads the body only: neither the path nor the query may fill a field.
+		if dst != (orderItem{Quantity: 3}) {
+			t.Errorf("dst = %+v, want only Quantity 3", dst)
+		}
+	})
+	t.Run("EmptyBody", func(t *testing.T) {
+		c := e.NewContext(httptest.NewRequest(http.MethodPost, "/", http.NoBody), httptest.NewRecorder())
+		var dst orderItem
+		if err := Bind(c, &dst); err != nil {
+			t.Fatalf("Bind of an empty body: %v, want nil", err)
+		}
+	})
+	t.Run("UnknownField", func(t *testing.T) {
+		c := e.NewContext(httptest.NewRequest(http.MethodPost, "/", bytes.NewReader([]byte(`{"x":1}`))), httptest.NewRecorder())
+		var dst orderItem
+		if err := Bind(c, &dst); problem.CodeOf(err) != problem.Invalid {
+			t.Fatalf("Bind = %v, want invalid_request", err)
+		}
+	})
+	t.Run("MaxBytesError", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"sku":"toolong"}`))
+		req.Body = http.MaxBytesReader(rec, req.Body, 4)
+		c := e.NewContext(req, rec)
+		var dst orderItem
+		if err := Bind(c, &dst); problem.CodeOf(err) != problem.PayloadTooLarge {
+			t.Fatalf("Bind = %v, want payload_too_large", err)
+		}
+	})
+}
+
+func TestJSON(t *testing.T) {
+	e := echo.New()
+	rec := httptest.NewRecorder()
+	c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), rec)
+	if err := JSON(c, http.StatusCreated, map[string]string{"name": "<b>&"}); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	if rec.Code != http.StatusCreated {
+		t.Errorf("status = %d, want 201", rec.Code)
+	}
+	if got := rec.Header().Get(echo.HeaderContentType); got != echo.MIMEApplicationJSON {
+		t.Errorf("Content-Type = %q, want %q", got, echo.MIMEApplicationJSON)
+	}
+	// HTML is not escaped: the API returns names as the client sent them.
+	if got, want := rec.Body.String(), "{\"name\":\"<b>&\"}\n"; got != want {
+		t.Errorf("body = %q, want %q", got, want)
+	}
+}

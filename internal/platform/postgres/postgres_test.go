@@ -1,0 +1,341 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// scratchSchema is created in each test's own database: the tests exercise
+// the helpers, not the shop's schema, so they do not depend on migrations.
+const scratchSchema = `
+CREATE TABLE parents (id int PRIMARY KEY);
+CREATE TABLE things (
+    id        int  PRIMARY KEY,
+    code      text CONSTRAINT things_code_key UNIQUE,
+    qty       int  NOT NULL DEFAULT 0 CONSTRAINT things_qty_nonnegative CHECK (qty >= 0),
+    parent_id int  CONSTRAINT things_parent_fkey REFERENCES parents (id)
+);
+CREATE TABLE slots (
+    during int4range,
+    CONSTRAINT slots_no_overlap EXCLUDE USING gist (during WITH &&)
+);
+CREATE TABLE deferred (
+    id int CONSTRAINT deferred_id_key UNIQUE DEFERRABLE INITIALLY DEFERRED
+);
+`
+
+func mustScratch(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := testenv.Pool(t)
+	if _, err := pool.Exec(context.Background(), scratchSchema); err != nil {
+		t.Fatalf("create scratch tables: %v", err)
+	}
+	return pool
+}
+
+func countRows(t *testing.T, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+// assertReleased checks the transaction's connection went back to the pool:
+// a leaked one would hold its locks until the pool is closed.
+func assertReleased(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if n := pool.Stat().AcquiredConns(); n != 0 {
+		t.Errorf("%d connections still acquired after InTx", n)
+	}
+}
+
+func TestInTx_Commit(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	calls := 0
+	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		calls++
+		_, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (1), (2)")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("InTx = %v", err)
+	}
+	if calls != 1 {
+		t.Errorf("fn ran %d times, want 1", calls)
+	}
+	if n := countRows(t, pool, "things"); n != 2 {
+		t.Errorf("things has %d rows, want 2 committed", n)
+	}
+	assertReleased(t, pool)
+}
+
+func TestInTx_RollbackOnError(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	errRefused := errors.New("refused")
+	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (1)"); err != nil {
+			return err
+		}
+		return fmt.Errorf("after insert: %w", errRefused)
+	})
+	if !errors.Is(err, errRefused) {
+		t.Fatalf("InTx = %v, want fn's error", err)
+	}
+	if n := countRows(t, pool, "things"); n != 0 {
+		t.Errorf("things has %d rows after a failed transaction, want 0", n)
+	}
+	assertReleased(t, pool)
+}
+
+func TestInTx_RollbackOnPanic(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	type boom struct{ msg string }
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		_ = postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (1)"); err != nil {
+				t.Errorf("insert: %v", err)
+			}
+			panic(boom{"mid-transaction"})
+		})
+	}()
+	if recovered != (boom{"mid-transaction"}) {
+		t.Fatalf("recovered %v, want the panic re-raised unchanged", recovered)
+	}
+	if n := countRows(t, pool, "things"); n != 0 {
+		t.Errorf("things has %d rows after a panic, want 0", n)
+	}
+	assertReleased(t, pool)
+}
+
+// A constraint checked at COMMIT fails the commit, not a statement: InTx
+// must report it, and the rows must not be there.
+func TestInTx_CommitError(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		// Both inserts succeed: the unique check waits for COMMIT.
+		_, err := tx.Exec(ctx, "INSERT INTO deferred (id) VALUES (1), (1)")
+		return err
+	})
+	if err == nil {
+		t.Fatal("InTx = nil, want the commit error")
+	}
+	if !strings.HasPrefix(err.Error(), "commit: ") {
+		t.Errorf("InTx = %q, want it to say the commit failed", err)
+	}
+	if got := postgres.SQLState(err); got != "23505" {
+		t.Errorf("SQLState = %q, want 23505", got)
+	}
+	if got := postgres.ConstraintViolated(err); got != "deferred_id_key" {
+		t.Errorf("ConstraintViolated = %q, want deferred_id_key", got)
+	}
+	if n := countRows(t, pool, "deferred"); n != 0 {
+		t.Errorf("deferred has %d rows after a failed commit, want 0", n)
+	}
+	assertReleased(t, pool)
+}
+
+// fn that swallows a statement error and returns nil leaves an aborted
+// transaction: COMMIT turns into ROLLBACK, and InTx must not call that a
+// success.
+func TestInTx_CommitOfAbortedTransaction(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (1)"); err != nil {
+			return err
+		}
+		_, _ = tx.Exec(ctx, "INSERT INTO things (id, qty) VALUES (2, -1)") // error ignored on purpose
+		return nil
+	})
+	if err == nil {
+		t.Fatal("InTx = nil for a transaction the server rolled back")
+	}
+	if !errors.Is(err, pgx.ErrTxCommitRollback) {
+		t.Errorf("InTx = %v, want pgx.ErrTxCommitRollback in the chain", err)
+	}
+	if n := countRows(t, pool, "things"); n != 0 {
+		t.Errorf("things has %d rows, want 0", n)
+	}
+	assertReleased(t, pool)
+}
+
+func TestInTx_BeginError(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	called := false
+	err := postgres.InTx(ctx, pool, func(pgx.Tx) error { called = true; return nil })
+	if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "begin: ") {
+		t.Errorf("InTx(cancelled ctx) = %v, want a begin error wrapping context.Canceled", err)
+	}
+	if called {
+		t.Error("fn ran without a transaction")
+	}
+}
+
+// The context ending inside fn still rolls back and frees the connection:
+// the rollback does not use the cancelled context.
+func TestInTx_ContextCancelledInFn(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (1)"); err != nil {
+			return err
+		}
+		cancel()
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("InTx = %v, want context.Canceled", err)
+	}
+	if n := countRows(t, pool, "things"); n != 0 {
+		t.Errorf("things has %d rows, want 0", n)
+	}
+	assertReleased(t, pool)
+}
+
+func TestConstraintViolated(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	setup := []string{
+		"INSERT INTO parents (id) VALUES (1)",
+		"INSERT INTO things (id, code, parent_id) VALUES (1, 'a', 1)",
+		"INSERT INTO slots (during) VALUES ('[1,10)')",
+	}
+	for _, s := range setup {
+		if _, err := pool.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	tests := []struct {
+		name, sql, state, constraint string
+	}{
+		{"Unique", "INSERT INTO things (id, code) VALUES (2, 'a')", "23505", "things_code_key"},
+		{"PrimaryKey", "INSERT INTO things (id) VALUES (1)", "23505", "things_pkey"},
+		{"Check", "UPDATE things SET qty = -1 WHERE id = 1", "23514", "things_qty_nonnegative"},
+		{"ForeignKeyInsert", "INSERT INTO things (id, parent_id) VALUES (3, 99)", "23503", "things_parent_fkey"},
+		{"ForeignKeyDelete", "DELETE FROM parents WHERE id = 1", "23503", "things_parent_fkey"},
+		{"Exclusion", "INSERT INTO slots (during) VALUES ('[5,15)')", "23P01", "slots_no_overlap"},
+		{"NotNull", "INSERT INTO things (id, qty) VALUES (4, NULL)", "23502", ""},
+		{"Syntax", "INSERT INTO", "42601", ""},
+		{"UndefinedTable", "SELECT * FROM no_such_table", "42P01", ""},
+		{"DivisionByZero", "SELECT 1/0", "22012", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := pool.Exec(ctx, tt.sql)
+			if err == nil {
+				t.Fatalf("%s succeeded, want an error", tt.sql)
+			}
+			wrapped := fmt.Errorf("store op: %w", err)
+			if got := postgres.ConstraintViolated(wrapped); got != tt.constraint {
+				t.Errorf("ConstraintViolated = %q, want %q", got, tt.constraint)
+			}
+			if got := postgres.SQLState(wrapped); got != tt.state {
+				t.Errorf("SQLState = %q, want %q", got, tt.state)
+			}
+		})
+	}
+}
+
+func TestConstraintViolated_NotFromServer(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"Nil", nil},
+		{"Plain", errors.New(`duplicate key value violates unique constraint "things_code_key"`)},
+		{"NoRows", pgx.ErrNoRows},
+		{"Canceled", context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := postgres.ConstraintViolated(tt.err); got != "" {
+				t.Errorf("ConstraintViolated = %q, want empty", got)
+			}
+			if got := postgres.SQLState(tt.err); got != "" {
+				t.Errorf("SQLState = %q, want empty", got)
+			}
+		})
+	}
+}
+
+// The codes are pure data; this table pins which classes count as a
+// constraint violation without a server.
+func TestConstraintViolated_Codes(t *testing.T) {
+	tests := []struct {
+		code string
+		want string
+	}{
+		{"23505", "c"}, // unique_violation
+		{"23514", "c"}, // check_violation
+		{"23503", "c"}, // foreign_key_violation
+		{"23P01", "c"}, // exclusion_violation
+		{"23502", ""},  // not_null_violation
+		{"40001", ""},  // serialization_failure
+		{"40P01", ""},  // deadlock_detected
+	}
+	for _, tt := range tests {
+		t.Run(tt.code, func(t *testing.T) {
+			err := fmt.Errorf("op: %w", &pgconn.PgError{Code: tt.code, ConstraintName: "c"})
+			if got := postgres.ConstraintViolated(err); got != tt.want {
+				t.Errorf("ConstraintViolated(%s) = %q, want %q", tt.code, got, tt.want)
+			}
+			if got := postgres.SQLState(err); got != tt.code {
+				t.Errorf("SQLState = %q, want %q", got, tt.code)
+			}
+		})
+	}
+}
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	url := testenv.DatabaseURL(t)
+	ctx := context.Background()
+	pool, err := postgres.Open(ctx, url, 3)
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	defer pool.Close()
+	if got := pool.Config().MaxConns; got != 3 {
+		t.Errorf("MaxConns = %d, want 3", got)
+	}
+
+	if _, err := postgres.Open(ctx, "postgres://shop:shop@localhost:5432/shop?sslmode=bogus", 1); err == nil {
+		t.Error("Open with an unparseable URL = nil, want an error")
+	}
+	// Nothing listens on port 1: the ping fails and Open says so.
+	if _, err := postgres.Open(ctx, "postgres://shop:shop@127.0.0.1:1/shop?sslmode=disable&connect_timeout=2", 1); err == nil ||
+		!strings.Contains(err.Error(), "ping database") {
+		t.Errorf("Open of an unreachable server = %v, want a ping error", err)
+	}
+}
