@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/idempotency"
+	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -97,7 +99,15 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 	// Layer 1: lock the business request (user + key), never the products:
 	// a lock on a hot SKU would queue every buyer of a flash sale behind
 	// Redis; the stock row itself serialises them, far more cheaply.
-	err := s.locker.Do(ctx, "order:"+userID+":"+requestKey, func(ctx context.Context) error {
+	// Through the HTTP route, the idempotency middleware already holds a
+	// claim on this very (user, key), a lease in PostgreSQL that admits one
+	// request at a time; a Redis lock on the same key would add six round
+	// trips and guard nothing more. Without that claim, Redis it is.
+	var locker Locker = s.locker
+	if idempotency.Holds(ctx, userID, requestKey) {
+		locker = lock.None{}
+	}
+	err := locker.Do(ctx, "order:"+userID+":"+requestKey, func(ctx context.Context) error {
 		id, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("new order id: %w", err)

@@ -81,13 +81,14 @@ func ValidateName(name string) error {
 
 // Store keeps users and token hashes in PostgreSQL.
 type Store struct {
-	db  *pgxpool.Pool
-	now func() time.Time
+	db     *pgxpool.Pool
+	now    func() time.Time
+	tokens *tokenCache
 }
 
 // NewStore returns a store over db.
 func NewStore(db *pgxpool.Pool) *Store {
-	return &Store{db: db, now: time.Now}
+	return &Store{db: db, now: time.Now, tokens: newTokenCache(time.Now)}
 }
 
 const (
@@ -110,7 +111,8 @@ func (s *Store) CreateUser(ctx context.Context, name string) (User, string, erro
 		return User{}, "", fmt.Errorf("new user id: %w", err)
 	}
 	u := User{ID: id.String(), Name: name, CreatedAt: s.now().UTC().Truncate(time.Microsecond)}
-	if _, err := s.db.Exec(ctx, sqlInsertUser, u.ID, u.Name, hashToken(token), u.CreatedAt); err != nil {
+	hash := hashToken(token)
+	if _, err := s.db.Exec(ctx, sqlInsertUser, u.ID, u.Name, hash[:], u.CreatedAt); err != nil {
 		return User{}, "", fmt.Errorf("insert user: %w", err)
 	}
 	return u, token, nil
@@ -118,14 +120,19 @@ func (s *Store) CreateUser(ctx context.Context, name string) (User, string, erro
 
 // UserByToken returns the user a token belongs to.
 func (s *Store) UserByToken(ctx context.Context, token string) (User, error) {
+	hash := hashToken(token)
+	if u, ok := s.tokens.get(hash); ok {
+		return u, nil
+	}
 	var u User
-	err := s.db.QueryRow(ctx, sqlUserByToken, hashToken(token)).Scan(&u.ID, &u.Name, &u.CreatedAt)
+	err := s.db.QueryRow(ctx, sqlUserByToken, hash[:]).Scan(&u.ID, &u.Name, &u.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return User{}, ErrUnauthenticated
 	}
 	if err != nil {
 		return User{}, fmt.Errorf("look up token: %w", err)
 	}
+	s.tokens.put(hash, u)
 	return u, nil
 }
 
@@ -137,9 +144,8 @@ func newToken() (string, error) {
 	return "shop_" + base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-func hashToken(token string) []byte {
-	sum := sha256.Sum256([]byte(token))
-	return sum[:]
+func hashToken(token string) [32]byte {
+	return sha256.Sum256([]byte(token))
 }
 
 // equalTokens compares in constant time, so response timing does not leak
