@@ -64,7 +64,7 @@ func TestPrincipal_Scope(t *testing.T) {
 		want string
 	}{
 		{"User", Principal{UserID: "0190a0b0-0000-7000-8000-000000000001", Name: "alice"}, "0190a0b0-0000-7000-8000-000000000001"},
-		{"Admin", Principal{Name: "admin", Admin: true}, AdminScope},
+		{"Admin", Principal{Name: "root", Admin: true}, AdminScope},
 		// A user who calls themselves "admin" does not share the admin's keys.
 		{"UserNamedAdmin", Principal{UserID: "u-1", Name: "admin"}, "u-1"},
 	}
@@ -238,5 +238,30 @@ func TestStore_UserByToken_DatabaseDown(t *testing.T) {
 	_, err := s.UserByToken(context.Background(), token)
 	if err == nil || errors.Is(err, ErrUnauthenticated) {
 		t.Errorf("UserByToken with the pool closed = %v, want an internal error, not 401", err)
+	}
+}
+
+// A token looked up once is remembered (the cache is wired in), and an
+// unknown token is not: it goes to the database every time.
+func TestStore_UserByToken_Cache(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	s := NewStore(pool)
+	u, token := mustCreateUser(t, s, "alice")
+	if _, err := s.UserByToken(context.Background(), token); err != nil {
+		t.Fatalf("UserByToken: %v", err)
+	}
+	const unknown = "shop_unknownunknownunknownunknownunknownunk"
+	if _, err := s.UserByToken(context.Background(), unknown); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("UserByToken(unknown) = %v, want ErrUnauthenticated", err)
+	}
+	pool.Close()
+
+	got, err := s.UserByToken(context.Background(), token)
+	if err != nil || got.ID != u.ID || got.Name != u.Name || !got.CreatedAt.Equal(u.CreatedAt) {
+		t.Errorf("UserByToken of a known token with the database down = %+v, %v; want %+v from the cache", got, err, u)
+	}
+	if _, err := s.UserByToken(context.Background(), unknown); err == nil || errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("UserByToken(unknown) with the database down = %v, want a database error (unknown tokens are not cached)", err)
 	}
 }

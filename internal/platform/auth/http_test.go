@@ -217,3 +217,28 @@ func TestRoutes(t *testing.T) {
 		})
 	}
 }
+
+// A header that cannot hold a token is refused before the database is
+// asked: with the database down, those still get 401 while a well-formed
+// token gets 500.
+func TestMiddleware_MalformedTokenSkipsDatabase(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	store := NewStore(pool)
+	mw := NewMiddleware(store, testAdminToken)
+	e := httpx.New(metrics.New(), httpx.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ok := func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
+	e.GET("/user", ok, mw.User)
+	e.GET("/admin", ok, mw.Admin)
+	s := &server{e: e, store: store}
+	pool.Close()
+
+	long := "Bearer " + strings.Repeat("a", 257)
+	for _, path := range []string{"/user", "/admin"} {
+		wantProblem(t, s.do(t, http.MethodGet, path, long, ""), 401, "unauthenticated")
+		wantProblem(t, s.do(t, http.MethodGet, path, "Basic abc", ""), 401, "unauthenticated")
+		if r := s.do(t, http.MethodGet, path, "Bearer "+strings.Repeat("a", 256), ""); r.status != http.StatusInternalServerError {
+			t.Errorf("GET %s with a well-formed token and the database down = %d, want 500", path, r.status)
+		}
+	}
+}

@@ -96,7 +96,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		errs = append(errs, errors.New("SHOP_DATABASE_URL: want a postgres:// URL"))
 	}
-	if u, err := url.Parse(c.GatewayURL); err != nil || u.Host == "" {
+	if len(c.AdminToken) > 256 {
+		errs = append(errs, errors.New("SHOP_ADMIN_TOKEN: at most 256 characters"))
+	}
+	if u, err := url.Parse(c.GatewayURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("SHOP_GATEWAY_URL: want an http:// URL, got %q", c.GatewayURL))
 	}
 	return c, errors.Join(errs...)
@@ -125,5 +128,13 @@ func maskURL(raw string) string {
 	if _, has := u.User.Password(); has {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
+	// pgx also takes the password from the query string.
+	q := u.Query()
+	for _, secret := range []string{"password", "sslpassword"} {
+		if q.Has(secret) {
+			q.Set(secret, "xxxxx")
+		}
+	}
+	u.RawQuery = q.Encode()
 	return u.String()
 }

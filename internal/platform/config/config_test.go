@@ -156,6 +156,8 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"DatabaseURLKeyValue", "SHOP_DATABASE_URL", "host=localhost user=shop"},
 		{"DatabaseURLUnparseable", "SHOP_DATABASE_URL", "postgres://shop:shop@local host:bad/shop"},
 		{"Migrate", "SHOP_MIGRATE", "yes"},
+		{"AdminTokenTooLong", "SHOP_ADMIN_TOKEN", strings.Repeat("k", 257)},
+		{"GatewayURLNotHTTP", "SHOP_GATEWAY_URL", "ftp://gateway:21"},
 		{"DBMaxConnsZero", "SHOP_DB_MAX_CONNS", "0"},
 		{"DBMaxConnsNegative", "SHOP_DB_MAX_CONNS", "-3"},
 		{"DBMaxConnsNotANumber", "SHOP_DB_MAX_CONNS", "many"},
@@ -273,6 +275,8 @@ func TestLogValue_URLs(t *testing.T) {
 		{"Password", "postgres://shop:pw@db/shop", "postgres://shop:xxxxx@db/shop"},
 		{"EscapedPassword", "postgres://shop:p%40ss%2Fw0rd@db/shop", "postgres://shop:xxxxx@db/shop"},
 		{"EmptyPassword", "postgres://shop:@db/shop", "postgres://shop:xxxxx@db/shop"},
+		{"PasswordInQuery", "postgres://shop@db/shop?password=s3cret&sslmode=disable", "postgres://shop@db/shop?password=xxxxx&sslmode=disable"},
+		{"SSLPasswordInQuery", "postgres://shop@db/shop?sslpassword=s3cret", "postgres://shop@db/shop?sslpassword=xxxxx"},
 		{"Unparseable", "postgres://shop:pw@db:port/shop", "(unparseable)"},
 	}
 	for _, tt := range tests {

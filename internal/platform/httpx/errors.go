@@ -78,21 +78,21 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			secs := int(math.Ceil(p.RetryAfter.Seconds()))
 			c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 		}
-		doc := Document{
-			"type":   problemTypeBase + strings.ReplaceAll(string(p.Code), "_", "-"),
-			"title":  statuses[p.Code].title,
-			"status": status,
-			"code":   p.Code,
+		// Extra members first, so none can overwrite a standard one.
+		doc := make(Document, len(p.Extra)+5)
+		for k, v := range p.Extra {
+			doc[k] = v
 		}
+		doc["type"] = problemTypeBase + strings.ReplaceAll(string(p.Code), "_", "-")
+		doc["title"] = statuses[p.Code].title
+		doc["status"] = status
+		doc["code"] = p.Code
 		if status == http.StatusInternalServerError {
 			doc["title"] = "Internal error"
 			doc["code"] = "internal"
 		}
 		if p.Detail != "" {
 			doc["detail"] = p.Detail
-		}
-		for k, v := range p.Extra {
-			doc[k] = v
 		}
 		c.Response().Header().Set(echo.HeaderContentType, ProblemContentType)
 		c.Response().WriteHeader(status)

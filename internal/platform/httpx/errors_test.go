@@ -198,6 +198,16 @@ func TestErrorHandler_Extra(t *testing.T) {
 	}
 }
 
+// An extra member cannot pass itself off as a standard one.
+func TestErrorHandler_ExtraCannotOverwrite(t *testing.T) {
+	err := &problem.Error{Code: problem.OutOfStock, Detail: "d",
+		Extra: map[string]any{"status": 200, "code": "ok", "type": "x", "title": "t", "detail": "other"}}
+	doc := problemDoc(t, render(t, discardLogger(), http.MethodPost, err))
+	if doc["status"] != float64(409) || doc["code"] != "out_of_stock" || doc["detail"] != "d" || doc["title"] != "Out of stock" {
+		t.Errorf("document = %v, want the standard members kept", doc)
+	}
+}
+
 func TestErrorHandler_Internal(t *testing.T) {
 	const secret = "pq: password authentication failed for user shop at 10.0.0.7"
 	tests := []struct {

@@ -57,8 +57,12 @@ func ReadBody(c echo.Context) ([]byte, error) {
 // exactly (encoding/json alone would accept "SKU" for "sku" and let the last
 // of two duplicate keys win), no unknown fields, no trailing data.
 func Decode(body []byte, dst any) error {
-	if len(bytes.TrimSpace(body)) == 0 {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
 		body = []byte("{}")
+	}
+	if bytes.Equal(trimmed, []byte("null")) {
+		return problem.New(problem.Invalid, "body must be a JSON object, not null")
 	}
 	if err := checkKeys(body, reflect.TypeOf(dst)); err != nil {
 		return problem.New(problem.Invalid, err.Error())

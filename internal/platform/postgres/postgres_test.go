@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,9 +37,25 @@ CREATE TABLE deferred (
 );
 `
 
+// mustScratch returns a pool on a fresh database holding the scratch
+// tables. A transaction InTx failed to end keeps its connection, and
+// pgxpool's Close waits for it forever: the cleanup turns that hang into
+// a failure.
 func mustScratch(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool := testenv.Pool(t)
+	pool, err := postgres.Open(context.Background(), testenv.DatabaseURL(t), 10)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(func() {
+		closed := make(chan struct{})
+		go func() { pool.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Error("pool.Close did not return: a transaction's connection was never released")
+		}
+	})
 	if _, err := pool.Exec(context.Background(), scratchSchema); err != nil {
 		t.Fatalf("create scratch tables: %v", err)
 	}
@@ -200,21 +217,34 @@ func TestInTx_BeginError(t *testing.T) {
 }
 
 // The context ending inside fn still rolls back and frees the connection:
-// the rollback does not use the cancelled context.
+// the rollback does not use the cancelled context, so the ROLLBACK is sent
+// and the connection goes back to the pool clean instead of being thrown
+// away mid-transaction.
 func TestInTx_ContextCancelledInFn(t *testing.T) {
 	t.Parallel()
 	pool := mustScratch(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var txPID uint32
 	err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (1)"); err != nil {
 			return err
 		}
+		txPID = tx.Conn().PgConn().PID()
 		cancel()
 		return ctx.Err()
 	})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("InTx = %v, want context.Canceled", err)
+	}
+	// The pool holds one connection (mustScratch used it): the next query
+	// gets the transaction's own connection back, not a replacement.
+	var pid uint32
+	if err := pool.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if pid != txPID {
+		t.Errorf("next query ran on backend %d, want the transaction's %d back in the pool", pid, txPID)
 	}
 	if n := countRows(t, pool, "things"); n != 0 {
 		t.Errorf("things has %d rows, want 0", n)
@@ -337,5 +367,48 @@ func TestOpen(t *testing.T) {
 	if _, err := postgres.Open(ctx, "postgres://shop:shop@127.0.0.1:1/shop?sslmode=disable&connect_timeout=2", 1); err == nil ||
 		!strings.Contains(err.Error(), "ping database") {
 		t.Errorf("Open of an unreachable server = %v, want a ping error", err)
+	}
+}
+
+func showSynchronousCommit(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var v string
+	if err := pool.QueryRow(context.Background(), "SHOW synchronous_commit").Scan(&v); err != nil {
+		t.Fatalf("SHOW synchronous_commit: %v", err)
+	}
+	return v
+}
+
+// The async pool skips the fsync wait; the pool it was made from must keep
+// waiting for it, including on connections it opens afterwards.
+func TestAsyncCommitPool(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	async, err := postgres.AsyncCommitPool(ctx, pool, 2)
+	if err != nil {
+		t.Fatalf("AsyncCommitPool: %v", err)
+	}
+	defer async.Close()
+	if got := async.Config().MaxConns; got != 2 {
+		t.Errorf("async MaxConns = %d, want 2", got)
+	}
+	if got := showSynchronousCommit(t, async); got != "off" {
+		t.Errorf("async pool: synchronous_commit = %s, want off", got)
+	}
+	pool.Reset() // the next query opens a new connection
+	if got := showSynchronousCommit(t, pool); got != "on" {
+		t.Errorf("original pool: synchronous_commit = %s, want on", got)
+	}
+
+	// A commit on the async pool is at once visible to the other pool.
+	if err := postgres.InTx(ctx, async, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (1)")
+		return err
+	}); err != nil {
+		t.Fatalf("InTx on the async pool: %v", err)
+	}
+	if n := countRows(t, pool, "things"); n != 1 {
+		t.Errorf("things has %d rows seen from the original pool, want 1", n)
 	}
 }

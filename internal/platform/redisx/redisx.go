@@ -23,9 +23,9 @@ import (
 // Client settings for a lock node. A node that has not answered within these
 // bounds is counted as down for this attempt; the quorum decides.
 const (
-	dialTimeout  = 250 * time.Millisecond
-	ioTimeout    = 250 * time.Millisecond
-	poolTimeout  = 250 * time.Millisecond
+	dialTimeout = 250 * time.Millisecond
+	ioTimeout   = 250 * time.Millisecond
+	poolTimeout = 250 * time.Millisecond
 	// A lock command is one round trip, but every request in flight makes
 	// one on each node; idle connections are kept up to the pool size, as
 	// opening one per lock costs more than the lock itself.
