@@ -15,8 +15,8 @@ package main
 // decrement and the order insert, as a hand-written program would do it. No
 // auth, no idempotency key, no lock, no HTTP. The layered flow is the real
 // service (app.New) behind a real http.Server on 127.0.0.1: bearer-token
-// lookup, idempotency claim and completion, Redlock on every Redis node, the
-// order transaction, JSON in and out.
+// check, idempotency claim (which is also the request's lock: no Redis lock
+// is taken under it) and completion, the order transaction, JSON in and out.
 //
 // What is not measured: a real network (everything is on loopback), TLS, a
 // load balancer, more than one replica, the background jobs (not started),

@@ -80,7 +80,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.Migrate = b
 	}
-	if v := str("SHOP_DB_MAX_CONNS", "20"); v != "" {
+	// A few connections per database core: more only queue inside
+	// PostgreSQL, on row locks and CPU, and stretch the tail
+	// (docs/BENCHMARKS.md). The idempotency bookkeeping pool gets half as
+	// many again.
+	if v := str("SHOP_DB_MAX_CONNS", "8"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 1 {
 			errs = append(errs, fmt.Errorf("SHOP_DB_MAX_CONNS: want a positive integer, got %q", v))

@@ -58,7 +58,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 		SeatHoldTTL: 5 * time.Minute,
 
 		Migrate:       false,
-		DBMaxConns:    20,
+		DBMaxConns:    8,
 		JobInterval:   5 * time.Second,
 		ShutdownDrain: 15 * time.Second,
 	}
