@@ -934,3 +934,32 @@ func TestRequestID(t *testing.T) {
 		})
 	}
 }
+
+// Through the HTTP route, create-order runs under the idempotency claim on
+// (user, key) and takes no Redis lock on the same key; cancel, which has no
+// claim, takes its lock on the order.
+func TestOrders_LockUse(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "LOCKS", 100, 10)
+	u := mustCreateUser(t, r, "lena")
+	acquired := func() string {
+		res := r.do(t, http.MethodGet, "/metrics", "", nil)
+		wantStatus(t, res, http.StatusOK)
+		m := regexp.MustCompile(`(?m)^shop_lock_acquisitions_total\{outcome="acquired"\} (\d+)$`).FindStringSubmatch(string(res.Body))
+		if m == nil {
+			return "0"
+		}
+		return m[1]
+	}
+	res := r.do(t, http.MethodPost, "/v1/orders", u.Token, orderBody(line{"LOCKS", 1}), "Idempotency-Key", newKey())
+	wantStatus(t, res, http.StatusCreated)
+	if got := acquired(); got != "0" {
+		t.Fatalf("create took %s Redis locks, want 0: the idempotency claim is its lock", got)
+	}
+	o := decode[order](t, res)
+	wantStatus(t, r.do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil), http.StatusOK)
+	if got := acquired(); got != "1" {
+		t.Fatalf("cancel took %s Redis locks, want 1", got)
+	}
+}
