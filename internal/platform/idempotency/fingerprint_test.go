@@ -2,11 +2,7 @@ package idempotency
 
 import (
 	"bytes"
-	"context"
 	"testing"
-
-	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 func TestFingerprint(t *testing.T) {
@@ -61,27 +57,5 @@ func TestCanonicalJSON(t *testing.T) {
 		if ok != tt.ok || string(got) != tt.want {
 			t.Errorf("canonicalJSON(%q) = %q, %v; want %q, %v", tt.body, got, ok, tt.want, tt.ok)
 		}
-	}
-}
-
-// The bookkeeping pool commits asynchronously; the pool it came from does not.
-func TestAsyncCommitPool(t *testing.T) {
-	t.Parallel()
-	db := testenv.Pool(t)
-	ctx := context.Background()
-	async, err := postgres.AsyncCommitPool(ctx, db, 2)
-	if err != nil {
-		t.Fatalf("async pool: %v", err)
-	}
-	defer async.Close()
-	var asyncSetting, setting string
-	if err := async.QueryRow(ctx, "SHOW synchronous_commit").Scan(&asyncSetting); err != nil {
-		t.Fatalf("show: %v", err)
-	}
-	if err := db.QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting); err != nil {
-		t.Fatalf("show: %v", err)
-	}
-	if asyncSetting != "off" || setting != "on" {
-		t.Fatalf("synchronous_commit %q in the async pool, %q in the main pool; want off, on", asyncSetting, setting)
 	}
 }
