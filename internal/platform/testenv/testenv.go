@@ -196,10 +196,15 @@ func Pool(t testing.TB) *pgxpool.Pool {
 	return PoolFor(t, DatabaseURL(t))
 }
 
+// testPoolSize bounds each test's pool. Races still overlap in the
+// database (the rest wait in the pool), and two test packages running at
+// once, each with a few pools, stay under a default max_connections of 100.
+const testPoolSize = 10
+
 // PoolFor returns a pool connected to url, closed when the test ends.
 func PoolFor(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
-	pool, err := postgres.Open(context.Background(), url, 40)
+	pool, err := postgres.Open(context.Background(), url, testPoolSize)
 	if err != nil {
 		t.Fatalf("open pool: %v", err)
 	}
