@@ -47,7 +47,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
-// The goal from the issue: the layered flow keeps at least half of the raw
+// The goal: the layered flow keeps at least half of the raw
 // baseline's throughput, with p99 under 100 ms, for the hot and spread cases.
 const (
 	goalRatio = 0.5

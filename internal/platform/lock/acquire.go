@@ -13,8 +13,9 @@ import (
 // here are a database transaction of a few milliseconds; a cap of 50 ms so a
 // waiter does not sleep long past the release; full jitter so waiters that
 // collided once do not collide again. Sub-millisecond retries are avoided:
-// measured on two cores, they turn into a retry storm that starves the holder
-// (LIBRARY-FACTS.md).
+// on two cores, 32 waiters retrying every 0.5–2 ms on one key made about 64
+// orders/s where the database alone made about 470: a retry storm that
+// starves the holder.
 const (
 	firstDelay = 5 * time.Millisecond
 	maxDelay   = 50 * time.Millisecond
