@@ -117,7 +117,9 @@ func (o *Order) Cancel(now time.Time) (changed bool, err error) {
 	}
 }
 
-// Expire moves a pending order whose time is up to expired.
+// Expire moves a pending order whose time is up to expired. The expiry job
+// applies the same rule in SQL (sqlExpireDue), to a batch of orders at once;
+// this is the rule stated for one order.
 func (o *Order) Expire(now time.Time) error {
 	if o.Status != StatusPendingPayment {
 		return problem.Errorf(problem.InvalidState, "order is %s and cannot expire", o.Status)
