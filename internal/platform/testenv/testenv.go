@@ -261,9 +261,14 @@ func ensureTemplate(ctx context.Context, serverURL string) (string, error) {
 	if err := postgres.MigrateUp(u); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
-	// Renaming last means a crashed build never leaves a template that looks done.
+	// Renaming last means a crashed build never leaves a template that
+	// looks done. Closing it to connections keeps a stray client from
+	// writing rows that every test database would then inherit.
 	if _, err := conn.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+name); err != nil {
 		return "", fmt.Errorf("publish template: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+name+" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"); err != nil {
+		return "", fmt.Errorf("close template: %w", err)
 	}
 	return name, nil
 }
