@@ -69,11 +69,6 @@ func (h handlers) create(c echo.Context) error {
 	return httpx.JSON(c, http.StatusCreated, toResponse(p))
 }
 
-type listResponse struct {
-	Items      []productResponse `json:"items"`
-	NextCursor *string           `json:"next_cursor"`
-}
-
 func (h handlers) list(c echo.Context) error {
 	limit, err := httpx.Limit(c)
 	if err != nil {
@@ -83,14 +78,7 @@ func (h handlers) list(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	resp := listResponse{Items: make([]productResponse, len(items))}
-	for i, p := range items {
-		resp.Items[i] = toResponse(p)
-	}
-	if next != "" {
-		resp.NextCursor = &next
-	}
-	return httpx.JSON(c, http.StatusOK, resp)
+	return httpx.JSON(c, http.StatusOK, httpx.NewPage(items, next, toResponse))
 }
 
 func (h handlers) get(c echo.Context) error {

@@ -165,8 +165,7 @@ func (s *Store) Restock(ctx context.Context, sku string, quantity int) (Product,
 // When conditional is false the naive unconditional decrement is used; only
 // the layer tests turn it off.
 func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, conditional bool) (map[string]int64, error) {
-	sorted := slices.Clone(lines)
-	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	sorted := bySKU(lines)
 	query := sqlTakeStock
 	if !conditional {
 		query = sqlTakeStockUnconditional
@@ -207,8 +206,7 @@ func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, conditional bool) (
 
 // ReturnStock puts every line back on the shelf inside tx, in SKU order.
 func ReturnStock(ctx context.Context, tx pgx.Tx, lines []Line) error {
-	sorted := slices.Clone(lines)
-	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	sorted := bySKU(lines)
 	batch := &pgx.Batch{}
 	for _, l := range sorted {
 		batch.Queue(sqlReturnStock, l.SKU, l.Quantity)
@@ -217,6 +215,14 @@ func ReturnStock(ctx context.Context, tx pgx.Tx, lines []Line) error {
 		return fmt.Errorf("return stock: %w", err)
 	}
 	return nil
+}
+
+// bySKU returns a copy of lines in SKU order: the one order in which every
+// transaction locks product rows, so no two of them can deadlock.
+func bySKU(lines []Line) []Line {
+	sorted := slices.Clone(lines)
+	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	return sorted
 }
 
 // shortfall explains why lines could not be taken: an unknown SKU is

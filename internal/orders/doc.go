@@ -6,9 +6,11 @@
 //
 //   - Layer 0, the Idempotency-Key, is handled before the flow runs (the
 //     platform/idempotency middleware on the route).
-//   - Layer 1, a redsync lock, keyed on the business request
-//     ("order:{user}:{key}") or on the order ("order:{id}"). It saves
-//     wasted work; it is not what makes the result correct.
+//   - Layer 1, a lock keyed on the business request ("order:{user}:{key}")
+//     or on the order ("order:{id}"). It saves wasted work; it is not what
+//     makes the result correct. For create through HTTP, the idempotency
+//     claim on that same (user, key), a lease in PostgreSQL, is the lock;
+//     other callers, and cancel, take a redsync lock over the Redis quorum.
 //   - Layer 2, the state machine in orders.go: pending_payment can become
 //     paid, cancelled or expired, and nothing else moves.
 //   - Layer 3, the version column: a status is written with

@@ -102,11 +102,6 @@ func (h handlers) create(c echo.Context) error {
 	return httpx.JSON(c, http.StatusCreated, ToResponse(o))
 }
 
-type listResponse struct {
-	Items      []Response `json:"items"`
-	NextCursor *string    `json:"next_cursor"`
-}
-
 func (h handlers) list(c echo.Context) error {
 	limit, err := httpx.Limit(c)
 	if err != nil {
@@ -117,14 +112,7 @@ func (h handlers) list(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	resp := listResponse{Items: make([]Response, len(items))}
-	for i, o := range items {
-		resp.Items[i] = ToResponse(o)
-	}
-	if next != "" {
-		resp.NextCursor = &next
-	}
-	return httpx.JSON(c, http.StatusOK, resp)
+	return httpx.JSON(c, http.StatusOK, httpx.NewPage(items, next, ToResponse))
 }
 
 func (h handlers) get(c echo.Context) error {

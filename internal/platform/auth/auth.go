@@ -88,7 +88,9 @@ type Store struct {
 
 // NewStore returns a store over db.
 func NewStore(db *pgxpool.Pool) *Store {
-	return &Store{db: db, now: time.Now, tokens: newTokenCache(time.Now)}
+	s := &Store{db: db, now: time.Now}
+	s.tokens = newTokenCache(s.now)
+	return s
 }
 
 const (

@@ -26,3 +26,22 @@ func Limit(c echo.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// Page is the body of a list route: {"items": [...], "next_cursor": ...},
+// with next_cursor null on the last page.
+type Page[R any] struct {
+	Items      []R     `json:"items"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// NewPage renders items with render into a page; next is "" on the last page.
+func NewPage[T, R any](items []T, next string, render func(T) R) Page[R] {
+	p := Page[R]{Items: make([]R, len(items))}
+	for i, it := range items {
+		p.Items[i] = render(it)
+	}
+	if next != "" {
+		p.NextCursor = &next
+	}
+	return p
+}

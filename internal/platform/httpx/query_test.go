@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -51,5 +52,23 @@ func TestLimit(t *testing.T) {
 				t.Errorf("Limit(%q) = %d, %v; want %d, nil", tt.query, got, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestNewPage(t *testing.T) {
+	double := func(n int) int { return 2 * n }
+	for _, tc := range []struct {
+		next, want string
+	}{
+		{"abc", `{"items":[2,4],"next_cursor":"abc"}`},
+		{"", `{"items":[2,4],"next_cursor":null}`},
+	} {
+		b, err := json.Marshal(NewPage([]int{1, 2}, tc.next, double))
+		if err != nil || string(b) != tc.want {
+			t.Errorf("NewPage(next %q) = %s, %v; want %s", tc.next, b, err, tc.want)
+		}
+	}
+	if b, _ := json.Marshal(NewPage([]int{}, "", double)); string(b) != `{"items":[],"next_cursor":null}` {
+		t.Errorf("empty page = %s, want an empty array, not null", b)
 	}
 }
