@@ -102,9 +102,9 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	v1 := e.Group("/v1")
 	auth.Register(v1, users, authn)
 	inventory.Register(v1, inventory.NewStore(deps.Pool, deps.Now), inventory.Guards{
-		Admin: authn.Admin, Idempotency: idem.Middleware,
+		Admin: authn.Admin, Idempotency: idem.For(inventory.FlowRestock),
 	})
-	orders.Register(v1, orderSvc, orders.Guards{User: authn.User, Idempotency: idem.Middleware})
+	orders.Register(v1, orderSvc, orders.Guards{User: authn.User, Idempotency: idem.For(orders.FlowCreate)})
 	return a, nil
 }
 

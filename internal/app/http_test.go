@@ -885,7 +885,7 @@ func TestOperations(t *testing.T) {
 			wantStatus(t, res, http.StatusCreated)
 		}
 		m := metrics()
-		if !regexp.MustCompile(`(?m)^shop_conflicts_stopped_total\{[^}]*layer="idempotency"[^}]*\} 1$`).MatchString(m) {
+		if !regexp.MustCompile(`(?m)^shop_conflicts_stopped_total\{flow="create_order",layer="idempotency"\} 1$`).MatchString(m) {
 			t.Errorf("the duplicate request is not counted as stopped by the idempotency layer:\n%s",
 				grepLines(m, "shop_conflicts_stopped_total"))
 		}

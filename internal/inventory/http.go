@@ -11,6 +11,9 @@ import (
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
+// FlowRestock names the restock flow in the conflict counter.
+const FlowRestock = "restock_product"
+
 // Guards are the middleware the routes are protected with.
 type Guards struct {
 	Admin       echo.MiddlewareFunc // the admin token

@@ -39,7 +39,9 @@ func AllDefences() Defences {
 
 // Flow names, the "flow" label of the conflict counter.
 const (
-	flowCreate = "create_order"
+	// FlowCreate is exported for the idempotency middleware on the create
+	// route (idempotency.Store.For), so both count under one name.
+	FlowCreate = "create_order"
 	flowCancel = "cancel_order"
 	flowExpire = "expire_order"
 )
@@ -122,17 +124,17 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 		out, err = s.store.Create(ctx, o, lines, s.defences.ConditionalStock)
 		switch {
 		case errors.Is(err, ErrDuplicateRequest):
-			s.metrics.Stopped(flowCreate, metrics.LayerConstraint)
+			s.metrics.Stopped(FlowCreate, metrics.LayerConstraint)
 			out, err = s.store.ByRequestKey(ctx, userID, requestKey)
 			return err
 		case errors.Is(err, inventory.ErrStockConstraint):
-			s.metrics.Stopped(flowCreate, metrics.LayerConstraint)
+			s.metrics.Stopped(FlowCreate, metrics.LayerConstraint)
 		case errors.Is(err, inventory.ErrOutOfStock):
-			s.metrics.Stopped(flowCreate, metrics.LayerVersion)
+			s.metrics.Stopped(FlowCreate, metrics.LayerVersion)
 		}
 		return err
 	})
-	s.countBusy(flowCreate, err)
+	s.countBusy(FlowCreate, err)
 	return out, err
 }
 

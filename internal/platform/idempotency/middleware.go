@@ -35,7 +35,23 @@ const (
 // middleware: keys are scoped by auth.PrincipalFrom(ctx).Scope().
 //
 //	g.POST("/orders", h.create, authMW.User, idem.Middleware)
+//
+// Conflicts it stops are counted under the route's path as the flow; For
+// names the flow instead.
 func (s *Store) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return s.For("")(next)
+}
+
+// For is Middleware counting the conflicts it stops under flow, the name
+// the domain service uses for the same flow (for example "create_order"),
+// so one flow's conflicts read as one series whichever layer stopped them.
+func (s *Store) For(flow string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return s.guard(flow, next)
+	}
+}
+
+func (s *Store) guard(flow string, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
 		key, err := keyFrom(req.Header)
@@ -58,7 +74,7 @@ func (s *Store) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		if cl == nil {
-			return s.refuse(c, prev, fp)
+			return s.refuse(c, flow, prev, fp)
 		}
 		s.run(c, next, cl)
 		return nil
@@ -80,8 +96,11 @@ func Holds(ctx context.Context, principal, key string) bool {
 
 // refuse answers a request whose key is someone else's: another request's,
 // a completed one's, or a still running one's.
-func (s *Store) refuse(c echo.Context, prev *stored, fp []byte) error {
-	s.metrics.Stopped(c.Path(), metrics.LayerIdempotency)
+func (s *Store) refuse(c echo.Context, flow string, prev *stored, fp []byte) error {
+	if flow == "" {
+		flow = c.Path()
+	}
+	s.metrics.Stopped(flow, metrics.LayerIdempotency)
 	switch {
 	case !bytes.Equal(prev.fingerprint, fp):
 		s.counters.outcome(outcomeReused)
