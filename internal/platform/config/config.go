@@ -16,19 +16,31 @@ import (
 
 // Config is everything the binary reads from its environment.
 type Config struct {
-	HTTPAddr      string        // SHOP_HTTP_ADDR
-	DatabaseURL   string        // SHOP_DATABASE_URL
-	RedisAddrs    []string      // SHOP_REDIS_ADDRS, comma-separated
-	AdminToken    string        // SHOP_ADMIN_TOKEN; empty: admin routes answer 403
-	GatewayURL    string        // SHOP_GATEWAY_URL
-	GatewayAddr   string        // SHOP_GATEWAY_ADDR
-	LockMode      string        // SHOP_LOCK_MODE: degrade | strict
-	OrderTTL      time.Duration // SHOP_ORDER_TTL
-	SeatHoldTTL   time.Duration // SHOP_SEAT_HOLD_TTL
-	Migrate       bool          // SHOP_MIGRATE: apply migrations when serve starts
-	DBMaxConns    int32         // SHOP_DB_MAX_CONNS
-	JobInterval   time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
-	ShutdownDrain time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
+	HTTPAddr    string   // SHOP_HTTP_ADDR
+	DatabaseURL string   // SHOP_DATABASE_URL
+	RedisAddrs  []string // SHOP_REDIS_ADDRS, comma-separated
+	AdminToken  string   // SHOP_ADMIN_TOKEN; empty: admin routes answer 403
+	GatewayURL  string   // SHOP_GATEWAY_URL
+	GatewayAddr string   // SHOP_GATEWAY_ADDR: where `shop gateway` listens
+	// GatewayJournal is the file where `shop gateway` keeps its charges
+	// (SHOP_GATEWAY_JOURNAL), so a restart forgets none of them.
+	GatewayJournal string
+	// GatewaySlowDelay is how long `shop gateway` holds back its answer to
+	// pm_card_slow (SHOP_GATEWAY_SLOW_DELAY); longer than GatewayTimeout.
+	GatewaySlowDelay time.Duration
+	// GatewayTimeout bounds one attempt of a call to the gateway
+	// (SHOP_GATEWAY_TIMEOUT).
+	GatewayTimeout time.Duration
+	// ReconcileAfter is how long a payment stays processing before the
+	// reconciler settles it (SHOP_PAYMENT_RECONCILE_AFTER).
+	ReconcileAfter time.Duration
+	LockMode       string        // SHOP_LOCK_MODE: degrade | strict
+	OrderTTL       time.Duration // SHOP_ORDER_TTL
+	SeatHoldTTL    time.Duration // SHOP_SEAT_HOLD_TTL
+	Migrate        bool          // SHOP_MIGRATE: apply migrations when serve starts
+	DBMaxConns     int32         // SHOP_DB_MAX_CONNS
+	JobInterval    time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
+	ShutdownDrain  time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
 }
 
 // FromEnv reads the configuration with getenv (os.Getenv in production).
@@ -57,16 +69,20 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 
 	c := Config{
-		HTTPAddr:      str("SHOP_HTTP_ADDR", ":8080"),
-		DatabaseURL:   str("SHOP_DATABASE_URL", "postgres://shop:shop@localhost:5432/shop?sslmode=disable"),
-		AdminToken:    str("SHOP_ADMIN_TOKEN", ""),
-		GatewayURL:    str("SHOP_GATEWAY_URL", "http://localhost:8081"),
-		GatewayAddr:   str("SHOP_GATEWAY_ADDR", ":8081"),
-		LockMode:      str("SHOP_LOCK_MODE", "degrade"),
-		OrderTTL:      dur("SHOP_ORDER_TTL", 15*time.Minute),
-		SeatHoldTTL:   dur("SHOP_SEAT_HOLD_TTL", 5*time.Minute),
-		JobInterval:   dur("SHOP_JOB_INTERVAL", 5*time.Second),
-		ShutdownDrain: dur("SHOP_SHUTDOWN_DRAIN", 15*time.Second),
+		HTTPAddr:         str("SHOP_HTTP_ADDR", ":8080"),
+		DatabaseURL:      str("SHOP_DATABASE_URL", "postgres://shop:shop@localhost:5432/shop?sslmode=disable"),
+		AdminToken:       str("SHOP_ADMIN_TOKEN", ""),
+		GatewayURL:       str("SHOP_GATEWAY_URL", "http://localhost:8081"),
+		GatewayAddr:      str("SHOP_GATEWAY_ADDR", ":8081"),
+		GatewayJournal:   str("SHOP_GATEWAY_JOURNAL", "gateway-journal.jsonl"),
+		GatewaySlowDelay: dur("SHOP_GATEWAY_SLOW_DELAY", 10*time.Second),
+		GatewayTimeout:   dur("SHOP_GATEWAY_TIMEOUT", 3*time.Second),
+		ReconcileAfter:   dur("SHOP_PAYMENT_RECONCILE_AFTER", 30*time.Second),
+		LockMode:         str("SHOP_LOCK_MODE", "degrade"),
+		OrderTTL:         dur("SHOP_ORDER_TTL", 15*time.Minute),
+		SeatHoldTTL:      dur("SHOP_SEAT_HOLD_TTL", 5*time.Minute),
+		JobInterval:      dur("SHOP_JOB_INTERVAL", 5*time.Second),
+		ShutdownDrain:    dur("SHOP_SHUTDOWN_DRAIN", 15*time.Second),
 	}
 	for _, a := range strings.Split(str("SHOP_REDIS_ADDRS", "localhost:6379"), ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -117,6 +133,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Any("redis_addrs", c.RedisAddrs),
 		slog.Bool("admin_token_set", c.AdminToken != ""),
 		slog.String("gateway_url", c.GatewayURL),
+		slog.Duration("gateway_timeout", c.GatewayTimeout),
+		slog.Duration("payment_reconcile_after", c.ReconcileAfter),
 		slog.String("lock_mode", c.LockMode),
 		slog.Duration("order_ttl", c.OrderTTL),
 		slog.Duration("seat_hold_ttl", c.SeatHoldTTL),
