@@ -19,6 +19,7 @@ import (
 
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/auth"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/httpx"
@@ -39,9 +40,10 @@ type Deps struct {
 
 // App is one replica of the service.
 type App struct {
-	Echo    *echo.Echo
-	Metrics *metrics.Metrics
-	Orders  *orders.Service
+	Echo     *echo.Echo
+	Metrics  *metrics.Metrics
+	Orders   *orders.Service
+	Payments *payments.Service
 
 	cfg         config.Config
 	deps        Deps
@@ -91,9 +93,14 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		bookkeeping.Close()
 		return nil, err
 	}
+	paySvc, err := newPayments(cfg, deps, orderSvc, locker, m)
+	if err != nil {
+		bookkeeping.Close()
+		return nil, err
+	}
 
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, cfg: cfg, deps: deps, locker: locker, idem: idem, bookkeeping: bookkeeping}
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem, bookkeeping: bookkeeping}
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", a.ready)
@@ -105,7 +112,29 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		Admin: authn.Admin, Idempotency: idem.For(inventory.FlowRestock),
 	})
 	orders.Register(v1, orderSvc, orders.Guards{User: authn.User, Idempotency: idem.For(orders.FlowCreate)})
+	payments.Register(v1, paySvc, payments.Guards{User: authn.User, Idempotency: idem.For(payments.FlowPay)})
 	return a, nil
+}
+
+// newPayments builds the pay flow on the gateway at cfg.GatewayURL.
+func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker *lock.Locker, m *metrics.Metrics) (*payments.Service, error) {
+	const attempts = 2
+	gw, err := payments.NewGateway(cfg.GatewayURL, payments.GatewayOptions{Timeout: cfg.GatewayTimeout, Attempts: attempts})
+	if err != nil {
+		return nil, err
+	}
+	return payments.NewService(payments.Config{
+		Store:   payments.NewStore(deps.Pool),
+		Orders:  orderSvc,
+		Gateway: gw,
+		Locker:  locker,
+		Metrics: m,
+		Logger:  deps.Logger,
+		Now:     deps.Now,
+		// Every gateway attempt, a refund's too, plus the database work.
+		Budget:         2*attempts*cfg.GatewayTimeout + 2*time.Second,
+		ReconcileAfter: cfg.ReconcileAfter,
+	})
 }
 
 // Close releases the connections New opened (not those in Deps).
@@ -114,11 +143,12 @@ func (a *App) Close() {
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
-// expiry and idempotency-key sweeping. Every replica runs them; each is
+// expiry, payment reconciliation and idempotency-key sweeping. Every replica runs them; each is
 // safe to run concurrently with its twins elsewhere.
 func (a *App) RunJobs(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Orders.RunExpiry(ctx, a.cfg.JobInterval) })
+	wg.Go(func() { a.Payments.RunReconciler(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.idem.RunSweeper(ctx, time.Hour) })
 	wg.Wait()
 }

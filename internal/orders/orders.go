@@ -117,6 +117,30 @@ func (o *Order) Cancel(now time.Time) (changed bool, err error) {
 	}
 }
 
+// Payable reports whether a payment for the order may begin now: it must
+// be pending and not past its expiry time.
+func (o *Order) Payable(now time.Time) error {
+	if o.Status != StatusPendingPayment {
+		return problem.Errorf(problem.InvalidState, "order is %s and cannot be paid", o.Status)
+	}
+	if !now.Before(o.ExpiresAt) {
+		return problem.Errorf(problem.InvalidState, "order expired at %s and cannot be paid", o.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Pay moves a pending order to paid, once its charge has succeeded. The
+// expiry time is not checked again: a payment that began in time may
+// settle late, and the expiry job leaves an order alone while a payment
+// for it is in flight.
+func (o *Order) Pay(now time.Time) error {
+	if o.Status != StatusPendingPayment {
+		return problem.Errorf(problem.InvalidState, "order is %s and cannot be paid", o.Status)
+	}
+	o.Status, o.UpdatedAt = StatusPaid, now
+	return nil
+}
+
 // Expire moves a pending order whose time is up to expired. The expiry job
 // applies the same rule in SQL (sqlExpireDue), to a batch of orders at once;
 // this is the rule stated for one order.

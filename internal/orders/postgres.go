@@ -41,6 +41,7 @@ const (
 		FROM o, unnest($7::text[], $8::integer[], $9::bigint[]) AS i (sku, quantity, price)`
 
 	sqlGetOrder          = orderSelect + `WHERE o.id = $1 GROUP BY o.id`
+	sqlShareOrder        = `SELECT 1 FROM orders WHERE id = $1 FOR SHARE`
 	sqlGetByRequestKey   = orderSelect + `WHERE o.user_id = $1 AND o.request_key = $2 GROUP BY o.id`
 	sqlListOrdersForUser = orderSelect + `WHERE o.user_id = $1 AND (o.created_at, o.id) < ($2, $3)
 		GROUP BY o.id ORDER BY o.created_at DESC, o.id DESC LIMIT $4`
@@ -61,9 +62,12 @@ const (
 	// Expiry claims due orders with SKIP LOCKED: jobs in several replicas
 	// each take different rows instead of queueing behind each other, and a
 	// row a user is cancelling right now is simply left for the next run.
+	// An order with a payment in flight is not expired: the payment began
+	// in time, and the reconciler settles it (migrations/000004_payments).
 	sqlExpireDue = `WITH due AS (
-			SELECT id FROM orders
+			SELECT id FROM orders o
 			WHERE status = 'pending_payment' AND expires_at <= $1
+				AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = o.id AND p.status = 'processing')
 			ORDER BY expires_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED)
@@ -170,53 +174,81 @@ func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]O
 
 // Update reads the order, lets change apply a domain rule to it, and, when
 // change says so, writes the new status back if the order is still at the
-// version read. Moving
-// into cancelled or expired returns the stock in the same transaction,
-// recorded once in stock_releases. It returns ErrVersionConflict when
-// another writer got there first; the caller re-reads and decides again.
+// version read, in one transaction (see UpdateTx). It returns
+// ErrVersionConflict when another writer got there first; the caller
+// re-reads and decides again.
 //
 // versioned selects the version check; only the layer tests turn it off.
 func (s *Store) Update(ctx context.Context, id string, versioned bool, change func(*Order) (write bool, err error)) (Order, error) {
 	var o Order
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
-		if o, err = scanOrder(tx.QueryRow(ctx, sqlGetOrder, id)); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return ErrNotFound
-			}
-			return fmt.Errorf("read order %s: %w", id, err)
-		}
-		write, err := change(&o)
-		if err != nil || !write {
-			return err
-		}
-		var tag pgconn.CommandTag
-		if versioned {
-			tag, err = tx.Exec(ctx, sqlUpdateStatus, o.ID, o.Version, o.Status, o.UpdatedAt)
-		} else {
-			tag, err = tx.Exec(ctx, sqlUpdateStatusUnversioned, o.ID, o.Status, o.UpdatedAt)
-		}
-		if err != nil {
-			return fmt.Errorf("update order %s: %w", id, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return ErrVersionConflict
-		}
-		o.Version++
-		if !o.Status.ReleasesStock() {
-			return nil
-		}
-		_, err = tx.Exec(ctx, sqlInsertRelease, o.ID, string(o.Status), o.UpdatedAt)
-		if postgres.ConstraintViolated(err) == constraintReleasedOnce {
-			return ErrAlreadyReleased
-		}
-		if err != nil {
-			return fmt.Errorf("record release of %s: %w", id, err)
-		}
-		return inventory.ReturnStock(ctx, tx, o.Lines())
+		o, err = UpdateTx(ctx, tx, id, versioned, change)
+		return err
 	})
 	if err != nil {
 		return Order{}, err
+	}
+	return o, nil
+}
+
+// UpdateTx is Update inside the caller's transaction, for flows that move
+// an order together with rows of their own (a payment settling). Moving
+// into cancelled or expired returns the stock in the same transaction,
+// recorded once in stock_releases.
+func UpdateTx(ctx context.Context, tx pgx.Tx, id string, versioned bool, change func(*Order) (write bool, err error)) (Order, error) {
+	o, err := scanOrder(tx.QueryRow(ctx, sqlGetOrder, id))
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Order{}, ErrNotFound
+		}
+		return Order{}, fmt.Errorf("read order %s: %w", id, err)
+	}
+	write, err := change(&o)
+	if err != nil || !write {
+		return o, err
+	}
+	var tag pgconn.CommandTag
+	if versioned {
+		tag, err = tx.Exec(ctx, sqlUpdateStatus, o.ID, o.Version, o.Status, o.UpdatedAt)
+	} else {
+		tag, err = tx.Exec(ctx, sqlUpdateStatusUnversioned, o.ID, o.Status, o.UpdatedAt)
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("update order %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return Order{}, ErrVersionConflict
+	}
+	o.Version++
+	if !o.Status.ReleasesStock() {
+		return o, nil
+	}
+	_, err = tx.Exec(ctx, sqlInsertRelease, o.ID, string(o.Status), o.UpdatedAt)
+	if postgres.ConstraintViolated(err) == constraintReleasedOnce {
+		return Order{}, ErrAlreadyReleased
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("record release of %s: %w", id, err)
+	}
+	return o, inventory.ReturnStock(ctx, tx, o.Lines())
+}
+
+// GetForShare reads the order and holds a share lock on its row until tx
+// ends. Nothing can change the order's status meanwhile: a cancel waits,
+// and the expiry job, which claims rows FOR UPDATE SKIP LOCKED, passes it
+// by. A payment begins under this lock, so it never begins on an order
+// that is expiring.
+func GetForShare(ctx context.Context, tx pgx.Tx, id string) (Order, error) {
+	if _, err := tx.Exec(ctx, sqlShareOrder, id); err != nil {
+		return Order{}, fmt.Errorf("lock order %s: %w", id, err)
+	}
+	o, err := scanOrder(tx.QueryRow(ctx, sqlGetOrder, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("read order %s: %w", id, err)
 	}
 	return o, nil
 }

@@ -1,0 +1,38 @@
+// Package payments charges orders through a payment gateway reached over
+// HTTP, and makes sure a customer is charged at most once per order,
+// whatever the retries, replicas, crashes or timeouts.
+//
+// It is the project's central example. The pay flow in service.go reads
+// top to bottom as its layers (DESIGN.md §1):
+//
+//   - Layer 0, the client's Idempotency-Key, is handled before the flow
+//     runs (the platform/idempotency middleware on the route): a retried
+//     request gets the first answer back.
+//   - Layer 1, a redsync lock on "payment:{order}", held across the
+//     gateway call under a watchdog: one payment of an order at a time,
+//     across replicas, so a storm of clicks makes one call to the outside
+//     world, not fifteen.
+//   - Layer 2, the order's state machine (orders.Order.Payable and Pay),
+//     asked under a share lock on the order row when the payment begins,
+//     and again when it settles.
+//   - Layer 3, version-checked writes: the outcome and the order's move to
+//     paid are written in one transaction, each row only at the version
+//     read, so the request and the reconciler cannot both settle one
+//     payment.
+//   - Layer 4, constraints: a partial unique index admits one processing-
+//     or-succeeded payment per order (payments_one_active_per_order), and
+//     a charge settles one payment (payments_charge_id_key).
+//
+// Across the network there is one more: the payment's id is the
+// Idempotency-Key the gateway sees. The first request, its retries and the
+// reconciler all send it, so the gateway charges once however often it is
+// asked. No transaction is open while the gateway is called.
+//
+// When the gateway's answer is lost (a timeout, a crash between the charge
+// and its record), the payment stays processing and the request answers
+// 202. The reconciler (reconcile.go), run by every replica, asks the
+// gateway again with the same key and records the outcome. Meanwhile the
+// order expiry job leaves the order alone. If the order was cancelled
+// while its charge was in flight, the charge is refunded, keyed by the
+// payment too: never charged but not paid.
+package payments

@@ -1,0 +1,91 @@
+package payments
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/platform/auth"
+	"github.com/shop-example/shop/internal/platform/httpx"
+)
+
+// Guards are the middleware the routes are protected with.
+type Guards struct {
+	User        echo.MiddlewareFunc // a registered user's bearer token
+	Idempotency echo.MiddlewareFunc // Idempotency-Key handling (layer 0)
+}
+
+// Register mounts the payment routes on g (the /v1 group). Each route
+// lists its protections where it is registered.
+func Register(g *echo.Group, svc *Service, guard Guards) {
+	h := handlers{svc: svc}
+	g.POST("/orders/:id/payments", h.pay, guard.User, guard.Idempotency)
+	g.GET("/orders/:id/payments", h.list, guard.User)
+}
+
+type handlers struct{ svc *Service }
+
+// Response is the JSON of a payment (API.md, "Payments").
+type Response struct {
+	ID          string    `json:"id"`
+	OrderID     string    `json:"order_id"`
+	Status      Status    `json:"status"`
+	AmountCents int64     `json:"amount_cents"`
+	ChargeID    *string   `json:"charge_id"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// ToResponse renders a payment; charge_id is null until a charge is known.
+func ToResponse(p Payment) Response {
+	r := Response{ID: p.ID, OrderID: p.OrderID, Status: p.Status, AmountCents: p.AmountCents, CreatedAt: p.CreatedAt.UTC()}
+	if p.ChargeID != "" {
+		r.ChargeID = &p.ChargeID
+	}
+	return r
+}
+
+type payRequest struct {
+	PaymentMethod string `json:"payment_method"`
+}
+
+func (h handlers) pay(c echo.Context) error {
+	body, err := httpx.ReadBody(c)
+	if err != nil {
+		return err
+	}
+	var req payRequest
+	if err := httpx.Decode(body, &req); err != nil {
+		return err
+	}
+	if err := ValidateMethod(req.PaymentMethod); err != nil {
+		return err
+	}
+	p, _ := auth.PrincipalFrom(c.Request().Context())
+	pay, err := h.svc.Pay(c.Request().Context(), p.UserID, c.Param("id"), req.PaymentMethod)
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown) && pay.ID != "":
+		// The gateway did not say; the reconciler will. The client polls
+		// GET /v1/orders/{id}/payments.
+		c.Response().Header().Set(echo.HeaderLocation, "/v1/orders/"+pay.OrderID+"/payments")
+		return httpx.JSON(c, http.StatusAccepted, ToResponse(pay))
+	case err != nil:
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/v1/orders/"+pay.OrderID+"/payments")
+	return httpx.JSON(c, http.StatusCreated, ToResponse(pay))
+}
+
+func (h handlers) list(c echo.Context) error {
+	p, _ := auth.PrincipalFrom(c.Request().Context())
+	items, err := h.svc.Payments(c.Request().Context(), p.UserID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	out := make([]Response, len(items))
+	for i, it := range items {
+		out[i] = ToResponse(it)
+	}
+	return httpx.JSON(c, http.StatusOK, map[string][]Response{"items": out})
+}

@@ -1,0 +1,181 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/postgres"
+)
+
+// Constraints that back this package's rules (migrations/000004_payments.up.sql).
+const (
+	constraintOneActive = "payments_one_active_per_order" // one processing-or-succeeded payment per order
+	constraintChargeID  = "payments_charge_id_key"        // a charge settles one payment
+)
+
+const paymentColumns = `id, order_id, status, amount_cents, payment_method, charge_id, refund_id,
+	failure_reason, version, created_at, updated_at`
+
+const (
+	sqlInsertPayment = `INSERT INTO payments (id, order_id, status, amount_cents, payment_method, version, created_at, updated_at)
+		VALUES ($1, $2, 'processing', $3, $4, 1, $5, $5)`
+
+	// Layer 3: the version check. Zero rows means another settler (the
+	// request or the reconciler) recorded an outcome first.
+	sqlSettlePayment = `UPDATE payments
+		SET status = $3, charge_id = NULLIF($4, ''), refund_id = NULLIF($5, ''), failure_reason = NULLIF($6, ''),
+			version = version + 1, updated_at = $7
+		WHERE id = $1 AND version = $2`
+
+	sqlGetPayment       = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
+	sqlActivePayment    = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND status IN ('processing', 'succeeded')`
+	sqlPaymentsOfOrder  = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 ORDER BY created_at, id`
+	sqlProcessingBefore = `SELECT ` + paymentColumns + ` FROM payments
+		WHERE status = 'processing' AND updated_at <= $1 ORDER BY updated_at LIMIT $2`
+)
+
+// Store keeps payments in PostgreSQL.
+type Store struct {
+	db *pgxpool.Pool
+}
+
+// NewStore returns a store on db.
+func NewStore(db *pgxpool.Pool) *Store {
+	return &Store{db: db}
+}
+
+// Begin opens a processing payment for an order, in one transaction that
+// holds a share lock on the order row (orders.GetForShare): start, given
+// the order as it stands, applies the rules and returns the payment to
+// insert. It returns ErrActivePayment when the order already has a
+// payment processing or succeeded.
+func (s *Store) Begin(ctx context.Context, orderID string, start func(orders.Order) (Payment, error)) (Payment, error) {
+	var p Payment
+	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		o, err := orders.GetForShare(ctx, tx, orderID)
+		if err != nil {
+			return err
+		}
+		if p, err = start(o); err != nil {
+			return err
+		}
+		// Layer 4: the partial unique index admits one processing-or-
+		// succeeded payment per order.
+		_, err = tx.Exec(ctx, sqlInsertPayment, p.ID, p.OrderID, p.AmountCents, p.Method, p.CreatedAt)
+		if postgres.ConstraintViolated(err) == constraintOneActive {
+			return ErrActivePayment
+		}
+		if err != nil {
+			return fmt.Errorf("insert payment for %s: %w", orderID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Payment{}, err
+	}
+	return p, nil
+}
+
+// Settle records p's outcome if the payment is still at p.Version, and,
+// when moveOrder is not nil, applies it to the order in the same
+// transaction (orders.UpdateTx, version-checked). Either both are written
+// or neither. It returns the payment as written.
+func (s *Store) Settle(ctx context.Context, p Payment, moveOrder func(*orders.Order) (bool, error)) (Payment, error) {
+	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlSettlePayment, p.ID, p.Version, string(p.Status),
+			p.ChargeID, p.RefundID, p.FailureReason, p.UpdatedAt)
+		if postgres.ConstraintViolated(err) == constraintChargeID {
+			return fmt.Errorf("settle payment %s: charge %s already settles another payment: %w", p.ID, p.ChargeID, err)
+		}
+		if err != nil {
+			return fmt.Errorf("settle payment %s: %w", p.ID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrVersionConflict
+		}
+		if moveOrder == nil {
+			return nil
+		}
+		_, err = orders.UpdateTx(ctx, tx, p.OrderID, true, moveOrder)
+		return err
+	})
+	if err != nil {
+		return Payment{}, err
+	}
+	p.Version++
+	return p, nil
+}
+
+// Get returns one payment.
+func (s *Store) Get(ctx context.Context, id string) (Payment, error) {
+	p, err := scanPayment(s.db.QueryRow(ctx, sqlGetPayment, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, ErrNotFound
+	}
+	if err != nil {
+		return Payment{}, fmt.Errorf("read payment %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// Active returns the order's processing or succeeded payment.
+func (s *Store) Active(ctx context.Context, orderID string) (Payment, error) {
+	p, err := scanPayment(s.db.QueryRow(ctx, sqlActivePayment, orderID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, ErrNotFound
+	}
+	if err != nil {
+		return Payment{}, fmt.Errorf("read active payment of %s: %w", orderID, err)
+	}
+	return p, nil
+}
+
+// OfOrder returns every payment of an order, oldest first.
+func (s *Store) OfOrder(ctx context.Context, orderID string) ([]Payment, error) {
+	return s.query(ctx, sqlPaymentsOfOrder, orderID)
+}
+
+// ProcessingSince returns up to limit payments that have been processing
+// since before t, longest-waiting first: the reconciler's work.
+func (s *Store) ProcessingSince(ctx context.Context, t time.Time, limit int) ([]Payment, error) {
+	return s.query(ctx, sqlProcessingBefore, t, limit)
+}
+
+func (s *Store) query(ctx context.Context, sql string, args ...any) ([]Payment, error) {
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list payments: %w", err)
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Payment, error) { return scanPayment(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list payments: %w", err)
+	}
+	return ps, nil
+}
+
+func scanPayment(row pgx.Row) (Payment, error) {
+	var p Payment
+	var status string
+	var charge, refund, reason *string
+	err := row.Scan(&p.ID, &p.OrderID, &status, &p.AmountCents, &p.Method, &charge, &refund,
+		&reason, &p.Version, &p.CreatedAt, &p.UpdatedAt)
+	if err != nil {
+		return Payment{}, err
+	}
+	p.Status = Status(status)
+	p.ChargeID, p.RefundID, p.FailureReason = deref(charge), deref(refund), deref(reason)
+	return p, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,100 @@
+package payments
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// reconcileBatch is how many payments one reconciler pass looks at.
+const reconcileBatch = 100
+
+// Reconcile settles payments that have been processing for longer than
+// the reconcile delay: a gateway timeout, a crash between the charge and
+// its record, a refund that did not go through. For each, it sends the
+// charge again with the same key, so the gateway answers with the charge
+// it made (or makes the one it never received), and records the outcome
+// as the request would have.
+//
+// Every replica runs it. The payment lock keeps two reconcilers (or a
+// reconciler and a live request) from working on one order at once; if
+// the lock is unavailable, the version check on the payment row still
+// lets only one of them record an outcome. It returns how many payments
+// it settled.
+func (s *Service) Reconcile(ctx context.Context) (int, error) {
+	due, err := s.store.ProcessingSince(ctx, s.stamp().Add(-s.reconcileAfter), reconcileBatch)
+	if err != nil {
+		return 0, err
+	}
+	settled := 0
+	for _, p := range due {
+		if ctx.Err() != nil {
+			return settled, ctx.Err()
+		}
+		result := s.reconcileOne(ctx, p)
+		s.counts.reconciliations.WithLabelValues(result).Inc()
+		switch Status(result) {
+		case StatusSucceeded, StatusFailed, StatusRefunded:
+			settled++
+		}
+	}
+	return settled, nil
+}
+
+// reconcileOne settles one payment and says how it went: succeeded,
+// failed, refunded, unknown (ask again next pass), busy (someone else is
+// on it) or gone (settled meanwhile).
+func (s *Service) reconcileOne(ctx context.Context, due Payment) string {
+	ctx, cancel := context.WithTimeout(ctx, s.budget)
+	defer cancel()
+	var result string
+	err := s.locker.Do(ctx, "payment:"+due.OrderID, func(ctx context.Context) error {
+		p, err := s.store.Get(ctx, due.ID)
+		if err != nil {
+			return err
+		}
+		if p.Status != StatusProcessing {
+			result = "gone"
+			return nil
+		}
+		p, err = s.charge(ctx, p)
+		if p.Status == StatusProcessing {
+			return err
+		}
+		result = string(p.Status)
+		return nil
+	})
+	switch {
+	case result != "":
+		return result
+	case problem.CodeOf(err) == problem.ResourceBusy:
+		return "busy"
+	default:
+		if ctx.Err() == nil {
+			s.logger.WarnContext(ctx, "reconcile payment", "payment", due.ID, "err", err)
+		}
+		return "unknown"
+	}
+}
+
+// RunReconciler calls Reconcile every interval (with jitter, so replicas
+// do not fire in lockstep) until ctx ends.
+func (s *Service) RunReconciler(ctx context.Context, interval time.Duration) {
+	for {
+		wait := interval/2 + rand.N(interval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		n, err := s.Reconcile(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.logger.ErrorContext(ctx, "reconcile payments", "err", err)
+		}
+		if n > 0 {
+			s.logger.InfoContext(ctx, "reconciled payments", "count", n)
+		}
+	}
+}

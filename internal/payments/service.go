@@ -1,0 +1,276 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// Locker runs work under a distributed lock (platform/lock.Locker), or
+// under none (lock.None) when a test switches layer 1 off.
+type Locker interface {
+	Do(ctx context.Context, key string, fn func(ctx context.Context) error) error
+}
+
+// FlowPay names the pay flow in the conflict counter; the idempotency
+// middleware on the route counts under it too.
+const FlowPay = "pay_order"
+
+// maxVersionRetries bounds how often a settlement re-reads an order that
+// changed under it.
+const maxVersionRetries = 3
+
+// Config holds what the service is built from.
+type Config struct {
+	Store   *Store
+	Orders  *orders.Service
+	Gateway *Gateway
+	Locker  Locker
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
+	// Budget bounds one payment from the lock to the recorded outcome,
+	// gateway retries included. The client hanging up does not cut it
+	// short: a charge, once sent, is carried through to its record.
+	Budget time.Duration
+	// ReconcileAfter is how long a payment stays processing before the
+	// reconciler asks the gateway about it; longer than Budget, so it
+	// leaves alone the payments whose requests are still running.
+	ReconcileAfter time.Duration
+}
+
+// Service runs the pay flow and the reconciler.
+type Service struct {
+	store          *Store
+	orders         *orders.Service
+	gateway        *Gateway
+	locker         Locker
+	metrics        *metrics.Metrics
+	counts         *counters
+	logger         *slog.Logger
+	now            func() time.Time
+	budget         time.Duration
+	reconcileAfter time.Duration
+}
+
+// NewService returns the payment service.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Orders == nil || cfg.Gateway == nil || cfg.Locker == nil {
+		return nil, errors.New("payments: a store, the order service, a gateway and a locker are required")
+	}
+	if cfg.Budget <= 0 || cfg.ReconcileAfter <= 0 {
+		return nil, fmt.Errorf("payments: budget and reconcile delay must be positive, got %s and %s", cfg.Budget, cfg.ReconcileAfter)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{store: cfg.Store, orders: cfg.Orders, gateway: cfg.Gateway, locker: cfg.Locker,
+		metrics: cfg.Metrics, counts: newCounters(cfg.Metrics), logger: cfg.Logger, now: cfg.Now,
+		budget: cfg.Budget, reconcileAfter: cfg.ReconcileAfter}, nil
+}
+
+// Pay charges one of userID's orders with method and, once the charge has
+// gone through, marks the order paid. It returns the payment with:
+//
+//   - nil: succeeded, the order is paid;
+//   - a payment_declined problem: failed, the order can be paid again;
+//   - an error wrapping ErrOutcomeUnknown: still processing; the
+//     reconciler settles it;
+//   - an invalid_state problem: the order cannot be paid, or it stopped
+//     waiting while the charge was in flight and the charge was refunded.
+func (s *Service) Pay(ctx context.Context, userID, orderID, method string) (Payment, error) {
+	if err := ValidateMethod(method); err != nil {
+		return Payment{}, err
+	}
+	if uuid.Validate(orderID) != nil {
+		return Payment{}, ErrNotFound
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.budget)
+	defer cancel()
+
+	var out Payment
+	ran := false
+	// Layer 1: one payment of this order at a time, across replicas. The
+	// lock is held across the gateway call; its watchdog extends the lease
+	// while the call runs, and cancels the call if the lease is lost.
+	err := s.locker.Do(ctx, "payment:"+orderID, func(ctx context.Context) error {
+		ran = true
+		p, err := s.begin(ctx, userID, orderID, method)
+		if err != nil {
+			return err
+		}
+		out, err = s.charge(ctx, p)
+		return err
+	})
+	if !ran && problem.CodeOf(err) == problem.ResourceBusy {
+		s.metrics.Stopped(FlowPay, metrics.LayerLock)
+	}
+	return out, err
+}
+
+// begin opens the processing payment that the charge will settle.
+func (s *Service) begin(ctx context.Context, userID, orderID, method string) (Payment, error) {
+	p, err := s.store.Begin(ctx, orderID, func(o orders.Order) (Payment, error) {
+		if o.UserID != userID {
+			return Payment{}, ErrNotFound // someone else's order does not exist for this user
+		}
+		now := s.now().UTC().Truncate(time.Microsecond)
+		// Layer 2: the order's state machine, asked under a share lock on
+		// the order row, so no cancel or expiry moves it meanwhile.
+		if err := o.Payable(now); err != nil {
+			s.metrics.Stopped(FlowPay, metrics.LayerState)
+			return Payment{}, err
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return Payment{}, fmt.Errorf("new payment id: %w", err)
+		}
+		return Payment{ID: id.String(), OrderID: o.ID, Status: StatusProcessing, AmountCents: o.TotalCents,
+			Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}, nil
+	})
+	// Layer 4: the partial unique index admits one processing-or-succeeded
+	// payment per order; whatever got past the lock stops here.
+	if errors.Is(err, ErrActivePayment) {
+		s.metrics.Stopped(FlowPay, metrics.LayerConstraint)
+		active, aerr := s.store.Active(ctx, orderID)
+		if aerr != nil {
+			return Payment{}, fmt.Errorf("%w (and reading it: %w)", err, aerr)
+		}
+		if active.Status == StatusSucceeded {
+			return Payment{}, problem.New(problem.InvalidState, "order is paid and cannot be paid")
+		}
+		return Payment{}, &problem.Error{Code: problem.ResourceBusy, RetryAfter: time.Second,
+			Detail: "a payment of this order is in flight; GET /v1/orders/" + orderID + "/payments shows how it ends"}
+	}
+	if err == nil {
+		s.counts.attempts.Inc()
+	}
+	return p, err
+}
+
+// charge sends p to the gateway and records what it answered. The call is
+// made outside any transaction, with the payment id as its idempotency
+// key: the request, its retries and the reconciler all send the same key,
+// and the gateway charges it once.
+func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
+	c, err := s.gateway.Charge(ctx, p.ID, ChargeRequest{AmountCents: p.AmountCents, PaymentMethod: p.Method, Reference: p.OrderID})
+	var declined *DeclinedError
+	switch {
+	case errors.As(err, &declined):
+		failed := p
+		if err := failed.Fail(declined.Reason, s.stamp()); err != nil {
+			return p, err
+		}
+		return s.record(ctx, failed, nil, outcomeFailed)
+	case err != nil:
+		s.counts.outcome(outcomeUnknown)
+		s.logger.WarnContext(ctx, "payment outcome unknown; the reconciler will settle it", "payment", p.ID, "err", err)
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		}
+		return p, fmt.Errorf("charge payment %s: %w", p.ID, err)
+	}
+
+	// Layer 3: one transaction records the charge and moves the order
+	// pending_payment → paid, each row written only at the version read.
+	for attempt := 1; ; attempt++ {
+		paid := p
+		now := s.stamp()
+		if err := paid.Succeed(c.ID, now); err != nil {
+			return p, err
+		}
+		out, err := s.record(ctx, paid, func(o *orders.Order) (bool, error) {
+			// Layer 2: the order must still be waiting for its payment.
+			return true, o.Pay(now)
+		}, outcomeSucceeded)
+		switch {
+		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
+			s.metrics.Stopped(FlowPay, metrics.LayerVersion)
+			continue
+		case problem.CodeOf(err) == problem.InvalidState:
+			// The order was cancelled or expired while the charge was in
+			// flight. The customer must not be charged for it.
+			s.metrics.Stopped(FlowPay, metrics.LayerState)
+			return s.refund(ctx, p, c)
+		case errors.Is(err, orders.ErrVersionConflict):
+			return p, fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
+		}
+		return out, err
+	}
+}
+
+// refund gives back the charge of a payment whose order stopped waiting.
+// The refund is keyed by the payment, so it too happens once. If the
+// gateway does not answer, the payment stays processing and the
+// reconciler comes back to it.
+func (s *Service) refund(ctx context.Context, p Payment, c Charge) (Payment, error) {
+	r, err := s.gateway.Refund(ctx, "refund-"+p.ID, c.ID)
+	if err != nil {
+		s.counts.outcome(outcomeUnknown)
+		s.logger.WarnContext(ctx, "refund outcome unknown; the reconciler will retry it", "payment", p.ID, "charge", c.ID, "err", err)
+		return p, fmt.Errorf("refund payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
+	}
+	refunded := p
+	if err := refunded.Refund(c.ID, r.ID, s.stamp()); err != nil {
+		return p, err
+	}
+	return s.record(ctx, refunded, nil, outcomeRefunded)
+}
+
+// record writes a settled payment (and moves its order, if moveOrder is
+// set). When another settler got there first, the version check stops
+// this one, and the payment as that one left it is the answer.
+func (s *Service) record(ctx context.Context, p Payment, moveOrder func(*orders.Order) (bool, error), outcome string) (Payment, error) {
+	out, err := s.store.Settle(ctx, p, moveOrder)
+	if errors.Is(err, ErrVersionConflict) {
+		s.metrics.Stopped(FlowPay, metrics.LayerVersion)
+		cur, gerr := s.store.Get(ctx, p.ID)
+		if gerr != nil {
+			return p, gerr
+		}
+		return cur, Outcome(cur)
+	}
+	if err != nil {
+		return p, err
+	}
+	s.counts.outcome(outcome)
+	return out, Outcome(out)
+}
+
+// Outcome is the error that goes with a payment's status: nil for
+// succeeded, and for the others what the client is told.
+func Outcome(p Payment) error {
+	switch p.Status {
+	case StatusSucceeded:
+		return nil
+	case StatusFailed:
+		return problem.Errorf(problem.PaymentDeclined, "the payment was declined: %s", p.FailureReason)
+	case StatusRefunded:
+		return problem.New(problem.InvalidState, "the order stopped waiting for payment while it was being charged; the charge was refunded")
+	default:
+		return fmt.Errorf("payment %s: %w", p.ID, ErrOutcomeUnknown)
+	}
+}
+
+// Payments returns the payments of one of userID's orders, oldest first.
+func (s *Service) Payments(ctx context.Context, userID, orderID string) ([]Payment, error) {
+	if _, err := s.orders.Get(ctx, userID, orderID); err != nil {
+		return nil, err
+	}
+	return s.store.OfOrder(ctx, orderID)
+}
+
+func (s *Service) stamp() time.Time {
+	return s.now().UTC().Truncate(time.Microsecond)
+}
