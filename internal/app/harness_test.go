@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/platform/testenv"
@@ -44,10 +45,13 @@ func (c *clock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.L
 func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // env is N replicas of the service on one database and one lock quorum,
-// as docker compose runs them, plus a direct pool for checking invariants.
+// as docker compose runs them, with a payment gateway reached over HTTP,
+// plus a direct pool for checking invariants.
 type env struct {
 	db       *pgxpool.Pool
 	clock    *clock
+	gateway  *gateway.Server
+	cfg      config.Config
 	replicas []*replica
 }
 
@@ -58,22 +62,28 @@ type replica struct {
 	client *http.Client
 }
 
-// newEnv builds replicas of the service on a fresh database. vars override
-// the service's environment (SHOP_ADMIN_TOKEN is the test token unless
-// overridden, SHOP_ORDER_TTL is orderTTL).
+// newEnv builds replicas of the service on a fresh database, and a
+// gateway of their own. vars override the service's environment
+// (SHOP_ADMIN_TOKEN is the test token unless overridden, SHOP_ORDER_TTL is
+// orderTTL, SHOP_GATEWAY_SLOW_DELAY sets the gateway's hold-back).
 func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 	t.Helper()
 	dbURL := testenv.DatabaseURL(t)
 	environ := map[string]string{
-		"SHOP_DATABASE_URL": dbURL,
-		"SHOP_REDIS_ADDRS":  strings.Join(testenv.RedisAddrs(t), ","),
-		"SHOP_ADMIN_TOKEN":  testAdminToken,
-		"SHOP_ORDER_TTL":    orderTTL.String(),
+		"SHOP_DATABASE_URL":    dbURL,
+		"SHOP_REDIS_ADDRS":     strings.Join(testenv.RedisAddrs(t), ","),
+		"SHOP_ADMIN_TOKEN":     testAdminToken,
+		"SHOP_ORDER_TTL":       orderTTL.String(),
+		"SHOP_GATEWAY_TIMEOUT": "5s",
 	}
 	maps.Copy(environ, vars)
 	cfg, err := config.FromEnv(func(k string) string { return environ[k] })
 	if err != nil {
 		t.Fatalf("config: %v", err)
+	}
+	gw := newGateway(t, cfg.GatewaySlowDelay, nil)
+	if vars["SHOP_GATEWAY_URL"] == "" {
+		cfg.GatewayURL = gw.url
 	}
 
 	logger := testLogger(t)
@@ -81,7 +91,7 @@ func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
-	e := &env{db: testenv.PoolFor(t, dbURL), clock: &clock{}}
+	e := &env{db: testenv.PoolFor(t, dbURL), clock: &clock{}, gateway: gw.server, cfg: cfg}
 	for range replicas {
 		pool := testenv.PoolFor(t, dbURL)
 		clients := redisx.Clients(cfg.RedisAddrs)
@@ -96,6 +106,32 @@ func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 		e.replicas = append(e.replicas, &replica{app: a, url: srv.URL, client: client})
 	}
 	return e
+}
+
+// testGateway is a payment gateway on a real HTTP server, as `shop gateway`
+// runs it, with its journal in the test's directory.
+type testGateway struct {
+	server *gateway.Server
+	url    string
+}
+
+func newGateway(t *testing.T, slowDelay time.Duration, afterCharge func(gateway.Charge)) testGateway {
+	t.Helper()
+	gw, err := gateway.New(gateway.Options{
+		JournalPath: t.TempDir() + "/gateway.jsonl",
+		SlowDelay:   slowDelay,
+		AfterCharge: afterCharge,
+		Logger:      testLogger(t),
+	})
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		_ = gw.Close()
+	})
+	return testGateway{server: gw, url: srv.URL}
 }
 
 // r returns replica i modulo their number, so loops spread requests.

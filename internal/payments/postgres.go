@@ -86,8 +86,18 @@ func (s *Store) Begin(ctx context.Context, orderID string, start func(orders.Ord
 // when moveOrder is not nil, applies it to the order in the same
 // transaction (orders.UpdateTx, version-checked). Either both are written
 // or neither. It returns the payment as written.
+//
+// The order row is written first. Every transaction that touches both
+// rows takes the order's lock before the payment's (Begin holds a share
+// lock on the order while it inserts), so two of them cannot each hold
+// what the other waits for.
 func (s *Store) Settle(ctx context.Context, p Payment, moveOrder func(*orders.Order) (bool, error)) (Payment, error) {
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		if moveOrder != nil {
+			if _, err := orders.UpdateTx(ctx, tx, p.OrderID, true, moveOrder); err != nil {
+				return err
+			}
+		}
 		tag, err := tx.Exec(ctx, sqlSettlePayment, p.ID, p.Version, string(p.Status),
 			p.ChargeID, p.RefundID, p.FailureReason, p.UpdatedAt)
 		if postgres.ConstraintViolated(err) == constraintChargeID {
@@ -99,11 +109,7 @@ func (s *Store) Settle(ctx context.Context, p Payment, moveOrder func(*orders.Or
 		if tag.RowsAffected() == 0 {
 			return ErrVersionConflict
 		}
-		if moveOrder == nil {
-			return nil
-		}
-		_, err = orders.UpdateTx(ctx, tx, p.OrderID, true, moveOrder)
-		return err
+		return nil
 	})
 	if err != nil {
 		return Payment{}, err

@@ -1,0 +1,115 @@
+package app_test
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+)
+
+// paymentJSON is a payment as API.md shows it.
+type paymentJSON struct {
+	ID          string  `json:"id"`
+	OrderID     string  `json:"order_id"`
+	Status      string  `json:"status"`
+	AmountCents int64   `json:"amount_cents"`
+	ChargeID    *string `json:"charge_id"`
+	CreatedAt   string  `json:"created_at"`
+}
+
+// TestPayments_Storm is the double-click storm across replicas: for each
+// of 20 orders, 15 pay requests at once over two servers, ten of them a
+// client retrying with one Idempotency-Key and five fresh clicks with keys
+// of their own. Every order must end paid, with exactly one succeeded
+// payment in the database and exactly one charge in the gateway's audit.
+func TestPayments_Storm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("races real PostgreSQL, Redis and a gateway")
+	}
+	const (
+		orders     = 20
+		sameKey    = 10
+		ownKeys    = 5
+		perOrder   = sameKey + ownKeys
+		unitPrice  = 1999
+		orderStock = orders
+	)
+	e := newEnv(t, 2, nil)
+	mustCreateProduct(t, e.r(0), "SKU-STORM", unitPrice, orderStock)
+	type target struct {
+		user  user
+		order order
+		key   string
+	}
+	targets := make([]target, orders)
+	for i := range targets {
+		u := mustCreateUser(t, e.r(i), "storm-buyer")
+		targets[i] = target{user: u, order: mustCreateOrder(t, e.r(i), u.Token, line{SKU: "SKU-STORM", Quantity: 1}), key: newKey()}
+	}
+	e.warm(t, 32)
+
+	var mu sync.Mutex
+	answers := map[string]int{}
+	replays := map[string]map[string]bool{} // order → distinct 201 bodies under the shared key
+	together(orders*perOrder, func(i int) {
+		tg := targets[i%orders]
+		click := i / orders
+		key := tg.key
+		if click >= sameKey {
+			key = newKey()
+		}
+		res := e.r(i).do(t, http.MethodPost, "/v1/orders/"+tg.order.ID+"/payments", tg.user.Token,
+			map[string]string{"payment_method": "pm_card_ok"}, "Idempotency-Key", key)
+		label := http.StatusText(res.Status)
+		if res.Status >= 400 {
+			label = res.code()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		answers[label]++
+		if res.Status == http.StatusCreated && key == tg.key {
+			if replays[tg.order.ID] == nil {
+				replays[tg.order.ID] = map[string]bool{}
+			}
+			replays[tg.order.ID][string(res.Body)] = true
+		}
+	})
+	t.Logf("answers: %v", answers)
+
+	for code := range answers {
+		switch code {
+		case "Created", "request_in_progress", "resource_busy", "invalid_state":
+		default:
+			t.Errorf("unexpected answer %q (%d times)", code, answers[code])
+		}
+	}
+	for _, tg := range targets {
+		id := tg.order.ID
+		if n := len(e.gateway.Charges(id)); n != 1 {
+			t.Errorf("order %s: %d charges in the gateway's audit, want 1", id, n)
+		}
+		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, id); n != 1 {
+			t.Errorf("order %s: %d succeeded payments, want 1", id, n)
+		}
+		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'processing'`, id); n != 0 {
+			t.Errorf("order %s: %d payments left processing", id, n)
+		}
+		res := e.r(0).do(t, http.MethodGet, "/v1/orders/"+id, tg.user.Token, nil)
+		if got := decode[order](t, res); got.Status != "paid" {
+			t.Errorf("order %s is %s, want paid", id, got.Status)
+		}
+		if n := len(replays[id]); n > 1 {
+			t.Errorf("order %s: the shared key got %d different 201 bodies, want one replayed byte for byte", id, n)
+		}
+		// The audit agrees with the database: the charge is the one the
+		// succeeded payment recorded.
+		if charges := e.gateway.Charges(id); len(charges) == 1 {
+			if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded' AND charge_id = $2`,
+				id, charges[0].ID); n != 1 {
+				t.Errorf("order %s: the gateway's charge %s is not the one recorded", id, charges[0].ID)
+			}
+		}
+	}
+	if n := e.count(t, `SELECT count(*) FROM orders WHERE status = 'paid'`); n != orders {
+		t.Errorf("%d orders paid, want %d", n, orders)
+	}
+}

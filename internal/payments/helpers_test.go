@@ -1,0 +1,165 @@
+package payments_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/payments"
+	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/redisx"
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// clock is a test clock shared by the services, moved by hand.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// fixture is one test database, a gateway on a real HTTP server, and the
+// order service the pay flow works on.
+type fixture struct {
+	pool    *pgxpool.Pool
+	clock   *clock
+	gateway *gateway.Server
+	gwURL   string
+	orders  *orders.Service
+	addrs   []string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{pool: testenv.Pool(t), clock: newClock(), addrs: testenv.RedisAddrs(t)}
+	gw, err := gateway.New(gateway.Options{JournalPath: t.TempDir() + "/gateway.jsonl", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		_ = gw.Close()
+	})
+	f.gateway, f.gwURL = gw, srv.URL
+	f.orders, err = orders.NewService(orders.Config{
+		Store: orders.NewStore(f.pool), Locker: lock.None{}, OrderTTL: 15 * time.Minute,
+		Now: f.clock.Now, Defences: orders.AllDefences(),
+	})
+	if err != nil {
+		t.Fatalf("orders.NewService: %v", err)
+	}
+	return f
+}
+
+// redisLock returns a lock over the test's Redis nodes.
+func (f *fixture) redisLock(t *testing.T) payments.Locker {
+	t.Helper()
+	clients := redisx.Clients(f.addrs)
+	t.Cleanup(func() { _ = redisx.Close(clients) })
+	l, err := lock.New(clients, lock.Options{Metrics: metrics.New()})
+	if err != nil {
+		t.Fatalf("lock.New: %v", err)
+	}
+	return l
+}
+
+// service builds a payment service with the given locker.
+func (f *fixture) service(t *testing.T, locker payments.Locker) *payments.Service {
+	t.Helper()
+	gw, err := payments.NewGateway(f.gwURL, payments.GatewayOptions{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("NewGateway: %v", err)
+	}
+	svc, err := payments.NewService(payments.Config{
+		Store: payments.NewStore(f.pool), Orders: f.orders, Gateway: gw, Locker: locker,
+		Metrics: metrics.New(), Now: f.clock.Now, Budget: 20 * time.Second, ReconcileAfter: time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("payments.NewService: %v", err)
+	}
+	return svc
+}
+
+// mustCreateOrders places n orders, one per new user, of one unit of a
+// new product each; it returns the user and order ids.
+func (f *fixture) mustCreateOrders(t *testing.T, n int) (users, ids []string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := inventory.NewStore(f.pool, f.clock.Now).Create(ctx,
+		inventory.Product{SKU: "SKU-PAY", Name: "Payable", PriceCents: 2500, StockAvailable: n}); err != nil {
+		t.Fatalf("create product: %v", err)
+	}
+	rows, err := f.pool.Query(ctx, `INSERT INTO users (id, name, token_hash, created_at)
+		SELECT gen_random_uuid(), 'user-' || i, sha256(gen_random_uuid()::text::bytea), now()
+		FROM generate_series(1, $1) AS i RETURNING id::text`, n)
+	if err != nil {
+		t.Fatalf("create users: %v", err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatalf("scan user: %v", err)
+		}
+		users = append(users, id)
+	}
+	rows.Close()
+	for i, u := range users {
+		o, err := f.orders.Create(ctx, u, "order-"+u, []inventory.Line{{SKU: "SKU-PAY", Quantity: 1}})
+		if err != nil {
+			t.Fatalf("create order %d: %v", i, err)
+		}
+		ids = append(ids, o.ID)
+	}
+	return users, ids
+}
+
+func (f *fixture) mustInt(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+func (f *fixture) mustExec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := f.pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// together runs fn(i) for i in [0, n) on n goroutines released at once.
+func together(n int, fn func(i int)) {
+	start := make(chan struct{})
+	var ready, done sync.WaitGroup
+	ready.Add(n)
+	for i := range n {
+		done.Go(func() {
+			ready.Done()
+			<-start
+			fn(i)
+		})
+	}
+	ready.Wait()
+	close(start)
+	done.Wait()
+}
