@@ -244,4 +244,3 @@ func (s *server) call(t *testing.T, method, path, token string, body any, want i
 	}
 	return out
 }
-
