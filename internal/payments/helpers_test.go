@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/gateway"
@@ -48,8 +49,16 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureWith(t, gateway.Options{})
+}
+
+// newFixtureWith is newFixture with the gateway built from opts (the
+// journal and the logger are filled in).
+func newFixtureWith(t *testing.T, opts gateway.Options) *fixture {
+	t.Helper()
 	f := &fixture{pool: testenv.Pool(t), clock: newClock(), addrs: testenv.RedisAddrs(t)}
-	gw, err := gateway.New(gateway.Options{JournalPath: t.TempDir() + "/gateway.jsonl", Logger: slog.New(slog.DiscardHandler)})
+	opts.JournalPath, opts.Logger = t.TempDir()+"/gateway.jsonl", slog.New(slog.DiscardHandler)
+	gw, err := gateway.New(opts)
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}
@@ -102,6 +111,17 @@ func (f *fixture) service(t *testing.T, locker payments.Locker) *payments.Servic
 // new product each; it returns the user and order ids.
 func (f *fixture) mustCreateOrders(t *testing.T, n int) (users, ids []string) {
 	t.Helper()
+	users = f.mustCreateBuyers(t, n)
+	for _, u := range users {
+		ids = append(ids, f.mustPlaceOrder(t, u))
+	}
+	return users, ids
+}
+
+// mustCreateBuyers creates n users and the product SKU-PAY, with a unit
+// in stock for each of them.
+func (f *fixture) mustCreateBuyers(t *testing.T, n int) []string {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := inventory.NewStore(f.pool, f.clock.Now).Create(ctx,
 		inventory.Product{SKU: "SKU-PAY", Name: "Payable", PriceCents: 2500, StockAvailable: n}); err != nil {
@@ -113,22 +133,21 @@ func (f *fixture) mustCreateOrders(t *testing.T, n int) (users, ids []string) {
 	if err != nil {
 		t.Fatalf("create users: %v", err)
 	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatalf("scan user: %v", err)
-		}
-		users = append(users, id)
+	users, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("create users: %v", err)
 	}
-	rows.Close()
-	for i, u := range users {
-		o, err := f.orders.Create(ctx, u, "order-"+u, []inventory.Line{{SKU: "SKU-PAY", Quantity: 1}})
-		if err != nil {
-			t.Fatalf("create order %d: %v", i, err)
-		}
-		ids = append(ids, o.ID)
+	return users
+}
+
+// mustPlaceOrder places an order of one unit of SKU-PAY for user.
+func (f *fixture) mustPlaceOrder(t *testing.T, user string) string {
+	t.Helper()
+	o, err := f.orders.Create(context.Background(), user, "order-"+user, []inventory.Line{{SKU: "SKU-PAY", Quantity: 1}})
+	if err != nil {
+		t.Fatalf("create order: %v", err)
 	}
-	return users, ids
+	return o.ID
 }
 
 func (f *fixture) mustInt(t *testing.T, sql string, args ...any) int {

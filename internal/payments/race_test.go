@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/payments"
@@ -118,5 +119,115 @@ func TestPay_Storm(t *testing.T) {
 				t.Errorf("%d succeeded payments on orders that are not paid", n)
 			}
 		})
+	}
+}
+
+// TestPay_ExpiryWhileCharging runs the order expiry job at the worst
+// moment: the gateway has charged, the order's time is up, and the outcome
+// is not recorded yet. The job must leave the order alone, and the payment
+// must settle it as paid. (Without the job's in-flight check, the order
+// expires and the charge has to be refunded: the customer paid in time and
+// gets nothing.)
+func TestPay_ExpiryWhileCharging(t *testing.T) {
+	if testing.Short() {
+		t.Skip("races real PostgreSQL and a gateway")
+	}
+	var f *fixture
+	expired := make(chan int, stormOrders)
+	f = newFixtureWith(t, gateway.Options{AfterCharge: func(gateway.Charge) {
+		f.clock.Advance(time.Hour) // far past every order's time
+		n, err := f.orders.ExpireDue(context.Background())
+		if err != nil {
+			t.Errorf("ExpireDue: %v", err)
+		}
+		expired <- n
+	}})
+	svc := f.service(t, f.redisLock(t))
+	users := f.mustCreateBuyers(t, stormOrders)
+
+	// One order at a time, each placed just before it is paid, so the
+	// only pending order is the one whose charge is in flight.
+	var ids []string
+	for i, u := range users {
+		id := f.mustPlaceOrder(t, u)
+		ids = append(ids, id)
+		if _, err := svc.Pay(context.Background(), u, id, gateway.MethodOK); err != nil {
+			t.Errorf("pay order %d: %v", i, err)
+		}
+		f.clock.Advance(-time.Hour)
+	}
+	close(expired)
+	for n := range expired {
+		if n != 0 {
+			t.Errorf("the expiry job expired %d orders while their payments were in flight", n)
+		}
+	}
+	for _, b := range f.doubleCharges(t, ids) {
+		t.Error(b)
+	}
+	if n := f.mustInt(t, `SELECT count(*) FROM stock_releases`); n != 0 {
+		t.Errorf("%d orders gave their stock back, want none: all were paid", n)
+	}
+}
+
+// TestPay_CancelRace races a cancel against each pay. Whichever wins, the
+// customer is never charged for an order that is not paid: a paid order
+// has one succeeded payment and one charge; a cancelled one has every
+// charge refunded, and its stock back once.
+func TestPay_CancelRace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("races real PostgreSQL, Redis and a gateway")
+	}
+	f := newFixture(t)
+	svc := f.service(t, f.redisLock(t))
+	users, ids := f.mustCreateOrders(t, stormOrders)
+
+	together(2*len(ids), func(i int) {
+		o := i / 2
+		if i%2 == 0 {
+			_, _ = svc.Pay(context.Background(), users[o], ids[o], gateway.MethodOK)
+			return
+		}
+		// Cancels land from before the payment begins to after it
+		// settles, most of them while the charge is in flight.
+		time.Sleep(time.Duration(o%10) * 15 * time.Millisecond)
+		_, _ = f.orders.Cancel(context.Background(), users[o], ids[o])
+	})
+
+	paid, cancelled := 0, 0
+	for _, id := range ids {
+		var status string
+		if err := f.pool.QueryRow(context.Background(), `SELECT status FROM orders WHERE id = $1`, id).Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+		charges := f.gateway.Charges(id)
+		live := 0
+		for _, c := range charges {
+			if c.Status != gateway.StatusRefunded {
+				live++
+			}
+		}
+		succeeded := f.mustInt(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, id)
+		processing := f.mustInt(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'processing'`, id)
+		switch {
+		case processing != 0:
+			t.Errorf("order %s: %d payments left processing", id, processing)
+		case status == "paid" && (live != 1 || len(charges) != 1 || succeeded != 1):
+			t.Errorf("paid order %s: %d charges (%d not refunded), %d succeeded payments; want 1, 1, 1", id, len(charges), live, succeeded)
+		case status == "cancelled" && (live != 0 || succeeded != 0):
+			t.Errorf("cancelled order %s: %d charges not refunded, %d succeeded payments; want none", id, live, succeeded)
+		case status != "paid" && status != "cancelled":
+			t.Errorf("order %s is %s", id, status)
+		}
+		if status == "paid" {
+			paid++
+		} else {
+			cancelled++
+		}
+	}
+	t.Logf("%d paid, %d cancelled, %d of them after their charge (refunded)", paid, cancelled,
+		f.mustInt(t, `SELECT count(*) FROM payments WHERE status = 'refunded'`))
+	if got, want := f.mustInt(t, `SELECT stock_available FROM products WHERE sku = 'SKU-PAY'`), cancelled; got != want {
+		t.Errorf("stock is %d, want %d (one unit back per cancelled order)", got, want)
 	}
 }
