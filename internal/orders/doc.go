@@ -29,5 +29,6 @@
 // FOR UPDATE SKIP LOCKED, so concurrent runs split the work instead of
 // repeating it, and its status change goes through the same version bump as
 // a user's cancel, so whichever commits first wins and the other changes
-// nothing.
+// nothing. An order whose payment is in flight (package payments) is not
+// expired: the payment began in time, and it settles the order either way.
 package orders
