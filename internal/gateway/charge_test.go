@@ -1,0 +1,300 @@
+package gateway_test
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shop-example/shop/internal/gateway"
+)
+
+func TestAPI_Statuses(t *testing.T) {
+	_, ts := newGateway(t, gateway.Options{})
+	tests := []struct {
+		name, method, path, key, body string
+		status                        int
+		code                          string
+	}{
+		{"ChargeOK", "POST", "/v1/charges", "k-ok", chargeJSON(500, gateway.MethodOK, "o1"), 201, ""},
+		{"ChargeDeclined", "POST", "/v1/charges", "k-decl", chargeJSON(500, gateway.MethodDeclined, "o1"), 402, "payment_declined"},
+		{"ChargeUnknownMethod", "POST", "/v1/charges", "k-unk", chargeJSON(500, "pm_card_gold", "o1"), 402, "payment_declined"},
+		{"ChargeFlakyFirst", "POST", "/v1/charges", "k-flaky", chargeJSON(500, gateway.MethodFlaky, "o1"), 503, "unavailable"},
+		{"NoKey", "POST", "/v1/charges", "", chargeJSON(500, gateway.MethodOK, "o1"), 400, "idempotency_key_required"},
+		{"KeyTooLong", "POST", "/v1/charges", strings.Repeat("k", 256), chargeJSON(500, gateway.MethodOK, "o1"), 400, "idempotency_key_required"},
+		{"KeyNotASCII", "POST", "/v1/charges", "clé", chargeJSON(500, gateway.MethodOK, "o1"), 400, "idempotency_key_required"},
+		{"AmountZero", "POST", "/v1/charges", "k1", chargeJSON(0, gateway.MethodOK, "o1"), 400, "invalid_request"},
+		{"AmountNegative", "POST", "/v1/charges", "k2", chargeJSON(-5, gateway.MethodOK, "o1"), 400, "invalid_request"},
+		{"AmountNotInteger", "POST", "/v1/charges", "k3", `{"amount_cents": 1.5, "payment_method": "pm_card_ok", "reference": "o1"}`, 400, "invalid_request"},
+		{"NoMethod", "POST", "/v1/charges", "k4", chargeJSON(500, "", "o1"), 400, "invalid_request"},
+		{"NoReference", "POST", "/v1/charges", "k5", chargeJSON(500, gateway.MethodOK, ""), 400, "invalid_request"},
+		{"ReferenceTooLong", "POST", "/v1/charges", "k6", chargeJSON(500, gateway.MethodOK, strings.Repeat("r", 256)), 400, "invalid_request"},
+		{"UnknownField", "POST", "/v1/charges", "k7", `{"amount_cents": 5, "payment_method": "pm_card_ok", "reference": "o1", "currency": "eur"}`, 400, "invalid_request"},
+		{"MalformedJSON", "POST", "/v1/charges", "k8", `{"amount_cents": `, 400, "invalid_request"},
+		{"ListAll", "GET", "/v1/charges", "", "", 200, ""},
+		{"ListByReference", "GET", "/v1/charges?reference=o1", "", "", 200, ""},
+		{"RefundUnknownCharge", "POST", "/v1/refunds", "r1", `{"charge_id": "ch_nope"}`, 404, "not_found"},
+		{"RefundNoKey", "POST", "/v1/refunds", "", `{"charge_id": "ch_nope"}`, 400, "idempotency_key_required"},
+		{"RefundNoChargeID", "POST", "/v1/refunds", "r2", `{}`, 400, "invalid_request"},
+		{"Health", "GET", "/healthz", "", "", 200, ""},
+		{"WrongMethod", "DELETE", "/v1/charges", "", "", 405, "method_not_allowed"},
+		{"NoRoute", "GET", "/v1/nothing", "", "", 404, "not_found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := mustSend(t, ts, tt.method, tt.path, tt.key, tt.body)
+			if r.status != tt.status || r.problem().Code != tt.code {
+				t.Fatalf("got %v, want %d %q", r, tt.status, tt.code)
+			}
+		})
+	}
+}
+
+func TestCharges_Create(t *testing.T) {
+	s, ts := newGateway(t, gateway.Options{})
+	r := mustSend(t, ts, "POST", "/v1/charges", "k", chargeJSON(1250, gateway.MethodOK, "order-1"))
+	ch := decode[gateway.Charge](t, r)
+	if r.status != 201 || r.replayed() || !strings.HasPrefix(ch.ID, "ch_") || ch.Status != gateway.StatusSucceeded ||
+		ch.AmountCents != 1250 || ch.Reference != "order-1" || ch.PaymentMethod != gateway.MethodOK || ch.CreatedAt.IsZero() {
+		t.Fatalf("got %v", r)
+	}
+	mustCharge(t, ts, "k2", chargeJSON(99, gateway.MethodOK, "order-2"))
+	if got := wantCharges(t, s, "order-1", 1); got[0] != ch {
+		t.Fatalf("audit %+v, answered %+v", got[0], ch)
+	}
+	all := decode[struct{ Items []gateway.Charge }](t, mustSend(t, ts, "GET", "/v1/charges", "", ""))
+	if len(all.Items) != 2 || all.Items[0].ID != ch.ID || all.Items[1].Reference != "order-2" {
+		t.Fatalf("GET /v1/charges: %+v, want both in creation order", all.Items)
+	}
+	none := mustSend(t, ts, "GET", "/v1/charges?reference=other", "", "")
+	if !bytes.Equal(bytes.TrimSpace(none.body), []byte(`{"items":[]}`)) {
+		t.Fatalf("no charges: %s, want an empty list", none.body)
+	}
+}
+
+func TestCharges_SameKeyConcurrent(t *testing.T) {
+	for _, method := range []string{gateway.MethodOK, gateway.MethodFlaky} {
+		t.Run(method, func(t *testing.T) {
+			s, ts := newGateway(t, gateway.Options{})
+			const n = 20
+			replies := make([]reply, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					replies[i], errs[i] = send(ts.Client(), "POST", ts.URL+"/v1/charges", "same", chargeJSON(700, method, "o-race"))
+				})
+			}
+			wg.Wait()
+			fresh := 0
+			var body []byte
+			for i, r := range replies {
+				if errs[i] != nil {
+					t.Fatalf("request %d: %v", i, errs[i])
+				}
+				if r.status == http.StatusServiceUnavailable && method == gateway.MethodFlaky {
+					continue // the one first attempt
+				}
+				if r.status != http.StatusCreated {
+					t.Fatalf("request %d: %v", i, r)
+				}
+				if !r.replayed() {
+					fresh++
+				}
+				if body == nil {
+					body = r.body
+				} else if !bytes.Equal(body, r.body) {
+					t.Fatalf("answers differ:\n%s\n%s", body, r.body)
+				}
+			}
+			if fresh != 1 {
+				t.Fatalf("%d answers were not replays, want 1", fresh)
+			}
+			wantCharges(t, s, "o-race", 1)
+		})
+	}
+}
+
+func TestCharges_KeyReused(t *testing.T) {
+	s, ts := newGateway(t, gateway.Options{})
+	ch := mustCharge(t, ts, "k", chargeJSON(500, gateway.MethodOK, "o1"))
+	tests := []struct{ name, path, body string }{
+		{"OtherAmount", "/v1/charges", chargeJSON(501, gateway.MethodOK, "o1")},
+		{"OtherReference", "/v1/charges", chargeJSON(500, gateway.MethodOK, "o2")},
+		{"OtherMethod", "/v1/charges", chargeJSON(500, gateway.MethodSlow, "o1")},
+		{"OtherRoute", "/v1/refunds", `{"charge_id": "` + ch.ID + `"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := mustSend(t, ts, "POST", tt.path, "k", tt.body)
+			if r.status != http.StatusUnprocessableEntity || r.problem().Code != "idempotency_key_reused" {
+				t.Fatalf("got %v, want 422 idempotency_key_reused", r)
+			}
+		})
+	}
+	// The same request in other JSON is the same request.
+	same := mustSend(t, ts, "POST", "/v1/charges", "k", `{"reference":"o1","amount_cents":500,"payment_method":"pm_card_ok"}`)
+	if same.status != http.StatusCreated || !same.replayed() || decode[gateway.Charge](t, same) != ch {
+		t.Fatalf("reordered body: got %v, want the replayed charge", same)
+	}
+	wantCharges(t, s, "", 1)
+}
+
+func TestCharges_DeclinedReplay(t *testing.T) {
+	s, ts := newGateway(t, gateway.Options{})
+	for i, wantReplayed := range []bool{false, true, true} {
+		r := mustSend(t, ts, "POST", "/v1/charges", "k", chargeJSON(500, gateway.MethodDeclined, "o1"))
+		p := r.problem()
+		if r.status != http.StatusPaymentRequired || p.Code != "payment_declined" || p.DeclineCode != "card_declined" || r.replayed() != wantReplayed {
+			t.Fatalf("attempt %d: got %v (replayed %t), want 402 card_declined (replayed %t)", i, r, r.replayed(), wantReplayed)
+		}
+	}
+	unknown := mustSend(t, ts, "POST", "/v1/charges", "k2", chargeJSON(500, "pm_card_gold", "o1"))
+	if p := unknown.problem(); unknown.status != 402 || p.Detail != "unknown payment method" {
+		t.Fatalf("unknown method: got %v", unknown)
+	}
+	wantCharges(t, s, "", 0)
+}
+
+func TestCharges_Flaky(t *testing.T) {
+	s, ts := newGateway(t, gateway.Options{})
+	body := chargeJSON(500, gateway.MethodFlaky, "o1")
+	first := mustSend(t, ts, "POST", "/v1/charges", "k", body)
+	if first.status != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt: got %v, want 503", first)
+	}
+	wantCharges(t, s, "o1", 0)
+	ch := mustCharge(t, ts, "k", body)
+	third := mustSend(t, ts, "POST", "/v1/charges", "k", body)
+	if third.status != 201 || !third.replayed() || decode[gateway.Charge](t, third) != ch {
+		t.Fatalf("third attempt: got %v, want the charge replayed", third)
+	}
+	// Each key has its own first attempt.
+	if r := mustSend(t, ts, "POST", "/v1/charges", "k-other", body); r.status != 503 {
+		t.Fatalf("another key's first attempt: got %v, want 503", r)
+	}
+	wantCharges(t, s, "o1", 1)
+}
+
+func TestCharges_Slow(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	s, ts := newGateway(t, gateway.Options{SlowDelay: delay})
+	body := chargeJSON(500, gateway.MethodSlow, "o-slow")
+	impatient := &http.Client{Timeout: 100 * time.Millisecond}
+
+	for attempt := range 2 {
+		_, err := send(impatient, "POST", ts.URL+"/v1/charges", "k", body)
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("attempt %d in the window: err %v, want a client timeout", attempt, err)
+		}
+	}
+	// The charge was made at once, though nobody was told.
+	ch := wantCharges(t, s, "o-slow", 1)[0]
+
+	time.Sleep(time.Until(ch.CreatedAt.Add(delay)))
+	// The same impatient client now hears the answer: it comes at once.
+	r, err := send(impatient, "POST", ts.URL+"/v1/charges", "k", body)
+	if err != nil {
+		t.Fatalf("replay after the window: %v", err)
+	}
+	if r.status != 201 || !r.replayed() || decode[gateway.Charge](t, r) != ch {
+		t.Fatalf("replay after the window: got %v, want charge %s replayed", r, ch.ID)
+	}
+	wantCharges(t, s, "o-slow", 1)
+}
+
+func TestCharges_SlowPatientClient(t *testing.T) {
+	const delay = 200 * time.Millisecond
+	s, ts := newGateway(t, gateway.Options{SlowDelay: delay})
+	start := time.Now()
+	ch := mustCharge(t, ts, "k", chargeJSON(500, gateway.MethodSlow, "o1"))
+	if elapsed := time.Since(start); elapsed < delay {
+		t.Fatalf("answered after %v, want at least %v", elapsed, delay)
+	}
+	if got := wantCharges(t, s, "o1", 1); got[0] != ch {
+		t.Fatalf("audit %+v, answered %+v", got[0], ch)
+	}
+}
+
+func TestCharges_KeysRunInParallel(t *testing.T) {
+	const delay = 500 * time.Millisecond
+	s, ts := newGateway(t, gateway.Options{SlowDelay: delay})
+	done := make(chan error, 1)
+	go func() {
+		_, err := send(ts.Client(), "POST", ts.URL+"/v1/charges", "slow", chargeJSON(500, gateway.MethodSlow, "o-slow"))
+		done <- err
+	}()
+	for len(s.Charges("o-slow")) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	mustCharge(t, ts, "fast", chargeJSON(500, gateway.MethodOK, "o-fast"))
+	if elapsed := time.Since(start); elapsed > delay/2 {
+		t.Fatalf("another key waited %v behind a slow one", elapsed)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("slow charge: %v", err)
+	}
+}
+
+func TestCharges_AfterCharge(t *testing.T) {
+	var mu sync.Mutex
+	var seen []gateway.Charge
+	s, ts := newGateway(t, gateway.Options{AfterCharge: func(ch gateway.Charge) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, ch)
+	}})
+	ch := mustCharge(t, ts, "k", chargeJSON(500, gateway.MethodOK, "o1"))
+	mustCharge(t, ts, "k", chargeJSON(500, gateway.MethodOK, "o1"))
+	mustSend(t, ts, "POST", "/v1/charges", "d", chargeJSON(500, gateway.MethodDeclined, "o1"))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != ch {
+		t.Fatalf("AfterCharge saw %+v, want only %+v", seen, ch)
+	}
+	wantCharges(t, s, "o1", 1)
+}
+
+// The per-key lock is what makes a second request wait for the first one's
+// answer: without it, the second would replay the journaled charge while
+// the first is still between journal and answer (here, held in AfterCharge).
+func TestCharges_SameKeyWaitsForFirstAnswer(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s, ts := newGateway(t, gateway.Options{AfterCharge: func(gateway.Charge) {
+		once.Do(func() { close(entered) })
+		<-release
+	}})
+	var freeOnce sync.Once
+	free := func() { freeOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // runs before the server's cleanup, even on failure
+	body := chargeJSON(500, gateway.MethodOK, "o1")
+	first, second := make(chan reply, 1), make(chan reply, 1)
+	post := func(out chan<- reply) {
+		r, err := send(ts.Client(), "POST", ts.URL+"/v1/charges", "k", body)
+		if err != nil {
+			t.Errorf("charge: %v", err)
+		}
+		out <- r
+	}
+	go post(first)
+	<-entered
+	go post(second)
+	select {
+	case r := <-second:
+		t.Fatalf("second request answered %v before the first", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	free()
+	r1, r2 := <-first, <-second
+	if r1.status != 201 || r1.replayed() || r2.status != 201 || !r2.replayed() || !bytes.Equal(r1.body, r2.body) {
+		t.Fatalf("first %v (replayed %t), second %v (replayed %t)", r1, r1.replayed(), r2, r2.replayed())
+	}
+	wantCharges(t, s, "o1", 1)
+}

@@ -1,0 +1,42 @@
+// Package gateway is `shop gateway`: a stand-in for a card processor, run as
+// its own process on its own port and reached only over HTTP, so the shop's
+// payment client meets the same failures it would meet in production: a
+// decline, a 5xx, an answer that arrives after the client gave up.
+//
+// # What it promises
+//
+//   - The same Idempotency-Key gives the same answer, and never a second
+//     charge: a charge, a decline or a refund is remembered under its key
+//     and replayed with Idempotent-Replayed: true. A key sent again with
+//     another request (another body or another route) is refused with 422
+//     idempotency_key_reused.
+//   - Requests with one key are serialised (the second waits for the first
+//     and replays its answer); requests with different keys run in parallel.
+//   - Nothing is answered before it is durable. Every decision is one line
+//     of an append-only JSON-lines journal, written and fsynced before the
+//     answer is sent; on start the journal is replayed, so charges, refunds,
+//     remembered declines and failed attempts survive a restart.
+//
+// # Test payment methods
+//
+//	pm_card_ok        succeeds (201)
+//	pm_card_declined  402 payment_declined, remembered under the key
+//	pm_card_slow      charged at once, but no answer for its key (first or
+//	                  replay) before created_at + SlowDelay: the ambiguous case
+//	pm_card_flaky     503 and no charge on the first attempt for a key
+//	                  (journaled, so it stays first across a restart); the
+//	                  next attempt charges
+//
+// Any other method is declined (402, "unknown payment method").
+//
+// # Layers
+//
+// One mutex guards the in-memory index and the journal file together, so
+// the order of the lines is the order in which decisions were made, and a
+// decision (is this charge refunded yet?) and its line are one step. The
+// per-key lock sits in front of it and spans the whole request, hold-back
+// included, which is what makes a second request with the same key wait
+// for the first one's answer. The state is rebuilt by the same apply
+// function at start and at run time, so a restart cannot rebuild anything
+// the running process did not have.
+package gateway

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/metrics"
+)
+
+// The test payment methods (see the package comment).
+const (
+	MethodOK       = "pm_card_ok"
+	MethodDeclined = "pm_card_declined"
+	MethodSlow     = "pm_card_slow"
+	MethodFlaky    = "pm_card_flaky"
+)
+
+// Statuses of a charge and of a refund.
+const (
+	StatusSucceeded = "succeeded"
+	StatusRefunded  = "refunded"
+)
+
+// The headers of the idempotency contract, spelled as the shop spells them.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderReplayed       = "Idempotent-Replayed"
+)
+
+// DefaultSlowDelay is the hold-back of pm_card_slow when Options leave it 0.
+const DefaultSlowDelay = 10 * time.Second
+
+// Charge is money moved from a card: the body of POST /v1/charges and an
+// item of GET /v1/charges.
+type Charge struct {
+	ID            string    `json:"id"`
+	Status        string    `json:"status"`
+	AmountCents   int64     `json:"amount_cents"`
+	Reference     string    `json:"reference"`
+	PaymentMethod string    `json:"payment_method"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// Refund gives a charge's whole amount back: the body of POST /v1/refunds.
+type Refund struct {
+	ID          string    `json:"id"`
+	ChargeID    string    `json:"charge_id"`
+	AmountCents int64     `json:"amount_cents"`
+	Status      string    `json:"status"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// Options configure a Server.
+type Options struct {
+	JournalPath string        // required
+	SlowDelay   time.Duration // hold-back for pm_card_slow; 0 → DefaultSlowDelay
+	Now         func() time.Time
+	Logger      *slog.Logger
+	// AfterCharge, when set, is called after a new charge is durably journaled and
+	// before its answer is written. Tests use it to crash the caller mid-charge.
+	AfterCharge func(Charge)
+}
+
+// Server is the gateway: the index of what it decided, the journal that
+// makes it durable, and the HTTP API over both.
+type Server struct {
+	opts  Options
+	now   func() time.Time
+	locks *keyLocks
+	echo  *echo.Echo
+
+	mu      sync.Mutex // guards ledger and journal together
+	ledger  *ledger
+	journal *journal
+}
+
+// New opens the journal at opts.JournalPath (creating it if absent),
+// replays it, and returns a server ready to answer.
+func New(opts Options) (*Server, error) {
+	if opts.JournalPath == "" {
+		return nil, errors.New("gateway: a journal path is required")
+	}
+	if opts.SlowDelay <= 0 {
+		opts.SlowDelay = DefaultSlowDelay
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{opts: opts, now: opts.Now, locks: newKeyLocks(), ledger: newLedger()}
+	j, err := openJournal(opts.JournalPath, s.ledger.apply, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	s.journal = j
+	s.echo = s.routes()
+	return s, nil
+}
+
+// routes builds the HTTP API. The request timeout leaves room for the
+// pm_card_slow hold-back, which is an answer, not a hang.
+func (s *Server) routes() *echo.Echo {
+	e := httpx.New(metrics.New(), httpx.Options{
+		Logger:         s.opts.Logger,
+		RequestTimeout: s.opts.SlowDelay + 10*time.Second,
+	})
+	h := handlers{s: s}
+	e.POST("/v1/charges", h.createCharge)
+	e.GET("/v1/charges", h.listCharges)
+	e.POST("/v1/refunds", h.createRefund)
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	return e
+}
+
+// Handler returns the HTTP API.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Charges returns the charges that moved money, in creation order: all of
+// them, or those with the given reference.
+func (s *Server) Charges(reference string) []Charge {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ledger.chargesFor(reference)
+}
+
+// Close closes the journal; requests that would write to it fail from now on.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.journal.close()
+}
+
+// commit makes rec durable, then applies it to the index. The caller holds
+// s.mu, so the line order is the decision order.
+func (s *Server) commit(rec record) error {
+	if err := s.journal.append(rec); err != nil {
+		return err
+	}
+	s.ledger.apply(rec)
+	return nil
+}
