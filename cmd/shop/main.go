@@ -4,6 +4,8 @@
 //	shop migrate up|down|version manage the database schema
 //	shop seed                    load the demo catalogue
 //	shop bench orders            measure order creation (see docs/BENCHMARKS.md)
+//	shop gateway                 run the stand-in card processor (its own port)
+//	shop health <url>            exit 0 if the URL answers 200 (container healthcheck)
 //
 // Settings come from the environment (SHOP_*, see README.md).
 package main
@@ -25,6 +27,8 @@ commands:
   migrate up|down|version  manage the database schema
   seed                     load the demo catalogue (safe to run again)
   bench orders             benchmark order creation against the raw SQL baseline
+  gateway                  run the stand-in card processor (payment gateway)
+  health <url>             exit 0 if the URL answers 200 (container healthcheck)
 `
 
 func main() {
@@ -60,6 +64,10 @@ func run(ctx context.Context, args []string, logger *slog.Logger) error {
 		return seed(ctx, logger)
 	case "bench":
 		return bench(ctx, args[1:], logger)
+	case "gateway":
+		return gateway(ctx, logger)
+	case "health":
+		return health(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil
