@@ -114,6 +114,7 @@ func (g *Gateway) post(ctx context.Context, path, key string, body, out any) err
 		return fmt.Errorf("encode %s: %w", path, err)
 	}
 	var last error
+	attempts := 0
 	for attempt := 1; attempt <= g.opts.Attempts; attempt++ {
 		if attempt > 1 {
 			pause := g.opts.Backoff << (attempt - 2)
@@ -124,6 +125,7 @@ func (g *Gateway) post(ctx context.Context, path, key string, body, out any) err
 			case <-time.After(pause):
 			}
 		}
+		attempts++
 		retry, err := g.attempt(ctx, path, key, payload, out)
 		if err == nil || !retry {
 			return err
@@ -133,7 +135,7 @@ func (g *Gateway) post(ctx context.Context, path, key string, body, out any) err
 			break
 		}
 	}
-	return fmt.Errorf("%w: %s after %d attempts: %w", ErrOutcomeUnknown, path, g.opts.Attempts, last)
+	return fmt.Errorf("%w: %s after %d attempts: %w", ErrOutcomeUnknown, path, attempts, last)
 }
 
 // attempt makes one call. retry reports whether the error leaves the
@@ -164,12 +166,22 @@ func (g *Gateway) attempt(ctx context.Context, path, key string, payload []byte,
 		return false, nil
 	case resp.StatusCode == http.StatusPaymentRequired:
 		return false, &DeclinedError{Reason: problemDetail(body)}
-	case resp.StatusCode >= 500, resp.StatusCode == http.StatusConflict, resp.StatusCode == http.StatusTooManyRequests:
-		// 409 is the gateway still working on this key: ask again.
+	case resp.StatusCode >= 500, resp.StatusCode == http.StatusTooManyRequests,
+		resp.StatusCode == http.StatusConflict && problemCode(body) == "request_in_progress":
+		// Unknown, or the gateway still working on this key: ask again.
 		return true, fmt.Errorf("%s: gateway answered %d: %s", path, resp.StatusCode, problemDetail(body))
 	default:
 		return false, fmt.Errorf("%s: gateway refused the request (%d): %s", path, resp.StatusCode, problemDetail(body))
 	}
+}
+
+// problemCode takes the code out of a problem+json answer.
+func problemCode(body []byte) string {
+	var p struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(body, &p)
+	return p.Code
 }
 
 // problemDetail takes the detail (or code) out of a problem+json answer.

@@ -144,9 +144,11 @@ func (s *Service) begin(ctx context.Context, userID, orderID, method string) (Pa
 	if errors.Is(err, ErrActivePayment) {
 		s.metrics.Stopped(FlowPay, metrics.LayerConstraint)
 		active, aerr := s.store.Active(ctx, orderID)
-		if aerr != nil {
+		if aerr != nil && !errors.Is(aerr, ErrNotFound) {
 			return Payment{}, fmt.Errorf("%w (and reading it: %w)", err, aerr)
 		}
+		// Not found: the other payment failed or was refunded meanwhile;
+		// busy tells the client to try again.
 		if active.Status == StatusSucceeded {
 			return Payment{}, problem.New(problem.InvalidState, "order is paid and cannot be paid")
 		}

@@ -1,0 +1,597 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shop-example/shop/internal/gateway"
+)
+
+// The payment JSON (paymentJSON) is declared in payments_race_test.go.
+
+// payPath is the payments route of an order.
+func payPath(orderID string) string { return "/v1/orders/" + orderID + "/payments" }
+
+// payReq sends POST /v1/orders/{id}/payments with method under key.
+func payReq(t testing.TB, r *replica, token, orderID, method, key string) response {
+	t.Helper()
+	return r.do(t, http.MethodPost, payPath(orderID), token, map[string]string{"payment_method": method}, "Idempotency-Key", key)
+}
+
+// payList returns GET /v1/orders/{id}/payments.
+func payList(t testing.TB, r *replica, token, orderID string) []paymentJSON {
+	t.Helper()
+	res := r.do(t, http.MethodGet, payPath(orderID), token, nil)
+	wantStatus(t, res, http.StatusOK)
+	return decode[page[paymentJSON]](t, res).Items
+}
+
+// payOrderStatus returns the order's status as GET /v1/orders/{id} shows it.
+func payOrderStatus(t testing.TB, r *replica, token, orderID string) string {
+	t.Helper()
+	res := r.do(t, http.MethodGet, "/v1/orders/"+orderID, token, nil)
+	wantStatus(t, res, http.StatusOK)
+	return decode[order](t, res).Status
+}
+
+// payWantCharges fails unless the gateway's audit holds n charges for the
+// order, and returns them.
+func payWantCharges(t testing.TB, e *env, orderID string, n int) []gateway.Charge {
+	t.Helper()
+	charges := e.gateway.Charges(orderID)
+	if len(charges) != n {
+		t.Fatalf("order %s: %d charges in the gateway's audit, want %d: %+v", orderID, len(charges), n, charges)
+	}
+	return charges
+}
+
+// payWantNoChargedUnpaid checks the promise of the pay flow against the
+// gateway's audit: every charge that was not refunded belongs to a paid
+// order and is recorded by its one succeeded payment, and every refunded
+// charge by a refunded payment.
+func payWantNoChargedUnpaid(t testing.TB, e *env) {
+	t.Helper()
+	for _, ch := range e.gateway.Charges("") {
+		if ch.Status == gateway.StatusRefunded {
+			if n := e.count(t, `SELECT count(*) FROM payments WHERE charge_id = $1 AND status = 'refunded' AND refund_id IS NOT NULL`, ch.ID); n != 1 {
+				t.Errorf("refunded charge %s (order %s) is recorded by %d refunded payments, want 1", ch.ID, ch.Reference, n)
+			}
+			continue
+		}
+		if n := e.count(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'paid'`, ch.Reference); n != 1 {
+			t.Errorf("charged but not paid: charge %s is %s, and its order %s is not paid", ch.ID, ch.Status, ch.Reference)
+		}
+		if n := e.count(t, `SELECT count(*) FROM payments WHERE charge_id = $1 AND order_id = $2 AND status = 'succeeded'`, ch.ID, ch.Reference); n != 1 {
+			t.Errorf("charge %s of order %s is recorded by %d succeeded payments, want 1", ch.ID, ch.Reference, n)
+		}
+	}
+}
+
+// payWantMetric fails unless the replica's /metrics has the sample line.
+func payWantMetric(t testing.TB, r *replica, sample string) {
+	t.Helper()
+	res := r.do(t, http.MethodGet, "/metrics", "", nil)
+	wantStatus(t, res, http.StatusOK)
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + `$`).Match(res.Body) {
+		name, _, _ := strings.Cut(sample, "{")
+		name, _, _ = strings.Cut(name, " ")
+		t.Errorf("/metrics lacks %q; it has:\n%s", sample, grepLines(string(res.Body), name))
+	}
+}
+
+// payWaitFor polls cond every 10ms until it holds or timeout passes.
+func payWaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: still waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestPayments_Pay(t *testing.T) {
+	e := newEnv(t, 2, nil)
+	mustCreateProduct(t, e.r(0), "PAY-OK", 1250, 10)
+	u := mustCreateUser(t, e.r(0), "paula")
+	o := mustCreateOrder(t, e.r(0), u.Token, line{"PAY-OK", 3})
+	if o.TotalCents != 3*1250 {
+		t.Fatalf("order total %d, want %d", o.TotalCents, 3*1250)
+	}
+	key := newKey()
+
+	first := payReq(t, e.r(0), u.Token, o.ID, gateway.MethodOK, key)
+	wantStatus(t, first, http.StatusCreated)
+	p := decode[paymentJSON](t, first)
+	charges := payWantCharges(t, e, o.ID, 1)
+
+	t.Run("Created", func(t *testing.T) {
+		if !uuidPattern.MatchString(p.ID) || p.OrderID != o.ID || p.Status != "succeeded" || p.AmountCents != o.TotalCents {
+			t.Errorf("got %s, want a succeeded payment of order %s for %d cents", first.Body, o.ID, o.TotalCents)
+		}
+		if p.ChargeID == nil || *p.ChargeID != charges[0].ID {
+			t.Errorf("charge_id %v, want the gateway's charge %s", p.ChargeID, charges[0].ID)
+		}
+		if at, err := time.Parse(time.RFC3339, p.CreatedAt); err != nil || !strings.HasSuffix(p.CreatedAt, "Z") || at.IsZero() {
+			t.Errorf("created_at %q, want an RFC 3339 UTC time", p.CreatedAt)
+		}
+		if loc := first.Header.Get("Location"); loc != payPath(o.ID) {
+			t.Errorf("Location %q, want %s", loc, payPath(o.ID))
+		}
+		if ct := first.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			t.Errorf("Content-Type %q, want application/json", ct)
+		}
+	})
+	t.Run("OrderPaid", func(t *testing.T) {
+		if got := payOrderStatus(t, e.r(1), u.Token, o.ID); got != "paid" {
+			t.Errorf("order is %s, want paid", got)
+		}
+		if got := e.stock(t, "PAY-OK"); got != 7 {
+			t.Errorf("stock %d, want 7 (a paid order keeps its stock)", got)
+		}
+	})
+	t.Run("Charge", func(t *testing.T) {
+		ch := charges[0]
+		if ch.Status != gateway.StatusSucceeded || ch.AmountCents != o.TotalCents || ch.PaymentMethod != gateway.MethodOK {
+			t.Errorf("charge %+v, want succeeded, %d cents by %s", ch, o.TotalCents, gateway.MethodOK)
+		}
+	})
+	t.Run("List", func(t *testing.T) {
+		items := payList(t, e.r(1), u.Token, o.ID)
+		if len(items) != 1 || items[0].ID != p.ID || items[0].Status != "succeeded" ||
+			items[0].ChargeID == nil || *items[0].ChargeID != *p.ChargeID || items[0].AmountCents != p.AmountCents ||
+			items[0].CreatedAt != p.CreatedAt || items[0].OrderID != o.ID {
+			t.Errorf("list %+v, want just the payment %s", items, first.Body)
+		}
+	})
+	t.Run("Replay", func(t *testing.T) {
+		for i := range 2 { // the other replica, then the one that charged
+			res := payReq(t, e.r(i+1), u.Token, o.ID, gateway.MethodOK, key)
+			wantStatus(t, res, http.StatusCreated)
+			if !bytes.Equal(res.Body, first.Body) {
+				t.Errorf("replay on replica %d:\n%s\nfirst answer:\n%s", (i+1)%2, res.Body, first.Body)
+			}
+			if res.Header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("replay on replica %d lacks Idempotent-Replayed: true", (i+1)%2)
+			}
+		}
+		payWantCharges(t, e, o.ID, 1)
+	})
+	t.Run("AgainWithNewKey", func(t *testing.T) {
+		res := payReq(t, e.r(1), u.Token, o.ID, gateway.MethodOK, newKey())
+		wantProblem(t, res, http.StatusConflict, "invalid_state")
+		if d := res.problem().Detail; !strings.Contains(d, "paid") {
+			t.Errorf("detail %q does not say the order is paid", d)
+		}
+		payWantCharges(t, e, o.ID, 1)
+	})
+	t.Run("Metrics", func(t *testing.T) {
+		// One payment began, on replica 0; the replays began none.
+		payWantMetric(t, e.r(0), `shop_payment_attempts_total 1`)
+		payWantMetric(t, e.r(0), `shop_payment_outcomes_total{outcome="succeeded"} 1`)
+		payWantMetric(t, e.r(1), `shop_payment_attempts_total 0`)
+	})
+
+	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
+		t.Errorf("%d payment rows, want 1", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded' AND charge_id = $2`, o.ID, charges[0].ID); n != 1 {
+		t.Errorf("%d succeeded payments recording charge %s, want 1", n, charges[0].ID)
+	}
+	payWantNoChargedUnpaid(t, e)
+}
+
+func TestPayments_Declined(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "PAY-DECL", 500, 10)
+	u := mustCreateUser(t, r, "dora")
+	o := mustCreateOrder(t, r, u.Token, line{"PAY-DECL", 2})
+	key := newKey()
+
+	declined := payReq(t, r, u.Token, o.ID, gateway.MethodDeclined, key)
+	wantProblem(t, declined, http.StatusPaymentRequired, "payment_declined")
+	if d := declined.problem().Detail; !strings.Contains(d, "declined") {
+		t.Errorf("detail %q does not give the gateway's reason", d)
+	}
+	t.Run("PaymentFailed", func(t *testing.T) {
+		items := payList(t, r, u.Token, o.ID)
+		if len(items) != 1 || items[0].Status != "failed" || items[0].ChargeID != nil || items[0].AmountCents != o.TotalCents {
+			t.Errorf("payments %+v, want one failed payment without a charge", items)
+		}
+		if got := payOrderStatus(t, r, u.Token, o.ID); got != "pending_payment" {
+			t.Errorf("order is %s, want pending_payment", got)
+		}
+		payWantCharges(t, e, o.ID, 0)
+	})
+	t.Run("Replay", func(t *testing.T) {
+		res := payReq(t, r, u.Token, o.ID, gateway.MethodDeclined, key)
+		wantProblem(t, res, http.StatusPaymentRequired, "payment_declined")
+		if !bytes.Equal(res.Body, declined.Body) || res.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("replay %s (replayed %q), want the first answer %s replayed", res, res.Header.Get("Idempotent-Replayed"), declined.Body)
+		}
+		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
+			t.Errorf("%d payment rows after the replay, want 1", n)
+		}
+	})
+	t.Run("PaidWithNewKey", func(t *testing.T) {
+		res := payReq(t, r, u.Token, o.ID, gateway.MethodOK, newKey())
+		wantStatus(t, res, http.StatusCreated)
+		p := decode[paymentJSON](t, res)
+		charges := payWantCharges(t, e, o.ID, 1)
+		if p.Status != "succeeded" || p.ChargeID == nil || *p.ChargeID != charges[0].ID {
+			t.Errorf("got %s, want succeeded with charge %s", res.Body, charges[0].ID)
+		}
+		items := payList(t, r, u.Token, o.ID)
+		if len(items) != 2 || items[0].Status != "failed" || items[1].ID != p.ID || items[1].Status != "succeeded" {
+			t.Errorf("payments %+v, want the failed one, then the succeeded one", items)
+		}
+		if got := payOrderStatus(t, r, u.Token, o.ID); got != "paid" {
+			t.Errorf("order is %s, want paid", got)
+		}
+		payWantMetric(t, r, `shop_payment_outcomes_total{outcome="failed"} 1`)
+	})
+
+	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, o.ID); n != 1 {
+		t.Errorf("%d succeeded payments, want 1", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'failed' AND charge_id IS NULL`, o.ID); n != 1 {
+		t.Errorf("%d failed payments without a charge, want 1", n)
+	}
+	payWantNoChargedUnpaid(t, e)
+}
+
+// TestPayments_Flaky: the gateway fails the first attempt of a key and
+// charges nothing; the client tries again with the same key, which is the
+// only way the charge can succeed (a new key would fail first again).
+func TestPayments_Flaky(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "PAY-FLAKY", 700, 10)
+	u := mustCreateUser(t, r, "fritz")
+	o := mustCreateOrder(t, r, u.Token, line{"PAY-FLAKY", 1})
+
+	res := payReq(t, r, u.Token, o.ID, gateway.MethodFlaky, newKey())
+	wantStatus(t, res, http.StatusCreated)
+	p := decode[paymentJSON](t, res)
+	charges := payWantCharges(t, e, o.ID, 1)
+	if p.Status != "succeeded" || p.ChargeID == nil || *p.ChargeID != charges[0].ID {
+		t.Errorf("got %s, want succeeded with charge %s", res.Body, charges[0].ID)
+	}
+	if got := payOrderStatus(t, r, u.Token, o.ID); got != "paid" {
+		t.Errorf("order is %s, want paid", got)
+	}
+	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
+		t.Errorf("%d payment rows, want 1 (the retry is the same payment)", n)
+	}
+	payWantNoChargedUnpaid(t, e)
+}
+
+// TestPayments_OutcomeUnknown: the gateway charges but answers after the
+// client's timeout. The request answers 202 with the payment processing;
+// the order waits for it, even past its expiry time, and the reconciler
+// settles it with the same key, without a second charge.
+func TestPayments_OutcomeUnknown(t *testing.T) {
+	e := newEnv(t, 1, map[string]string{
+		"SHOP_GATEWAY_TIMEOUT":    "200ms",
+		"SHOP_GATEWAY_SLOW_DELAY": "1500ms",
+	})
+	r := e.r(0)
+	ctx := context.Background()
+	mustCreateProduct(t, r, "PAY-SLOW", 900, 10)
+	u := mustCreateUser(t, r, "sly")
+	o := mustCreateOrder(t, r, u.Token, line{"PAY-SLOW", 2})
+
+	res := payReq(t, r, u.Token, o.ID, gateway.MethodSlow, newKey())
+	wantStatus(t, res, http.StatusAccepted)
+	p := decode[paymentJSON](t, res)
+	if p.Status != "processing" || p.ChargeID != nil || p.OrderID != o.ID || p.AmountCents != o.TotalCents {
+		t.Fatalf("got %s, want a processing payment of order %s without a charge", res.Body, o.ID)
+	}
+	if loc := res.Header.Get("Location"); loc != payPath(o.ID) {
+		t.Errorf("Location %q, want %s to poll", loc, payPath(o.ID))
+	}
+	charge := payWantCharges(t, e, o.ID, 1)[0] // made, only its answer was late
+
+	t.Run("Processing", func(t *testing.T) {
+		items := payList(t, r, u.Token, o.ID)
+		if len(items) != 1 || items[0].ID != p.ID || items[0].Status != "processing" || items[0].ChargeID != nil {
+			t.Errorf("payments %+v, want the one processing payment", items)
+		}
+		if got := payOrderStatus(t, r, u.Token, o.ID); got != "pending_payment" {
+			t.Errorf("order is %s, want pending_payment", got)
+		}
+		payWantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
+	})
+	t.Run("NewKeyWhileInFlight", func(t *testing.T) {
+		res := payReq(t, r, u.Token, o.ID, gateway.MethodOK, newKey())
+		wantProblem(t, res, http.StatusConflict, "resource_busy")
+		if res.Header.Get("Retry-After") == "" {
+			t.Errorf("resource_busy without Retry-After")
+		}
+		payWantCharges(t, e, o.ID, 1)
+		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
+			t.Errorf("%d payment rows, want 1", n)
+		}
+	})
+	t.Run("NotDueYet", func(t *testing.T) {
+		if n, err := r.app.Payments.Reconcile(ctx); err != nil || n != 0 {
+			t.Errorf("Reconcile before the reconcile delay = %d, %v; want 0, nil", n, err)
+		}
+		// Not only settled none: looked at none, so it did not ask the
+		// gateway about a payment whose request may still be running.
+		res := r.do(t, http.MethodGet, "/metrics", "", nil)
+		if m := string(res.Body); strings.Contains(m, "shop_payment_reconciliations_total{") {
+			t.Errorf("the reconciler looked at a payment before its delay:\n%s", grepLines(m, "shop_payment_reconciliations_total"))
+		}
+	})
+	t.Run("ExpiryWaits", func(t *testing.T) {
+		// Past the order's expiry time and the reconcile delay at once.
+		e.clock.Advance(max(orderTTL, e.cfg.ReconcileAfter) + time.Second)
+		if n, err := r.app.Orders.ExpireDue(ctx); err != nil || n != 0 {
+			t.Errorf("ExpireDue = %d, %v; want 0: the order's payment is processing", n, err)
+		}
+		if got := payOrderStatus(t, r, u.Token, o.ID); got != "pending_payment" {
+			t.Errorf("order is %s, want pending_payment while its payment is processing", got)
+		}
+		if got := e.stock(t, "PAY-SLOW"); got != 8 {
+			t.Errorf("stock %d, want 8 (still reserved)", got)
+		}
+	})
+	t.Run("Reconciled", func(t *testing.T) {
+		// The gateway answers this charge's key once its hold-back is over,
+		// in wall time.
+		time.Sleep(time.Until(charge.CreatedAt.Add(e.cfg.GatewaySlowDelay)) + 50*time.Millisecond)
+		if n, err := r.app.Payments.Reconcile(ctx); err != nil || n != 1 {
+			t.Fatalf("Reconcile = %d, %v; want 1, nil", n, err)
+		}
+		payWantMetric(t, r, `shop_payment_reconciliations_total{outcome="succeeded"} 1`)
+		items := payList(t, r, u.Token, o.ID)
+		if len(items) != 1 || items[0].ID != p.ID || items[0].Status != "succeeded" ||
+			items[0].ChargeID == nil || *items[0].ChargeID != charge.ID {
+			t.Errorf("payments %+v, want payment %s succeeded with charge %s", items, p.ID, charge.ID)
+		}
+		if got := payOrderStatus(t, r, u.Token, o.ID); got != "paid" {
+			t.Errorf("order is %s, want paid", got)
+		}
+		payWantCharges(t, e, o.ID, 1)
+		if n, err := r.app.Payments.Reconcile(ctx); err != nil || n != 0 {
+			t.Errorf("Reconcile again = %d, %v; want 0, nil", n, err)
+		}
+		if n, err := r.app.Orders.ExpireDue(ctx); err != nil || n != 0 {
+			t.Errorf("ExpireDue after payment = %d, %v; want 0", n, err)
+		}
+		if got := e.stock(t, "PAY-SLOW"); got != 8 {
+			t.Errorf("stock %d, want 8 (a paid order keeps its stock)", got)
+		}
+	})
+
+	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, o.ID); n != 1 {
+		t.Errorf("%d succeeded payments, want 1", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM stock_releases WHERE order_id = $1`, o.ID); n != 0 {
+		t.Errorf("%d stock releases of a paid order, want 0", n)
+	}
+	payWantNoChargedUnpaid(t, e)
+}
+
+// TestPayments_InvalidState: only a pending order within its time can be
+// paid; anything else is refused before the gateway is asked.
+func TestPayments_InvalidState(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	ctx := context.Background()
+	mustCreateProduct(t, r, "PAY-STATE", 300, 20)
+	u := mustCreateUser(t, r, "stan")
+	paid := mustCreateOrder(t, r, u.Token, line{"PAY-STATE", 1})
+	cancelled := mustCreateOrder(t, r, u.Token, line{"PAY-STATE", 1})
+	expired := mustCreateOrder(t, r, u.Token, line{"PAY-STATE", 1})
+	overdue := mustCreateOrder(t, r, u.Token, line{"PAY-STATE", 1})
+
+	wantRefused := func(t *testing.T, orderID, state string) {
+		t.Helper()
+		res := payReq(t, r, u.Token, orderID, gateway.MethodOK, newKey())
+		wantProblem(t, res, http.StatusConflict, "invalid_state")
+		if d := res.problem().Detail; !strings.Contains(d, state) {
+			t.Errorf("detail %q does not give the state %q", d, state)
+		}
+	}
+
+	wantStatus(t, payReq(t, r, u.Token, paid.ID, gateway.MethodOK, newKey()), http.StatusCreated)
+	t.Run("Paid/Cancel", func(t *testing.T) {
+		res := r.do(t, http.MethodPost, "/v1/orders/"+paid.ID+"/cancel", u.Token, nil)
+		wantProblem(t, res, http.StatusConflict, "invalid_state")
+		if got := payOrderStatus(t, r, u.Token, paid.ID); got != "paid" {
+			t.Errorf("order is %s, want paid", got)
+		}
+	})
+	t.Run("Paid/PayAgain", func(t *testing.T) {
+		wantRefused(t, paid.ID, "paid")
+		payWantCharges(t, e, paid.ID, 1)
+	})
+	t.Run("Cancelled", func(t *testing.T) {
+		wantStatus(t, r.do(t, http.MethodPost, "/v1/orders/"+cancelled.ID+"/cancel", u.Token, nil), http.StatusOK)
+		wantRefused(t, cancelled.ID, "cancelled")
+		payWantCharges(t, e, cancelled.ID, 0)
+	})
+
+	e.clock.Advance(orderTTL + time.Second)
+	t.Run("PastExpiryNotYetExpired", func(t *testing.T) {
+		wantRefused(t, overdue.ID, "expired")
+		if got := payOrderStatus(t, r, u.Token, overdue.ID); got != "pending_payment" {
+			t.Errorf("order is %s, want pending_payment (the job has not run)", got)
+		}
+		payWantCharges(t, e, overdue.ID, 0)
+	})
+	t.Run("Expired", func(t *testing.T) {
+		if n, err := r.app.Orders.ExpireDue(ctx); err != nil || n != 2 {
+			t.Fatalf("ExpireDue = %d, %v; want 2 (the expired and the overdue order)", n, err)
+		}
+		wantRefused(t, expired.ID, "expired")
+		payWantCharges(t, e, expired.ID, 0)
+	})
+
+	for _, id := range []string{cancelled.ID, expired.ID, overdue.ID} {
+		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, id); n != 0 {
+			t.Errorf("order %s: %d payment rows written for an order that cannot be paid", id, n)
+		}
+	}
+	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, paid.ID); n != 1 {
+		t.Errorf("%d succeeded payments of the paid order, want 1", n)
+	}
+	if got := e.stock(t, "PAY-STATE"); got != 19 {
+		t.Errorf("stock %d, want 19 (only the paid order keeps its unit)", got)
+	}
+	payWantNoChargedUnpaid(t, e)
+}
+
+// TestPayments_CancelInFlight cancels an order while its charge is held at
+// the gateway. The charge goes through, finds the order cancelled, and is
+// refunded: the customer is never charged for an order that is not paid.
+func TestPayments_CancelInFlight(t *testing.T) {
+	// The client waits longer than the gateway holds the charge back, so
+	// the pay request sees the charge through.
+	e := newEnv(t, 2, map[string]string{
+		"SHOP_GATEWAY_TIMEOUT":    "3s",
+		"SHOP_GATEWAY_SLOW_DELAY": "1500ms",
+	})
+	mustCreateProduct(t, e.r(0), "PAY-RACE", 400, 10)
+	u := mustCreateUser(t, e.r(0), "rita")
+	o := mustCreateOrder(t, e.r(0), u.Token, line{"PAY-RACE", 3})
+	key := newKey()
+
+	answered := make(chan response, 1)
+	go func() { answered <- payReq(t, e.r(0), u.Token, o.ID, gateway.MethodSlow, key) }()
+	payWaitFor(t, 5*time.Second, "the charge to reach the gateway", func() bool { return len(e.gateway.Charges(o.ID)) == 1 })
+
+	cancel := e.r(1).do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil)
+	select {
+	case res := <-answered:
+		t.Fatalf("the pay request answered %s before the cancel was made; the race was not staged", res)
+	default:
+	}
+	wantStatus(t, cancel, http.StatusOK)
+	if got := decode[order](t, cancel).Status; got != "cancelled" {
+		t.Fatalf("cancel answered an order %s, want cancelled", got)
+	}
+
+	var res response
+	select {
+	case res = <-answered:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the pay request did not answer")
+	}
+	wantProblem(t, res, http.StatusConflict, "invalid_state")
+	if d := res.problem().Detail; !strings.Contains(d, "refunded") {
+		t.Errorf("detail %q does not say the charge was refunded", d)
+	}
+
+	charges := payWantCharges(t, e, o.ID, 1)
+	if charges[0].Status != gateway.StatusRefunded {
+		t.Errorf("the gateway's charge is %s, want refunded", charges[0].Status)
+	}
+	items := payList(t, e.r(1), u.Token, o.ID)
+	if len(items) != 1 || items[0].Status != "refunded" || items[0].ChargeID == nil || *items[0].ChargeID != charges[0].ID {
+		t.Errorf("payments %+v, want one refunded payment of charge %s", items, charges[0].ID)
+	}
+	if got := payOrderStatus(t, e.r(0), u.Token, o.ID); got != "cancelled" {
+		t.Errorf("order is %s, want cancelled", got)
+	}
+	if got := e.stock(t, "PAY-RACE"); got != 10 {
+		t.Errorf("stock %d, want 10 (returned by the cancel)", got)
+	}
+	if n := e.count(t, `SELECT count(*) FROM stock_releases WHERE order_id = $1`, o.ID); n != 1 {
+		t.Errorf("%d stock releases, want 1", n)
+	}
+	payWantMetric(t, e.r(0), `shop_payment_outcomes_total{outcome="refunded"} 1`)
+
+	t.Run("Replay", func(t *testing.T) {
+		again := payReq(t, e.r(1), u.Token, o.ID, gateway.MethodSlow, key)
+		if !bytes.Equal(again.Body, res.Body) || again.Status != res.Status || again.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("replay %s, want the first answer %s replayed", again, res)
+		}
+	})
+	t.Run("PayAgain", func(t *testing.T) {
+		wantProblem(t, payReq(t, e.r(1), u.Token, o.ID, gateway.MethodOK, newKey()), http.StatusConflict, "invalid_state")
+		payWantCharges(t, e, o.ID, 1)
+	})
+
+	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status IN ('processing', 'succeeded')`, o.ID); n != 0 {
+		t.Errorf("%d payments processing or succeeded for a cancelled order, want 0", n)
+	}
+	payWantNoChargedUnpaid(t, e)
+}
+
+func TestPayments_Validation(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "PAY-VAL", 100, 10)
+	owner, other := mustCreateUser(t, r, "vera"), mustCreateUser(t, r, "otis")
+	o := mustCreateOrder(t, r, owner.Token, line{"PAY-VAL", 1})
+	valid := `{"payment_method": "pm_card_ok"}`
+
+	t.Run("NoIdempotencyKey", func(t *testing.T) {
+		res := r.do(t, http.MethodPost, payPath(o.ID), owner.Token, valid)
+		wantProblem(t, res, http.StatusBadRequest, "idempotency_key_required")
+	})
+	for _, tc := range []badRequest{
+		{"MalformedJSON", `{"payment_method": `},
+		{"UnknownField", `{"payment_method": "pm_card_ok", "amount_cents": 1}`},
+		{"FieldCase", `{"Payment_Method": "pm_card_ok"}`},
+		{"EmptyObject", `{}`},
+		{"EmptyBody", ``},
+		{"Null", `null`},
+		{"NotAnObject", `["pm_card_ok"]`},
+		{"TrailingData", valid + ` {}`},
+		{"MethodNotAString", `{"payment_method": 5}`},
+		{"EmptyMethod", `{"payment_method": ""}`},
+		{"MethodWithSpace", `{"payment_method": "pm card ok"}`},
+		{"MethodTooLong", `{"payment_method": "` + strings.Repeat("m", 65) + `"}`},
+	} {
+		t.Run("Invalid/"+tc.name, func(t *testing.T) {
+			res := r.do(t, http.MethodPost, payPath(o.ID), owner.Token, tc.body, "Idempotency-Key", newKey())
+			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+		})
+	}
+	t.Run("OtherUsersOrder", func(t *testing.T) {
+		wantProblem(t, payReq(t, r, other.Token, o.ID, gateway.MethodOK, newKey()), http.StatusNotFound, "not_found")
+		wantProblem(t, r.do(t, http.MethodGet, payPath(o.ID), other.Token, nil), http.StatusNotFound, "not_found")
+	})
+	for _, tc := range []struct{ name, id string }{
+		{"NotAUUID", "xyz"},
+		{"Unknown", "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"},
+	} {
+		t.Run("NotFound/"+tc.name, func(t *testing.T) {
+			wantProblem(t, payReq(t, r, owner.Token, tc.id, gateway.MethodOK, newKey()), http.StatusNotFound, "not_found")
+			wantProblem(t, r.do(t, http.MethodGet, payPath(tc.id), owner.Token, nil), http.StatusNotFound, "not_found")
+		})
+	}
+	t.Run("NoToken", func(t *testing.T) {
+		wantProblem(t, payReq(t, r, "", o.ID, gateway.MethodOK, newKey()), http.StatusUnauthorized, "unauthenticated")
+		wantProblem(t, r.do(t, http.MethodGet, payPath(o.ID), "", nil), http.StatusUnauthorized, "unauthenticated")
+	})
+
+	if n := e.count(t, `SELECT count(*) FROM payments`); n != 0 {
+		t.Errorf("%d payment rows written by refused requests, want 0", n)
+	}
+	if charges := e.gateway.Charges(""); len(charges) != 0 {
+		t.Errorf("refused requests reached the gateway: %+v", charges)
+	}
+	if got := payOrderStatus(t, r, owner.Token, o.ID); got != "pending_payment" {
+		t.Errorf("order is %s, want pending_payment", got)
+	}
+	// The order is still payable by its owner.
+	wantStatus(t, payReq(t, r, owner.Token, o.ID, gateway.MethodOK, newKey()), http.StatusCreated)
+	if items := payList(t, r, owner.Token, o.ID); len(items) != 1 {
+		t.Errorf("%d payments listed, want 1", len(items))
+	}
+	if items := payList(t, r, owner.Token, mustCreateOrder(t, r, owner.Token, line{"PAY-VAL", 1}).ID); items == nil || len(items) != 0 {
+		t.Errorf("an unpaid order lists %v, want an empty list", items)
+	}
+}
