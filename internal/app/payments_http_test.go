@@ -510,6 +510,7 @@ func TestPayments_CancelInFlight(t *testing.T) {
 		t.Errorf("%d stock releases, want 1", n)
 	}
 	payWantMetric(t, e.r(0), `shop_payment_outcomes_total{outcome="refunded"} 1`)
+	payWantMetric(t, e.r(0), `shop_payment_refunds_total 1`)
 
 	t.Run("Replay", func(t *testing.T) {
 		again := payReq(t, e.r(1), u.Token, o.ID, gateway.MethodSlow, key)

@@ -15,10 +15,12 @@ const (
 )
 
 // counters are the payment metrics: how many payments began, how each
-// attempt to settle one ended, and what the reconciler did.
+// attempt to settle one ended, how many charges went back, and what the
+// reconciler did.
 type counters struct {
 	attempts        prometheus.Counter
 	outcomes        *prometheus.CounterVec
+	refunds         prometheus.Counter
 	reconciliations *prometheus.CounterVec
 }
 
@@ -32,13 +34,17 @@ func newCounters(m *metrics.Metrics) *counters {
 			Name: "shop_payment_outcomes_total",
 			Help: "Payment settlements by outcome: succeeded, failed, refunded, or unknown (left to the reconciler).",
 		}, []string{"outcome"}),
+		refunds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shop_payment_refunds_total",
+			Help: "Charges refunded because their order stopped waiting (cancelled or expired) while they were in flight.",
+		}),
 		reconciliations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shop_payment_reconciliations_total",
 			Help: "Processing payments the reconciler looked at, by what became of them.",
 		}, []string{"outcome"}),
 	}
 	if m != nil {
-		m.Registry.MustRegister(c.attempts, c.outcomes, c.reconciliations)
+		m.Registry.MustRegister(c.attempts, c.outcomes, c.refunds, c.reconciliations)
 	}
 	return c
 }

@@ -223,6 +223,7 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge) (Payment, err
 		s.logger.WarnContext(ctx, "refund outcome unknown; the reconciler will retry it", "payment", p.ID, "charge", c.ID, "err", err)
 		return p, fmt.Errorf("refund payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
 	}
+	s.counts.refunds.Inc()
 	refunded := p
 	if err := refunded.Refund(c.ID, r.ID, s.stamp()); err != nil {
 		return p, err
