@@ -57,45 +57,68 @@ const (
 // errHelpShown means -h was asked for and the flag set has printed it.
 var errHelpShown = errors.New("help shown")
 
-// benchOptions are the flags of `shop bench orders`.
+// benchOptions are the flags of `shop bench orders` and `shop bench payments`.
 type benchOptions struct {
 	clients    int
 	duration   time.Duration
 	warmup     time.Duration
-	skus       int
+	skus       int // orders only
 	dbURL      string
 	redisAddrs []string
 	cpuProfile string
+	// payments only: each storm pays stormOrders orders, each clicked
+	// stormClicks times at once; storms are run one after the other.
+	stormOrders, stormClicks, storms int
 }
 
 func bench(ctx context.Context, args []string, logger *slog.Logger) error {
-	if len(args) == 0 || args[0] != "orders" {
+	if len(args) == 0 {
 		return errUsage
 	}
-	o, err := parseBenchFlags(args[1:])
+	var run func(context.Context, benchOptions, *slog.Logger) error
+	switch args[0] {
+	case "orders":
+		run = benchOrders
+	case "payments":
+		run = benchPayments
+	default:
+		return errUsage
+	}
+	o, err := parseBenchFlags(args[0], args[1:])
 	if errors.Is(err, errHelpShown) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return benchOrders(ctx, o, logger)
+	return run(ctx, o, logger)
 }
 
-func parseBenchFlags(args []string) (benchOptions, error) {
+// parseBenchFlags parses the flags of `shop bench <what>`: the shared ones,
+// and those of what is benchmarked.
+func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	cfg, err := config.FromEnv(os.Getenv)
 	if err != nil {
 		return benchOptions{}, fmt.Errorf("config: %w", err)
 	}
-	var o benchOptions
-	fs := flag.NewFlagSet("shop bench orders", flag.ContinueOnError)
+	// The counts of the other command stay at 1, so the checks below pass.
+	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1}
+	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
 	fs.IntVar(&o.clients, "clients", 32, "concurrent clients, each a user of its own")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each scenario")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each scenario's measurement")
-	fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread scenarios pick from at random")
 	fs.StringVar(&o.dbURL, "db", "", "PostgreSQL server to create the scratch database on (default $SHOP_DATABASE_URL)")
 	redis := fs.String("redis", strings.Join(cfg.RedisAddrs, ","), "comma-separated Redis nodes of the lock quorum; the default is $SHOP_REDIS_ADDRS")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered scenario to this file, suffixed -hot / -spread")
+	switch what {
+	case "orders":
+		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread scenarios pick from at random")
+		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered scenario to this file, suffixed -hot / -spread")
+	case "payments":
+		fs.IntVar(&o.stormOrders, "storm-orders", 50, "orders paid in each duplicate storm")
+		fs.IntVar(&o.stormClicks, "storm-clicks", 15, "pay requests fired at once at each order of a storm")
+		fs.IntVar(&o.storms, "storms", 3, "duplicate storms, one after the other, each on fresh orders")
+		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the layered throughput and of the storms to this file, suffixed -distinct / -storm")
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, errHelpShown
@@ -112,11 +135,11 @@ func parseBenchFlags(args []string) (benchOptions, error) {
 	}
 	switch {
 	case fs.NArg() > 0:
-		return o, fmt.Errorf("bench orders: unexpected arguments %q", fs.Args())
-	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1:
-		return o, errors.New("bench orders: -clients, -duration and -skus must be positive, -warmup not negative")
+		return o, fmt.Errorf("bench %s: unexpected arguments %q", what, fs.Args())
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0:
+		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive, -warmup and -storms not negative", what)
 	case len(o.redisAddrs) == 0:
-		return o, errors.New("bench orders: -redis needs at least one node")
+		return o, fmt.Errorf("bench %s: -redis needs at least one node", what)
 	}
 	return o, nil
 }
@@ -141,7 +164,7 @@ func benchOrders(ctx context.Context, o benchOptions, logger *slog.Logger) (err 
 	if err != nil {
 		return err
 	}
-	svc, err := startService(ctx, o, db.url, fx.tokens)
+	svc, err := startService(ctx, o, db.url, "", fx.tokens)
 	if err != nil {
 		return err
 	}

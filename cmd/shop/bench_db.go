@@ -79,14 +79,9 @@ const sqlSeedProducts = `INSERT INTO products (sku, name, price_cents, stock_ava
 // layered/hot get one SKU each, raw/spread and layered/spread -skus each.
 func seedBench(ctx context.Context, pool *pgxpool.Pool, o benchOptions) (fixture, error) {
 	var fx fixture
-	users := auth.NewStore(pool)
-	for i := range o.clients {
-		u, token, err := users.CreateUser(ctx, fmt.Sprintf("bench client %d", i))
-		if err != nil {
-			return fx, fmt.Errorf("seed user: %w", err)
-		}
-		fx.userIDs = append(fx.userIDs, u.ID)
-		fx.tokens = append(fx.tokens, token)
+	var err error
+	if fx.userIDs, fx.tokens, err = seedUsers(ctx, pool, o.clients); err != nil {
+		return fx, err
 	}
 	for i, n := range []int{1, 1, o.skus, o.skus} {
 		prefix := fmt.Sprintf("BENCH%d-", i)
@@ -101,4 +96,18 @@ func seedBench(ctx context.Context, pool *pgxpool.Pool, o benchOptions) (fixture
 		return fx, fmt.Errorf("analyze: %w", err)
 	}
 	return fx, nil
+}
+
+// seedUsers creates n users through the auth store, so their tokens are
+// real, and returns their ids and bearer tokens.
+func seedUsers(ctx context.Context, pool *pgxpool.Pool, n int) (ids, tokens []string, err error) {
+	users := auth.NewStore(pool)
+	for i := range n {
+		u, token, err := users.CreateUser(ctx, fmt.Sprintf("bench client %d", i))
+		if err != nil {
+			return nil, nil, fmt.Errorf("seed user: %w", err)
+		}
+		ids, tokens = append(ids, u.ID), append(tokens, token)
+	}
+	return ids, tokens, nil
 }

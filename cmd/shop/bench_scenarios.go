@@ -20,12 +20,14 @@ import (
 )
 
 // orderFunc places one order for one unit of sku as client, and returns ""
-// when the order was placed or else what went wrong (the error's key).
+// when the order was placed or else what went wrong (the error's key). A
+// scenario without SKUs (the payments bench) gets sku "" and does its own
+// unit of work: it pays an order.
 type orderFunc func(ctx context.Context, client int, sku string) (failure string)
 
 type scenario struct {
 	name    string   // flow/shape, e.g. "raw/hot"
-	skus    []string // every order buys one unit of one of these, at random
+	skus    []string // every order buys one unit of one of these, at random; may be empty
 	order   orderFunc
 	layered bool
 }
@@ -40,12 +42,15 @@ type result struct {
 
 func (r result) rate() float64 { return float64(r.orders) / r.window.Seconds() }
 
-func (r result) errorSummary() string {
-	if len(r.errors) == 0 {
+func (r result) errorSummary() string { return countSummary(r.errors) }
+
+// countSummary writes counts as "a ×2, b ×1", sorted, or "0" if none.
+func countSummary(counts map[string]int) string {
+	if len(counts) == 0 {
 		return "0"
 	}
 	var parts []string
-	for k, n := range r.errors {
+	for k, n := range counts {
 		parts = append(parts, fmt.Sprintf("%s ×%d", k, n))
 	}
 	sort.Strings(parts)
@@ -66,7 +71,10 @@ func measure(ctx context.Context, sc scenario, clients int, warmup, window time.
 		failures[c] = map[string]int{}
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				sku := sc.skus[rand.IntN(len(sc.skus))]
+				var sku string
+				if len(sc.skus) > 0 {
+					sku = sc.skus[rand.IntN(len(sc.skus))]
+				}
 				begin := time.Now()
 				failure := sc.order(ctx, c, sku)
 				end := time.Now()

@@ -36,15 +36,19 @@ type service struct {
 
 // startService builds the service as `shop serve` does, from the SHOP_*
 // settings (pool size SHOP_DB_MAX_CONNS, default lock mode and budgets), on
-// the scratch database and the -redis nodes. It fails unless /readyz says
-// the database and the lock quorum answer: a run in degrade mode would
-// measure a flow without its lock.
-func startService(ctx context.Context, o benchOptions, dbURL string, tokens []string) (*service, error) {
+// the scratch database, the -redis nodes and, unless gatewayURL is "", the
+// payment gateway there. It fails unless /readyz says the database and the
+// lock quorum answer: a run in degrade mode would measure a flow without
+// its lock.
+func startService(ctx context.Context, o benchOptions, dbURL, gatewayURL string, tokens []string) (*service, error) {
 	cfg, err := config.FromEnv(os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	cfg.DatabaseURL, cfg.RedisAddrs = dbURL, o.redisAddrs
+	if gatewayURL != "" {
+		cfg.GatewayURL = gatewayURL
+	}
 	pool, err := postgres.Open(ctx, dbURL, cfg.DBMaxConns)
 	if err != nil {
 		return nil, err
@@ -63,7 +67,7 @@ func startService(ctx context.Context, o benchOptions, dbURL string, tokens []st
 		a.Close()
 		closeDeps()
 	}
-	s, err := serveLoopback(ctx, a.Echo, o.clients, closeAll)
+	s, err := serveLoopback(ctx, a.Echo, "/readyz", o.clients, closeAll)
 	if err != nil {
 		return nil, err
 	}
@@ -81,9 +85,9 @@ func serviceLogger() *slog.Logger {
 }
 
 // serveLoopback serves h with httpx.Serve (the server `shop serve` runs) on
-// a 127.0.0.1 port and waits until it is ready. stop shuts the server down,
-// then calls closeDeps.
-func serveLoopback(ctx context.Context, h http.Handler, clients int, closeDeps func()) (*service, error) {
+// a 127.0.0.1 port and waits until readyPath answers 200. stop shuts the
+// server down, then calls closeDeps.
+func serveLoopback(ctx context.Context, h http.Handler, readyPath string, clients int, closeDeps func()) (*service, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		closeDeps()
@@ -103,15 +107,15 @@ func serveLoopback(ctx context.Context, h http.Handler, clients int, closeDeps f
 		transport.CloseIdleConnections()
 		closeDeps()
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.ready(ctx, readyPath); err != nil {
 		s.stop()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *service) ready(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/readyz", nil)
+func (s *service) ready(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path, nil)
 	if err != nil {
 		return err
 	}
@@ -122,40 +126,62 @@ func (s *service) ready(ctx context.Context) error {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("service not ready (%d %s): are the database and a quorum of -redis nodes up?", resp.StatusCode, bytes.TrimSpace(body))
+		return fmt.Errorf("%s answered %d %s: are the database and a quorum of -redis nodes up?", path, resp.StatusCode, bytes.TrimSpace(body))
 	}
 	return nil
 }
 
 // order POSTs /v1/orders as a client would: its bearer token, a fresh
-// Idempotency-Key, the body read to the end so the connection is reused.
+// Idempotency-Key.
 func (s *service) order(ctx context.Context, client int, sku string) string {
-	body := `{"items":[{"sku":"` + sku + `","quantity":1}]}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/orders", strings.NewReader(body))
-	if err != nil {
-		return "request"
-	}
-	req.Header.Set("Authorization", "Bearer "+s.tokens[client])
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(idempotency.HeaderKey, crand.Text())
-	resp, err := s.client.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return "cancelled"
-		}
-		return "transport"
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	a := s.post(ctx, s.tokens[client], "/v1/orders", `{"items":[{"sku":"`+sku+`","quantity":1}]}`, crand.Text())
+	return a.failure()
+}
+
+// answer is what a POST got: an HTTP status and body, or a transport
+// failure.
+type answer struct {
+	status    int
+	replayed  bool   // Idempotent-Replayed: the key's stored answer
+	body      []byte // read to the end, so the connection is reused
+	transport string // why there is no status: "cancelled", "transport", ...
+}
+
+// failure is "" for a 201 that is not a replay, else what it was.
+func (a answer) failure() string {
 	switch {
-	case err != nil:
-		return "read body"
-	case resp.StatusCode != http.StatusCreated:
-		return "http " + strconv.Itoa(resp.StatusCode)
-	case resp.Header.Get(idempotency.HeaderReplayed) != "":
+	case a.transport != "":
+		return a.transport
+	case a.status != http.StatusCreated:
+		return "http " + strconv.Itoa(a.status)
+	case a.replayed:
 		return "replayed"
 	}
 	return ""
+}
+
+// post sends a JSON body to path with token and the Idempotency-Key key.
+func (s *service) post(ctx context.Context, token, path, body, key string) answer {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+path, strings.NewReader(body))
+	if err != nil {
+		return answer{transport: "request"}
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idempotency.HeaderKey, key)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return answer{transport: "cancelled"}
+		}
+		return answer{transport: "transport"}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{transport: "read body"}
+	}
+	return answer{status: resp.StatusCode, replayed: resp.Header.Get(idempotency.HeaderReplayed) != "", body: b}
 }
 
 // lockOutcomes summarises the service's lock metrics, to show the layered

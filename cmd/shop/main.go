@@ -26,7 +26,7 @@ commands:
   serve                    run the HTTP API and background jobs
   migrate up|down|version  manage the database schema
   seed                     load the demo catalogue (safe to run again)
-  bench orders             benchmark order creation against the raw SQL baseline
+  bench orders|payments    benchmark order creation or payment against a raw baseline
   gateway                  run the stand-in card processor (payment gateway)
   health <url>             exit 0 if the URL answers 200 (container healthcheck)
 `

@@ -1,0 +1,294 @@
+package main
+
+// `shop bench payments` measures the pay flow (internal/payments) through
+// the layered HTTP service against a raw baseline that makes the same
+// gateway call and then one transaction, and how long a storm of duplicate
+// pay requests takes to settle.
+//
+// What is measured:
+//   - distinct orders, over -duration after -warmup per flow, with -clients
+//     concurrent clients, each payment for an order of its own that is
+//     pending: successful payments per second (a raw payment whose
+//     transaction committed, or an HTTP 201 that is not a replay), the
+//     exact p50 and p99 of their latency as the client saw it, and the
+//     failures by kind. Then the ratio layered/raw against the goal.
+//   - duplicate storms: -storm-orders orders, each sent -storm-clicks pay
+//     requests at once through the layered service (two thirds of them
+//     share one Idempotency-Key, a client retrying; the rest have a key
+//     each, a user clicking again). The settle time runs from the first
+//     request sent to the last answer received; "paid after", per order,
+//     from its first request to the answer of the one 201 that paid it.
+//     Afterwards each order must be paid, with one succeeded payment, none
+//     left processing, and one charge in the gateway's audit, the one the
+//     payment recorded.
+//
+// The raw baseline is what the pay flow cannot do with less: the charge
+// through the same payments.Gateway client (a fresh key per payment), then
+// one transaction that moves the order to paid and inserts the succeeded
+// payment. No HTTP in front, no auth, no idempotency key, no lock, no
+// processing row, no re-read of the order. Its pool has a connection per
+// client. The layered flow is the real service (app.New) behind a real
+// http.Server on 127.0.0.1: bearer token, idempotency claim, the Redis lock
+// on the order, the transaction that opens the processing payment, the
+// gateway call, the transaction that settles it and pays the order, the
+// idempotency completion, JSON in and out.
+//
+// Both flows call one gateway: the stand-in card processor (package
+// gateway), in this process on a loopback port of its own, with its journal
+// in a temporary directory. It fsyncs every charge, for both flows alike.
+//
+// What is not measured: a real network or a real card processor, TLS,
+// several replicas, the background jobs (not started, so the reconciler
+// settles nothing), declines and timeouts (every payment uses pm_card_ok),
+// retries of the refused storm clicks. As in `bench orders`, the load
+// generator, the service, the gateway, PostgreSQL and Redis share the
+// machine's CPUs.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	gw "github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/payments"
+	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/postgres"
+)
+
+const (
+	// payOrdersPerSecond sizes the pending orders seeded for each
+	// throughput scenario: more payments per second than either flow makes
+	// here (the gateway alone fsyncs once per charge). If the report shows
+	// "out of orders", raise it.
+	payOrdersPerSecond = 3000
+	// payPrefix names the one product every bench order holds one unit of.
+	payPrefix = "BENCHPAY-"
+	payPrice  = 1000 // cents; the price sqlSeedProducts gives
+)
+
+func benchPayments(ctx context.Context, o benchOptions, logger *slog.Logger) (err error) {
+	cfg, err := config.FromEnv(os.Getenv)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	db, err := createScratchDB(ctx, o.dbURL)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, db.drop()) }()
+	logger.Info("bench: scratch database created", "name", db.name)
+
+	if err := postgres.MigrateUp(db.url); err != nil {
+		return err
+	}
+	pool, err := postgres.Open(ctx, db.url, int32(o.clients))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	userIDs, tokens, err := seedUsers(ctx, pool, o.clients)
+	if err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, sqlSeedProducts, payPrefix, 1, benchStock); err != nil {
+		return fmt.Errorf("seed product: %w", err)
+	}
+	perScenario := int(payOrdersPerSecond * (o.warmup + o.duration).Seconds())
+	rawOrders, err := seedPendingOrders(ctx, pool, userIDs, perScenario)
+	if err != nil {
+		return err
+	}
+	layeredOrders, err := seedPendingOrders(ctx, pool, userIDs, perScenario)
+	if err != nil {
+		return err
+	}
+	stormOrders := make([]*pendingOrders, o.storms)
+	for i := range stormOrders {
+		if stormOrders[i], err = seedPendingOrders(ctx, pool, userIDs, o.stormOrders); err != nil {
+			return err
+		}
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE"); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+
+	processor, processorSrv, err := startGateway(ctx)
+	if err != nil {
+		return err
+	}
+	defer processorSrv.stop()
+	// The client the service builds for itself (app.newPayments), built the
+	// same way for the baseline.
+	gwClient, err := payments.NewGateway(processorSrv.base, payments.GatewayOptions{Timeout: cfg.GatewayTimeout, Attempts: 2})
+	if err != nil {
+		return err
+	}
+	svc, err := startService(ctx, o, db.url, processorSrv.base, tokens)
+	if err != nil {
+		return err
+	}
+	defer svc.stop()
+
+	raw := rawPayFlow{pool: pool, gateway: gwClient, orders: rawOrders}
+	layered := layeredPayFlow{svc: svc, orders: layeredOrders}
+	var results []result
+	for _, sc := range []scenario{
+		{name: "raw/distinct", order: raw.pay},
+		{name: "layered/distinct", order: layered.pay, layered: true},
+	} {
+		// As in bench orders: no scenario pays for the checkpoint of the
+		// writes of the one before it.
+		if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+			logger.Warn("bench: checkpoint refused; scenarios may pay for each other's writes", "err", err)
+		}
+		stopProfile, err := startProfile(o.cpuProfile, sc)
+		if err != nil {
+			return err
+		}
+		logger.Info("bench: running", "scenario", sc.name)
+		r := measure(ctx, sc, o.clients, o.warmup, o.duration)
+		stopProfile()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+
+	storms, err := runStorms(ctx, o, svc, processor, pool, stormOrders, logger)
+	if err != nil {
+		return err
+	}
+	books, err := checkBooks(ctx, pool, processor)
+	if err != nil {
+		return err
+	}
+	printPaymentsReport(os.Stdout, o, results, storms, books, svc.lockOutcomes())
+	for _, s := range storms {
+		if len(s.violations) > 0 {
+			return errors.New("bench payments: the one-charge-per-order invariant was broken (see the report)")
+		}
+	}
+	if books.broken() {
+		return errors.New("bench payments: the gateway's charges and the succeeded payments disagree (see the report)")
+	}
+	return nil
+}
+
+// startGateway runs the stand-in card processor in this process, on a
+// loopback port of its own, with its journal in a new temporary directory
+// that stop removes.
+func startGateway(ctx context.Context) (*gw.Server, *service, error) {
+	dir, err := os.MkdirTemp("", "shop-bench-gateway-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway journal: %w", err)
+	}
+	processor, err := gw.New(gw.Options{JournalPath: filepath.Join(dir, "journal.jsonl"), Logger: serviceLogger()})
+	if err != nil {
+		os.RemoveAll(dir) //nolint:errcheck
+		return nil, nil, err
+	}
+	srv, err := serveLoopback(ctx, processor.Handler(), "/healthz", 1, func() {
+		processor.Close() //nolint:errcheck // every record was fsynced when it was answered
+		os.RemoveAll(dir) //nolint:errcheck
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return processor, srv, nil
+}
+
+// pendingOrders are orders seeded pending_payment, handed out once each.
+type pendingOrders struct {
+	ids    []string
+	owners []int // the client (user) whose order each is
+	next   atomic.Int64
+}
+
+// take hands out the next order not yet taken, or ok false when none is
+// left.
+func (p *pendingOrders) take() (id string, owner int, ok bool) {
+	i := int(p.next.Add(1)) - 1
+	if i >= len(p.ids) {
+		return "", 0, false
+	}
+	return p.ids[i], p.owners[i], true
+}
+
+// outOfOrders is the failure of a payment with no order left to pay. The
+// pause keeps a client that ran out from spinning on the CPUs the others
+// are measured on.
+func outOfOrders() string {
+	time.Sleep(10 * time.Millisecond)
+	return "out of orders"
+}
+
+// sqlSeedPendingOrders inserts orders that wait for payment, each with one
+// unit of the bench product, as the order store would have left them.
+const sqlSeedPendingOrders = `WITH o AS (
+		INSERT INTO orders (id, user_id, request_key, status, total_cents, version, created_at, updated_at, expires_at)
+		SELECT s.id, s.user_id, s.id::text, 'pending_payment', $3, 1, now(), now(), now() + interval '1 day'
+		FROM unnest($1::uuid[], $2::uuid[]) AS s (id, user_id)
+		RETURNING id)
+	INSERT INTO order_items (order_id, sku, quantity, unit_price_cents)
+	SELECT o.id, $4, 1, $3 FROM o`
+
+// seedPendingOrders creates n pending orders, owned by the users in turn.
+func seedPendingOrders(ctx context.Context, pool *pgxpool.Pool, userIDs []string, n int) (*pendingOrders, error) {
+	p := &pendingOrders{ids: make([]string, n), owners: make([]int, n)}
+	users := make([]string, n)
+	for i := range n {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("seed orders: %w", err)
+		}
+		p.ids[i], p.owners[i] = id.String(), i%len(userIDs)
+		users[i] = userIDs[p.owners[i]]
+	}
+	if _, err := pool.Exec(ctx, sqlSeedPendingOrders, p.ids, users, payPrice, payPrefix+"1"); err != nil {
+		return nil, fmt.Errorf("seed orders: %w", err)
+	}
+	return p, nil
+}
+
+// printPaymentsReport writes the throughput table and the ratio against the
+// goal, then a line per storm, then the cross-checks.
+func printPaymentsReport(w io.Writer, o benchOptions, results []result, storms []stormResult, books books, lockOutcomes string) {
+	fmt.Fprintf(w, "\nshop bench payments: %d clients, %s measured after %s warmup per scenario; %d storms of %d orders × %d clicks (%d sharing a key); %d CPUs, GOMAXPROCS %d, %s\n\n",
+		o.clients, o.duration, o.warmup, o.storms, o.stormOrders, o.stormClicks, sharedClicks(o.stormClicks),
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| scenario\t payments/s\t p50\t p99\t errors\t")
+	fmt.Fprintln(tw, "|---\t---:\t---:\t---:\t---\t")
+	byName := make(map[string]result, len(results))
+	for _, r := range results {
+		byName[r.name] = r
+		fmt.Fprintf(tw, "| %s\t %.0f\t %s\t %s\t %s\t\n", r.name, r.rate(), millis(r.p50), millis(r.p99), r.errorSummary())
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if raw, layered := byName["raw/distinct"], byName["layered/distinct"]; raw.orders > 0 {
+		ratio := layered.rate() / raw.rate()
+		verdict := "MET"
+		if ratio < goalRatio || layered.orders == 0 {
+			verdict = "NOT MET"
+		}
+		fmt.Fprintf(w, "distinct layered/raw = %.2f: goal (ratio >= %.1f) %s\n\n", ratio, goalRatio, verdict)
+	}
+	if len(storms) > 0 {
+		printStorms(w, storms)
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "books: %s\n", books)
+	fmt.Fprintf(w, "service lock (whole run): %s\n", lockOutcomes)
+}
