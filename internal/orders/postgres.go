@@ -40,8 +40,9 @@ const (
 		SELECT o.id, i.sku, i.quantity, i.price
 		FROM o, unnest($7::text[], $8::integer[], $9::bigint[]) AS i (sku, quantity, price)`
 
-	sqlGetOrder          = orderSelect + `WHERE o.id = $1 GROUP BY o.id`
-	sqlShareOrder        = `SELECT 1 FROM orders WHERE id = $1 FOR SHARE`
+	sqlGetOrder   = orderSelect + `WHERE o.id = $1 GROUP BY o.id`
+	sqlShareOrder = `SELECT id, user_id, request_key, status, total_cents, version, created_at, updated_at, expires_at
+		FROM orders WHERE id = $1 FOR SHARE`
 	sqlGetByRequestKey   = orderSelect + `WHERE o.user_id = $1 AND o.request_key = $2 GROUP BY o.id`
 	sqlListOrdersForUser = orderSelect + `WHERE o.user_id = $1 AND (o.created_at, o.id) < ($2, $3)
 		GROUP BY o.id ORDER BY o.created_at DESC, o.id DESC LIMIT $4`
@@ -234,22 +235,23 @@ func UpdateTx(ctx context.Context, tx pgx.Tx, id string, versioned bool, change 
 	return o, inventory.ReturnStock(ctx, tx, o.Lines())
 }
 
-// GetForShare reads the order and holds a share lock on its row until tx
-// ends. Nothing can change the order's status meanwhile: a cancel waits,
-// and the expiry job, which claims rows FOR UPDATE SKIP LOCKED, passes it
-// by. A payment begins under this lock, so it never begins on an order
-// that is expiring.
+// GetForShare reads the order, without its items, and holds a share lock
+// on its row until tx ends. Nothing can change the order's status
+// meanwhile: a cancel waits, and the expiry job, which claims rows
+// FOR UPDATE SKIP LOCKED, passes it by. A payment begins under this lock,
+// so it never begins on an order that is expiring.
 func GetForShare(ctx context.Context, tx pgx.Tx, id string) (Order, error) {
-	if _, err := tx.Exec(ctx, sqlShareOrder, id); err != nil {
-		return Order{}, fmt.Errorf("lock order %s: %w", id, err)
-	}
-	o, err := scanOrder(tx.QueryRow(ctx, sqlGetOrder, id))
+	var o Order
+	var status string
+	err := tx.QueryRow(ctx, sqlShareOrder, id).Scan(&o.ID, &o.UserID, &o.RequestKey, &status, &o.TotalCents,
+		&o.Version, &o.CreatedAt, &o.UpdatedAt, &o.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, ErrNotFound
 	}
 	if err != nil {
 		return Order{}, fmt.Errorf("read order %s: %w", id, err)
 	}
+	o.Status = Status(status)
 	return o, nil
 }
 
