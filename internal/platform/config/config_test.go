@@ -29,6 +29,10 @@ var allVars = []string{
 	"SHOP_ADMIN_TOKEN",
 	"SHOP_GATEWAY_URL",
 	"SHOP_GATEWAY_ADDR",
+	"SHOP_GATEWAY_JOURNAL",
+	"SHOP_GATEWAY_SLOW_DELAY",
+	"SHOP_GATEWAY_TIMEOUT",
+	"SHOP_PAYMENT_RECONCILE_AFTER",
 	"SHOP_LOCK_MODE",
 	"SHOP_ORDER_TTL",
 	"SHOP_SEAT_HOLD_TTL",
@@ -57,10 +61,14 @@ func TestFromEnv_Defaults(t *testing.T) {
 		OrderTTL:    15 * time.Minute,
 		SeatHoldTTL: 5 * time.Minute,
 
-		Migrate:       false,
-		DBMaxConns:    8,
-		JobInterval:   5 * time.Second,
-		ShutdownDrain: 15 * time.Second,
+		GatewayJournal:   "gateway-journal.jsonl",
+		GatewaySlowDelay: 10 * time.Second,
+		GatewayTimeout:   3 * time.Second,
+		ReconcileAfter:   30 * time.Second,
+		Migrate:          false,
+		DBMaxConns:       8,
+		JobInterval:      5 * time.Second,
+		ShutdownDrain:    15 * time.Second,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("FromEnv(empty) =\n%+v\nwant\n%+v", got, want)
@@ -81,19 +89,23 @@ func TestFromEnv_Defaults(t *testing.T) {
 // reaches its field.
 func TestFromEnv_EveryVariable(t *testing.T) {
 	vars := map[string]string{
-		"SHOP_HTTP_ADDR":      "127.0.0.1:9000",
-		"SHOP_DATABASE_URL":   "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
-		"SHOP_REDIS_ADDRS":    " r1:6379, r2:6379 ,,r3:6379,",
-		"SHOP_ADMIN_TOKEN":    "admin-secret",
-		"SHOP_GATEWAY_URL":    "http://gateway:9090",
-		"SHOP_GATEWAY_ADDR":   ":9090",
-		"SHOP_LOCK_MODE":      "strict",
-		"SHOP_ORDER_TTL":      "30m",
-		"SHOP_SEAT_HOLD_TTL":  "90s",
-		"SHOP_MIGRATE":        "true",
-		"SHOP_DB_MAX_CONNS":   "7",
-		"SHOP_JOB_INTERVAL":   "250ms",
-		"SHOP_SHUTDOWN_DRAIN": "1m",
+		"SHOP_HTTP_ADDR":               "127.0.0.1:9000",
+		"SHOP_DATABASE_URL":            "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
+		"SHOP_REDIS_ADDRS":             " r1:6379, r2:6379 ,,r3:6379,",
+		"SHOP_ADMIN_TOKEN":             "admin-secret",
+		"SHOP_GATEWAY_URL":             "http://gateway:9090",
+		"SHOP_GATEWAY_ADDR":            ":9090",
+		"SHOP_GATEWAY_JOURNAL":         "/data/gw.jsonl",
+		"SHOP_GATEWAY_SLOW_DELAY":      "20s",
+		"SHOP_GATEWAY_TIMEOUT":         "1500ms",
+		"SHOP_PAYMENT_RECONCILE_AFTER": "2m",
+		"SHOP_LOCK_MODE":               "strict",
+		"SHOP_ORDER_TTL":               "30m",
+		"SHOP_SEAT_HOLD_TTL":           "90s",
+		"SHOP_MIGRATE":                 "true",
+		"SHOP_DB_MAX_CONNS":            "7",
+		"SHOP_JOB_INTERVAL":            "250ms",
+		"SHOP_SHUTDOWN_DRAIN":          "1m",
 	}
 	if len(vars) != len(allVars) {
 		t.Fatalf("test sets %d variables, want all %d", len(vars), len(allVars))
@@ -103,19 +115,23 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		t.Fatalf("FromEnv = %v", err)
 	}
 	want := Config{
-		HTTPAddr:      "127.0.0.1:9000",
-		DatabaseURL:   "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
-		RedisAddrs:    []string{"r1:6379", "r2:6379", "r3:6379"},
-		AdminToken:    "admin-secret",
-		GatewayURL:    "http://gateway:9090",
-		GatewayAddr:   ":9090",
-		LockMode:      "strict",
-		OrderTTL:      30 * time.Minute,
-		SeatHoldTTL:   90 * time.Second,
-		Migrate:       true,
-		DBMaxConns:    7,
-		JobInterval:   250 * time.Millisecond,
-		ShutdownDrain: time.Minute,
+		HTTPAddr:         "127.0.0.1:9000",
+		DatabaseURL:      "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
+		RedisAddrs:       []string{"r1:6379", "r2:6379", "r3:6379"},
+		AdminToken:       "admin-secret",
+		GatewayURL:       "http://gateway:9090",
+		GatewayAddr:      ":9090",
+		GatewayJournal:   "/data/gw.jsonl",
+		GatewaySlowDelay: 20 * time.Second,
+		GatewayTimeout:   1500 * time.Millisecond,
+		ReconcileAfter:   2 * time.Minute,
+		LockMode:         "strict",
+		OrderTTL:         30 * time.Minute,
+		SeatHoldTTL:      90 * time.Second,
+		Migrate:          true,
+		DBMaxConns:       7,
+		JobInterval:      250 * time.Millisecond,
+		ShutdownDrain:    time.Minute,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("FromEnv =\n%+v\nwant\n%+v", got, want)
