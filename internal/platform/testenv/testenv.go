@@ -2,7 +2,8 @@
 //
 // By default it starts them with testcontainers, once per test binary, and
 // stops them when the binary's tests end (each package calls testenv.Main
-// from its TestMain). SHOP_TEST_POSTGRES_URL and SHOP_TEST_REDIS_ADDRS point
+// from its TestMain); containers.go says how, and how they are cleaned up
+// without the reaper. SHOP_TEST_POSTGRES_URL and SHOP_TEST_REDIS_ADDRS point
 // the tests at servers that already run instead.
 //
 // Every test gets a database of its own, cloned from a migrated template, so
@@ -24,8 +25,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
-	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
@@ -36,9 +35,6 @@ const (
 	EnvRedisAddrs    = "SHOP_TEST_REDIS_ADDRS"    // comma-separated Redis nodes to use instead of containers
 	EnvPostgresImage = "SHOP_TEST_POSTGRES_IMAGE" // image for the PostgreSQL container
 	EnvRedisImage    = "SHOP_TEST_REDIS_IMAGE"    // image for the Redis containers
-
-	defaultPostgresImage = "postgres:16-alpine"
-	defaultRedisImage    = "redis:7-alpine"
 
 	// RedisNodes is how many Redis nodes the lock quorum gets in tests.
 	RedisNodes = 3
@@ -59,11 +55,12 @@ type env struct {
 
 var shared env
 
-// Main runs the package's tests and then stops the containers they started.
-// Use it from TestMain:
+// Main runs the package's tests and then stops the containers they started,
+// also when the binary is interrupted. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 func Main(m *testing.M) {
+	stopOnSignal(&shared)
 	code := m.Run()
 	shared.stop()
 	os.Exit(code)
@@ -84,21 +81,12 @@ func (e *env) startLocked(ctx context.Context) error {
 	if u := os.Getenv(EnvPostgresURL); u != "" {
 		e.serverURL = u
 	} else {
-		c, err := tcpostgres.Run(ctx, imageFrom(EnvPostgresImage, defaultPostgresImage),
-			tcpostgres.WithDatabase("shop"),
-			tcpostgres.WithUsername("shop"),
-			tcpostgres.WithPassword("shop"),
-			tcpostgres.BasicWaitStrategies(),
-		)
+		c, u, err := startPostgres(ctx)
 		if c != nil {
 			e.containers = append(e.containers, c)
 		}
 		if err != nil {
-			return fmt.Errorf("start postgres container: %w", err)
-		}
-		u, err := c.ConnectionString(ctx, "sslmode=disable")
-		if err != nil {
-			return fmt.Errorf("postgres container url: %w", err)
+			return err
 		}
 		e.serverURL = u
 	}
@@ -111,18 +99,14 @@ func (e *env) startLocked(ctx context.Context) error {
 		}
 	} else {
 		for range RedisNodes {
-			c, err := tcredis.Run(ctx, imageFrom(EnvRedisImage, defaultRedisImage))
+			c, addr, err := startRedis(ctx)
 			if c != nil {
 				e.containers = append(e.containers, c)
 			}
 			if err != nil {
-				return fmt.Errorf("start redis container: %w", err)
+				return err
 			}
-			ep, err := c.Endpoint(ctx, "")
-			if err != nil {
-				return fmt.Errorf("redis container address: %w", err)
-			}
-			e.redisAddrs = append(e.redisAddrs, ep)
+			e.redisAddrs = append(e.redisAddrs, addr)
 		}
 	}
 
@@ -141,13 +125,6 @@ func (e *env) stop() {
 		_ = testcontainers.TerminateContainer(c)
 	}
 	e.containers = nil
-}
-
-func imageFrom(envVar, def string) string {
-	if v := os.Getenv(envVar); v != "" {
-		return v
-	}
-	return def
 }
 
 func skipShort(t testing.TB) {

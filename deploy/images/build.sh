@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# Builds local stand-ins for every image that docker-compose.yml, the
+# Dockerfile and the tests need, from Debian bookworm packages, for a machine
+# whose Docker engine cannot pull from any registry (README, "No registry
+# access?").
+#
+#   deploy/images/build.sh [--force] [--print-env] [image...]
+#
+# images: debian golang postgres redis nginx (default: all).
+#
+# Each image is a Debian root filesystem (debootstrap, then apt-get install
+# in a chroot), imported with `docker import`, then finished by the small
+# Dockerfile in deploy/images/<image>/ (environment, entrypoint, STOPSIGNAL:
+# an imported image has none of them), built by the legacy builder. Root
+# filesystems are cached under $SHOP_IMAGES_CACHE, so a rebuild that only
+# changed a Dockerfile or an entrypoint takes seconds; an image whose recipe
+# did not change is left alone, so running the script again is cheap.
+#
+# At the end it writes .images/env (KEY=value lines: for `set -a; . .images/env`
+# and for `docker compose --env-file .images/env`) pointing the compose,
+# Dockerfile and testcontainers image variables at the stand-ins.
+#
+# Needs root (debootstrap, chroot), debootstrap, Docker, and the Go 1.26
+# toolchain on the host (copied into the golang image) or network access to
+# the Go module proxy (which serves toolchains as golang.org/toolchain).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${SHOP_IMAGES_CACHE:-/var/cache/shop-images}
+prefix=${SHOP_IMAGES_PREFIX:-shop-local}
+mirror=${SHOP_IMAGES_MIRROR:-http://deb.debian.org/debian}
+suite=bookworm
+go_minor=1.26
+
+force=false
+print_env=false
+wanted=()
+for a in "$@"; do
+  case "$a" in
+    --force) force=true ;;
+    --print-env) print_env=true ;;
+    debian|golang|postgres|redis|nginx) wanted+=("$a") ;;
+    *) echo "usage: $0 [--force] [--print-env] [debian|golang|postgres|redis|nginx ...]" >&2; exit 2 ;;
+  esac
+done
+[ ${#wanted[@]} -gt 0 ] || wanted=(debian golang postgres redis nginx)
+
+# Image names. The tags say what is inside: Debian bookworm has
+# PostgreSQL 15, Redis 7.0 and nginx 1.22.
+declare -A image=(
+  [debian]="$prefix/debian:$suite"
+  [golang]="$prefix/golang:$go_minor"
+  [postgres]="$prefix/postgres:15"
+  [redis]="$prefix/redis:7"
+  [nginx]="$prefix/nginx:1"
+)
+# Packages installed on top of the base (minbase + ca-certificates, tzdata).
+declare -A packages=(
+  [debian]=""
+  [golang]=""
+  [postgres]="postgresql-15"
+  [redis]="redis-server"
+  [nginx]="nginx"
+)
+
+write_env() {
+  mkdir -p "$repo/.images"
+  cat >"$repo/.images/env" <<ENV
+POSTGRES_IMAGE=${image[postgres]}
+REDIS_IMAGE=${image[redis]}
+NGINX_IMAGE=${image[nginx]}
+GO_IMAGE=${image[golang]}
+RUNTIME_IMAGE=${image[debian]}
+SHOP_TEST_POSTGRES_IMAGE=${image[postgres]}
+SHOP_TEST_REDIS_IMAGE=${image[redis]}
+TESTCONTAINERS_RYUK_DISABLED=true
+DOCKER_BUILDKIT=0
+ENV
+  # In a container (/.dockerenv) testcontainers reaches published ports via
+  # the bridge network's gateway, or else the default route's; when the
+  # Docker engine runs in this same network namespace (docker0 is here),
+  # they are on localhost.
+  if [ -f /.dockerenv ] && [ -e /sys/class/net/docker0 ]; then
+    echo "TESTCONTAINERS_HOST_OVERRIDE=localhost" >>"$repo/.images/env"
+  fi
+}
+
+if $print_env; then
+  write_env
+  sed 's/^/export /' "$repo/.images/env"
+  exit 0
+fi
+
+log() { printf '[images] %s\n' "$*" >&2; }
+
+[ "$(id -u)" = 0 ] || { log "run as root (debootstrap and chroot need it)"; exit 1; }
+command -v debootstrap >/dev/null || { log "debootstrap is missing: apt-get install debootstrap"; exit 1; }
+export DOCKER_BUILDKIT=0
+
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9 # one build at a time per cache
+
+# hash prints a short digest of its arguments and of the files named with @.
+hash() {
+  local a
+  for a in "$@"; do
+    case "$a" in
+      @*) cat "${a#@}" ;;
+      *) printf '%s\n' "$a" ;;
+    esac
+  done | sha256sum | cut -c1-16
+}
+
+# chroot_run runs a command in a root filesystem with /proc mounted. Its
+# output goes to $cache/build.log, and is shown if it fails.
+chroot_run() {
+  local root=$1
+  shift
+  mount -t proc proc "$root/proc"
+  mounted="$root/proc"
+  local rc=0
+  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 "$@" >>"$cache/build.log" 2>&1 || rc=$?
+  umount "$root/proc"
+  mounted=
+  if [ $rc -ne 0 ]; then
+    log "failed in $root: $*"
+    tail -n 30 "$cache/build.log" >&2
+  fi
+  return $rc
+}
+
+# An interrupted run leaves no /proc mounted, and a half-built tree is
+# removed only once nothing is mounted in it.
+mounted=
+trap '[ -z "$mounted" ] || umount "$mounted" 2>/dev/null || true' EXIT
+remove_tree() {
+  if mountpoint -q "$1/proc" 2>/dev/null; then umount "$1/proc"; fi
+  rm -rf "$1"
+}
+
+# base: a minimal bookworm with security updates, kept with its apt lists so
+# that the images can install packages from it.
+base_recipe=$(hash "$suite" "$mirror" "minbase" "ca-certificates,tzdata" "v1")
+build_base() {
+  if [ -f "$cache/base/.recipe" ] && [ "$(cat "$cache/base/.recipe")" = "$base_recipe" ]; then
+    return
+  fi
+  log "debootstrap $suite into $cache/base (about a minute)"
+  remove_tree "$cache/base.tmp"
+  debootstrap --variant=minbase --include=ca-certificates,tzdata "$suite" "$cache/base.tmp" "$mirror" \
+    >"$cache/debootstrap.log" 2>&1 || { tail -n 20 "$cache/debootstrap.log" >&2; exit 1; }
+  cat >"$cache/base.tmp/etc/apt/sources.list" <<SRC
+deb $mirror $suite main
+deb $mirror $suite-updates main
+deb ${mirror%/debian}/debian-security $suite-security main
+SRC
+  # Services must not start in the chroot while their packages install.
+  printf '#!/bin/sh\nexit 101\n' >"$cache/base.tmp/usr/sbin/policy-rc.d"
+  chmod 755 "$cache/base.tmp/usr/sbin/policy-rc.d"
+  # Nothing in the images needs documentation or translations.
+  cat >"$cache/base.tmp/etc/dpkg/dpkg.cfg.d/01-slim" <<'CFG'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+CFG
+  chroot_run "$cache/base.tmp" sh -c 'apt-get update -qq && apt-get upgrade -y -qq && apt-get clean'
+  echo "$base_recipe" >"$cache/base.tmp/.recipe"
+  rm -rf "$cache/base"
+  mv "$cache/base.tmp" "$cache/base"
+}
+
+# go_root prints a Go $go_minor GOROOT: the host's, or one downloaded from the
+# module proxy (golang.org/toolchain) into the cache.
+go_root() {
+  local host
+  host=$(PATH="/usr/local/go/bin:$PATH" go env GOROOT 2>/dev/null || true)
+  if [ -n "$host" ] && head -n 1 "$host/VERSION" 2>/dev/null | grep -q "^go$go_minor\(\.\|$\)"; then
+    echo "$host"
+    return
+  fi
+  local version=${SHOP_IMAGES_GO_VERSION:-${go_minor}.0}
+  local dir="$cache/toolchain/go$version"
+  if [ ! -x "$dir/bin/go" ]; then
+    local proxy=${GOPROXY:-https://proxy.golang.org}
+    proxy=${proxy%%,*}
+    local zip="$cache/toolchain/go$version.zip"
+    log "no Go $go_minor on the host: fetching go$version from $proxy"
+    mkdir -p "$cache/toolchain"
+    curl -fsSL -o "$zip" "$proxy/golang.org/toolchain/@v/v0.0.1-go$version.linux-amd64.zip"
+    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+    unzip -q "$zip" -d "$dir.tmp"
+    mv "$dir.tmp/golang.org/toolchain@v0.0.1-go$version.linux-amd64" "$dir"
+    rm -rf "$dir.tmp" "$zip"
+  fi
+  echo "$dir"
+}
+
+# prepare_<image> adjusts the root filesystem after its packages are
+# installed, as the official image's Dockerfile does.
+prepare_debian() { :; }
+
+prepare_golang() {
+  local root=$1 goroot
+  goroot=$(go_root)
+  log "copying $(head -n 1 "$goroot/VERSION") from $goroot"
+  mkdir -p "$root/usr/local" "$root/go/bin" "$root/go/src"
+  cp -a "$goroot" "$root/usr/local/go"
+  chmod -R a+rwX "$root/go"
+}
+
+prepare_postgres() {
+  local root=$1
+  # As the official image: every server listens on all interfaces.
+  sed -ri "s!^#?(listen_addresses)\s*=\s*\S+.*!\1 = '*'!" \
+    "$root/usr/share/postgresql/15/postgresql.conf.sample"
+  grep -q "^listen_addresses = '\*'" "$root/usr/share/postgresql/15/postgresql.conf.sample"
+  mkdir -p "$root/docker-entrypoint-initdb.d" "$root/var/run/postgresql" "$root/var/lib/postgresql/data"
+  chroot "$root" chown -R postgres:postgres /var/run/postgresql /var/lib/postgresql
+  chmod 3777 "$root/var/run/postgresql"
+}
+
+prepare_redis() {
+  local root=$1
+  mkdir -p "$root/data"
+  chroot "$root" chown redis:redis /data
+}
+
+prepare_nginx() {
+  local root=$1
+  # As the official image: logs go to the container's output.
+  ln -sf /dev/stdout "$root/var/log/nginx/access.log"
+  ln -sf /dev/stderr "$root/var/log/nginx/error.log"
+  rm -f "$root/etc/nginx/sites-enabled/default"
+}
+
+# build_rootfs makes $cache/rootfs/<image>: the base plus the image's
+# packages, cleaned, unless it is there from the same recipe.
+build_rootfs() {
+  local name=$1 recipe=$2
+  local dir="$cache/rootfs/$name"
+  if [ -f "$dir/.recipe" ] && [ "$(cat "$dir/.recipe")" = "$recipe" ] && ! $force; then
+    return
+  fi
+  log "$name: root filesystem (packages: ${packages[$name]:-none})"
+  remove_tree "$dir.tmp"
+  mkdir -p "$cache/rootfs"
+  cp -a "$cache/base" "$dir.tmp"
+  rm -f "$dir.tmp/.recipe"
+  if [ "$name" = postgres ]; then
+    # Only the entrypoint creates a cluster, in $PGDATA.
+    mkdir -p "$dir.tmp/etc/postgresql-common/createcluster.d"
+    echo 'create_main_cluster = false' >"$dir.tmp/etc/postgresql-common/createcluster.d/docker.conf"
+  fi
+  if [ -n "${packages[$name]}" ]; then
+    # shellcheck disable=SC2086 # a list of package names
+    chroot_run "$dir.tmp" apt-get install -y -qq --no-install-recommends ${packages[$name]}
+  fi
+  "prepare_$name" "$dir.tmp"
+  chroot_run "$dir.tmp" apt-get clean
+  rm -rf "$dir.tmp"/var/lib/apt/lists/* "$dir.tmp"/var/log/*.log "$dir.tmp"/var/log/apt/* \
+    "$dir.tmp"/var/cache/debconf/*-old "$dir.tmp"/tmp/* "$dir.tmp/etc/machine-id"
+  echo "$recipe" >"$dir.tmp/.recipe"
+  rm -rf "$dir"
+  mv "$dir.tmp" "$dir"
+}
+
+# build_image imports the root filesystem and finishes it with the image's
+# Dockerfile, unless the image is there from the same recipe.
+build_image() {
+  local name=$1
+  local rootfs_recipe recipe f files=()
+  # The recipe of a root filesystem is the code that makes it.
+  rootfs_recipe=$(hash "$base_recipe" "$name" "${packages[$name]}" \
+    "$(declare -f build_rootfs "prepare_$name" chroot_run)")
+  if [ "$name" = golang ]; then
+    rootfs_recipe=$(hash "$rootfs_recipe" "@$(go_root)/VERSION")
+  fi
+  for f in "$here/$name"/*; do files+=("@$f"); done
+  recipe=$(hash "$rootfs_recipe" "${image[$name]}" "${files[@]}")
+  local have
+  have=$(docker image inspect -f '{{index .Config.Labels "org.shop-example.recipe"}}' "${image[$name]}" 2>/dev/null || true)
+  if [ "$have" = "$recipe" ] && ! $force; then
+    log "$name: ${image[$name]} is up to date"
+    return
+  fi
+  build_base
+  build_rootfs "$name" "$rootfs_recipe"
+  local imported="$prefix/rootfs:$name"
+  log "$name: docker import as $imported"
+  tar -C "$cache/rootfs/$name" --numeric-owner --exclude=./.recipe -c . | docker import - "$imported" >/dev/null
+  log "$name: docker build ${image[$name]}"
+  local out
+  if ! out=$(docker build --build-arg "ROOTFS=$imported" --label "org.shop-example.recipe=$recipe" \
+    -t "${image[$name]}" "$here/$name" 2>&1); then
+    printf '%s\n' "$out" >&2
+    exit 1
+  fi
+}
+
+for name in "${wanted[@]}"; do
+  start=$SECONDS
+  build_image "$name"
+  log "$name: done in $((SECONDS - start))s"
+done
+docker image prune -f --filter "label=org.shop-example.recipe" >/dev/null || true
+
+write_env
+log "images:"
+for name in "${wanted[@]}"; do
+  docker image ls --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' "${image[$name]}" >&2
+done
+log "variables written to .images/env; use them with:"
+log "  set -a; . .images/env; set +a        # then make test, docker compose up, make e2e"

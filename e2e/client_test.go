@@ -1,0 +1,178 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Retry bounds: a request is sent at most maxAttempts times; between
+// attempts the client waits Retry-After, or a backoff, capped at maxBackoff.
+const (
+	maxAttempts = 40
+	maxBackoff  = time.Second
+)
+
+// client talks to the balancer as an API client would, retrying what is
+// safe to retry with the same Idempotency-Key: no answer at all, 502/503/504
+// from the balancer or a replica, and 409 request_in_progress or
+// resource_busy (the first request with that key is still running, or the
+// lock is busy). Everything else is an answer.
+type client struct {
+	base string
+	http *http.Client
+
+	mu      sync.Mutex
+	retries map[string]int // why requests were sent again, counted
+}
+
+func newClient(base string) *client {
+	return &client{
+		base:    base,
+		http:    &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}, Timeout: 20 * time.Second},
+		retries: map[string]int{},
+	}
+}
+
+type request struct {
+	method, path string
+	token        string // bearer token, if any
+	key          string // Idempotency-Key, if any
+	body         any    // sent as JSON, if not nil
+}
+
+type response struct {
+	status   int
+	header   http.Header
+	body     []byte
+	attempts int
+}
+
+// problem is an RFC 9457 error body.
+type problem struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+func (r response) problem() problem {
+	var p problem
+	_ = json.Unmarshal(r.body, &p)
+	return p
+}
+
+func (r response) String() string {
+	return fmt.Sprintf("%d %s", r.status, bytes.TrimSpace(r.body))
+}
+
+// decode reads the JSON body of r into v.
+func (r response) decode(v any) error {
+	if err := json.Unmarshal(r.body, v); err != nil {
+		return fmt.Errorf("decode %q: %w", r.body, err)
+	}
+	return nil
+}
+
+// do sends req until it gets an answer that is not transient, at most
+// maxAttempts times.
+func (c *client) do(ctx context.Context, req request) (response, error) {
+	var lastErr error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		resp, err := c.once(ctx, req)
+		resp.attempts = attempt
+		reason, wait := "", backoff(attempt)
+		switch {
+		case ctx.Err() != nil:
+			return resp, ctx.Err()
+		case err != nil:
+			reason, lastErr = "transport error", err
+		case resp.status == http.StatusBadGateway || resp.status == http.StatusServiceUnavailable ||
+			resp.status == http.StatusGatewayTimeout:
+			reason, lastErr = strconv.Itoa(resp.status), fmt.Errorf("%s", resp)
+		case resp.status == http.StatusConflict &&
+			(resp.problem().Code == "request_in_progress" || resp.problem().Code == "resource_busy"):
+			reason, lastErr = "409 "+resp.problem().Code, fmt.Errorf("%s", resp)
+		default:
+			return resp, nil
+		}
+		if s, err := strconv.Atoi(resp.header.Get("Retry-After")); err == nil && s > 0 {
+			wait = min(time.Duration(s)*time.Second, maxBackoff)
+		}
+		c.count(reason)
+		select {
+		case <-ctx.Done():
+			return resp, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	return response{}, fmt.Errorf("%s %s: no answer after %d attempts: %w", req.method, req.path, maxAttempts, lastErr)
+}
+
+// once sends req one time.
+func (c *client) once(ctx context.Context, req request) (response, error) {
+	var body io.Reader
+	if req.body != nil {
+		b, err := json.Marshal(req.body)
+		if err != nil {
+			return response{}, err
+		}
+		body = bytes.NewReader(b)
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.method, c.base+req.path, body)
+	if err != nil {
+		return response{}, err
+	}
+	if req.body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if req.token != "" {
+		hr.Header.Set("Authorization", "Bearer "+req.token)
+	}
+	if req.key != "" {
+		hr.Header.Set("Idempotency-Key", req.key)
+	}
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, err
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+func backoff(attempt int) time.Duration {
+	return min(50*time.Millisecond<<min(attempt, 5), maxBackoff)
+}
+
+func (c *client) count(reason string) {
+	c.mu.Lock()
+	c.retries[reason]++
+	c.mu.Unlock()
+}
+
+// retrySummary says why requests were sent again, e.g. "502 ×3, transport error ×1".
+func (c *client) retrySummary() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.retries) == 0 {
+		return "none"
+	}
+	var parts []string
+	for k, n := range c.retries {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,104 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
+)
+
+// The containers, when no running server is given.
+//
+// testcontainers uses an image that is present locally as is and pulls only
+// what is missing, so a machine without registry access runs the tests on
+// local stand-ins (SHOP_TEST_POSTGRES_IMAGE, SHOP_TEST_REDIS_IMAGE; README,
+// "No registry access?"). The reaper (Ryuk) is an image too: there it is
+// off (TESTCONTAINERS_RYUK_DISABLED=true) and this package cleans up itself.
+// Main terminates the containers when the tests end or the binary is
+// interrupted; every container carries ContainerLabel, so what a crashed
+// binary (a panic, -timeout) leaves behind is found and removed with
+//
+//	docker rm -fv $(docker ps -aq --filter label=org.shop-example.testenv)
+const (
+	defaultPostgresImage = "postgres:16-alpine"
+	defaultRedisImage    = "redis:7-alpine"
+
+	// ContainerLabel marks every container this package starts.
+	ContainerLabel = "org.shop-example.testenv"
+)
+
+var containerLabels = map[string]string{ContainerLabel: "true"}
+
+// startPostgres starts a PostgreSQL container and returns it with a URL of
+// its maintenance database. The container is returned even on error, so
+// the caller can terminate it.
+func startPostgres(ctx context.Context) (testcontainers.Container, string, error) {
+	c, err := tcpostgres.Run(ctx, imageFrom(EnvPostgresImage, defaultPostgresImage),
+		tcpostgres.WithDatabase("shop"),
+		tcpostgres.WithUsername("shop"),
+		tcpostgres.WithPassword("shop"),
+		// The module runs `postgres -c fsync=off`; the cluster need not be
+		// synced to disk when it is created either.
+		testcontainers.WithEnv(map[string]string{"POSTGRES_INITDB_ARGS": "--no-sync"}),
+		testcontainers.WithLabels(containerLabels),
+		// The image's entrypoint starts a server to initialise the database,
+		// stops it and starts the real one: ready is logged twice.
+		tcpostgres.BasicWaitStrategies(),
+	)
+	if c == nil {
+		return nil, "", fmt.Errorf("start postgres container: %w", err)
+	}
+	if err != nil {
+		return c, "", fmt.Errorf("start postgres container: %w", err)
+	}
+	u, err := c.ConnectionString(ctx, "sslmode=disable")
+	if err != nil {
+		return c, "", fmt.Errorf("postgres container url: %w", err)
+	}
+	return c, u, nil
+}
+
+// startRedis starts a Redis container and returns it with its address. The
+// module waits for the port and for "Ready to accept connections".
+func startRedis(ctx context.Context) (testcontainers.Container, string, error) {
+	c, err := tcredis.Run(ctx, imageFrom(EnvRedisImage, defaultRedisImage),
+		testcontainers.WithLabels(containerLabels),
+	)
+	if c == nil {
+		return nil, "", fmt.Errorf("start redis container: %w", err)
+	}
+	if err != nil {
+		return c, "", fmt.Errorf("start redis container: %w", err)
+	}
+	ep, err := c.Endpoint(ctx, "")
+	if err != nil {
+		return c, "", fmt.Errorf("redis container address: %w", err)
+	}
+	return c, ep, nil
+}
+
+// stopOnSignal terminates the containers when the test binary is
+// interrupted (Ctrl-C, or go test forwarding a signal), which would
+// otherwise end the process with them still running.
+func stopOnSignal(e *env) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		e.stop()
+		fmt.Fprintf(os.Stderr, "testenv: %s: containers terminated\n", s)
+		os.Exit(1)
+	}()
+}
+
+func imageFrom(envVar, def string) string {
+	if v := os.Getenv(envVar); v != "" {
+		return v
+	}
+	return def
+}
