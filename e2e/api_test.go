@@ -30,9 +30,16 @@ type (
 		Items  []orderItem `json:"items"`
 	}
 	payment struct {
-		ID      string `json:"id"`
-		OrderID string `json:"order_id"`
-		Status  string `json:"status"`
+		ID       string  `json:"id"`
+		OrderID  string  `json:"order_id"`
+		Status   string  `json:"status"`
+		ChargeID *string `json:"charge_id"`
+	}
+	// charge is a charge in the gateway's audit.
+	charge struct {
+		ID        string `json:"id"`
+		Status    string `json:"status"`
+		Reference string `json:"reference"`
 	}
 )
 

@@ -147,11 +147,14 @@ func (sc *scenario) buyPayOrCancel(ctx context.Context, b user, n int) (purchase
 			return p, errors.New("cancel " + o.ID + ": " + resp.String())
 		}
 		p.status = "cancelled"
+		sc.noteCancelled(o.ID)
 		return p, nil
 	}
-	if _, err := pay(ctx, sc.c, b, o.ID); err != nil {
+	paid, err := pay(ctx, sc.c, b, o.ID)
+	if err != nil {
 		return p, err
 	}
+	sc.notePaid(paid)
 	p.status = "paid"
 	return p, nil
 }

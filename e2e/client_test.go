@@ -46,6 +46,7 @@ func newClient(base string) *client {
 
 type request struct {
 	method, path string
+	base         string // another server than the client's, if set
 	token        string // bearer token, if any
 	key          string // Idempotency-Key, if any
 	body         any    // sent as JSON, if not nil
@@ -127,7 +128,11 @@ func (c *client) once(ctx context.Context, req request) (response, error) {
 		}
 		body = bytes.NewReader(b)
 	}
-	hr, err := http.NewRequestWithContext(ctx, req.method, c.base+req.path, body)
+	base := c.base
+	if req.base != "" {
+		base = req.base
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.method, base+req.path, body)
 	if err != nil {
 		return response{}, err
 	}

@@ -49,6 +49,7 @@ func TestStack(t *testing.T) {
 		{"FlashSaleWithDuplicateKeys", sc.flashSale},
 		{"PayOnce", sc.payOnce},
 		{"ReplicaAndRedisNodeDown", sc.replicaAndRedisNodeDown},
+		{"GatewayChargedOnce", sc.gatewayChargedOnce},
 	}
 	for _, st := range steps {
 		if !t.Run(st.name, func(t *testing.T) { st.run(ctx, t) }) {
@@ -64,6 +65,30 @@ type scenario struct {
 	c         *client
 	ltd, bulk string // SKUs of this run: a limited one and a plentiful one
 	winners   []purchase
+
+	mu        sync.Mutex
+	paid      map[string]string // order id → the charge its payment recorded
+	cancelled []string          // order ids
+}
+
+// notePaid records that the client was told order id is paid by p.
+func (sc *scenario) notePaid(p payment) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.paid == nil {
+		sc.paid = map[string]string{}
+	}
+	if p.ChargeID != nil {
+		sc.paid[p.OrderID] = *p.ChargeID
+	} else {
+		sc.paid[p.OrderID] = ""
+	}
+}
+
+func (sc *scenario) noteCancelled(orderID string) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.cancelled = append(sc.cancelled, orderID)
 }
 
 // purchase is an order as the client recorded it.
@@ -182,6 +207,9 @@ func (sc *scenario) payOnce(ctx context.Context, t *testing.T) {
 		copyErrs := forEach(2, 2, func(j int) error {
 			p, err := pay(ctx, sc.c, w.buyer, w.orderID)
 			ids[j] = p.ID
+			if err == nil {
+				sc.notePaid(p)
+			}
 			return err
 		})
 		if err := errors.Join(copyErrs...); err != nil {
@@ -197,6 +225,49 @@ func (sc *scenario) payOnce(ctx context.Context, t *testing.T) {
 		w := sc.winners[i]
 		return checkOrders(ctx, sc.c, w.buyer, map[string]purchase{w.orderID: w}, nil)
 	}))
+}
+
+// The gateway's own audit, read on its published port, agrees: every
+// order the clients were told is paid has exactly one charge, the one its
+// payment recorded; a cancelled order has none that was not refunded.
+func (sc *scenario) gatewayChargedOnce(ctx context.Context, t *testing.T) {
+	if len(sc.paid) == 0 {
+		t.Fatal("no paid orders to check")
+	}
+	audit := func(orderID string) ([]charge, error) {
+		var page struct {
+			Items []charge `json:"items"`
+		}
+		resp, err := sc.c.do(ctx, request{method: http.MethodGet, base: sc.s.gateway, path: "/v1/charges?reference=" + orderID})
+		if err == nil && resp.status != http.StatusOK {
+			err = fmt.Errorf("gateway audit of %s: %s", orderID, resp)
+		}
+		if err == nil {
+			err = resp.decode(&page)
+		}
+		return page.Items, err
+	}
+	for orderID, chargeID := range sc.paid {
+		charges, err := audit(orderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(charges) != 1 || charges[0].Status != "succeeded" || charges[0].ID != chargeID {
+			t.Errorf("paid order %s: gateway audit %+v, want one succeeded charge %s", orderID, charges, chargeID)
+		}
+	}
+	for _, orderID := range sc.cancelled {
+		charges, err := audit(orderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range charges {
+			if c.Status != "refunded" {
+				t.Errorf("cancelled order %s: charge %s is %s", orderID, c.ID, c.Status)
+			}
+		}
+	}
+	t.Logf("gateway audit: %d paid orders with one charge each, %d cancelled orders with none", len(sc.paid), len(sc.cancelled))
 }
 
 // pay pays the order with pm_card_ok, its key derived from the order, so

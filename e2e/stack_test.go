@@ -30,6 +30,7 @@ type stack struct {
 	project    string
 	env        []string
 	base       string // the balancer, http://127.0.0.1:<port>
+	gateway    string // the payment gateway, http://127.0.0.1:<port>
 	adminToken string
 }
 
@@ -43,18 +44,22 @@ func startStack(ctx context.Context, t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	port := envOr("SHOP_E2E_PORT", "18080")
-	if ln, err := net.Listen("tcp", "127.0.0.1:"+port); err != nil {
-		t.Fatalf("port %s is taken (set SHOP_E2E_PORT): %v", port, err)
-	} else {
+	gwPort := envOr("SHOP_E2E_GATEWAY_PORT", "18081")
+	for name, p := range map[string]string{"SHOP_E2E_PORT": port, "SHOP_E2E_GATEWAY_PORT": gwPort} {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+p)
+		if err != nil {
+			t.Fatalf("port %s is taken (set %s): %v", p, name, err)
+		}
 		ln.Close()
 	}
 	s := &stack{
 		compose:    compose,
 		project:    "shop-e2e-" + strings.ToLower(rand.Text()[:8]),
 		base:       "http://127.0.0.1:" + port,
+		gateway:    "http://127.0.0.1:" + gwPort,
 		adminToken: "e2e-admin-" + rand.Text(),
 	}
-	s.env = append(os.Environ(), "SHOP_PORT="+port, "SHOP_ADMIN_TOKEN="+s.adminToken)
+	s.env = append(os.Environ(), "SHOP_PORT="+port, "SHOP_GATEWAY_PORT="+gwPort, "SHOP_ADMIN_TOKEN="+s.adminToken)
 	t.Logf("compose: %s -p %s, balancer on %s", strings.Join(compose, " "), s.project, s.base)
 
 	t.Cleanup(func() {
