@@ -415,6 +415,16 @@ func TestPayments_InvalidState(t *testing.T) {
 		wantRefused(t, paid.ID, "paid")
 		payWantCharges(t, e, paid.ID, 1)
 	})
+	t.Run("NothingToCharge", func(t *testing.T) {
+		mustCreateProduct(t, r, "PAY-FREE", 0, 5)
+		free := mustCreateOrder(t, r, u.Token, line{"PAY-FREE", 1})
+		wantRefused(t, free.ID, "nothing to charge")
+		payWantCharges(t, e, free.ID, 0)
+		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, free.ID); n != 0 {
+			t.Errorf("%d payment rows for an order with nothing to charge", n)
+		}
+		wantStatus(t, r.do(t, http.MethodPost, "/v1/orders/"+free.ID+"/cancel", u.Token, nil), http.StatusOK)
+	})
 	t.Run("Cancelled", func(t *testing.T) {
 		wantStatus(t, r.do(t, http.MethodPost, "/v1/orders/"+cancelled.ID+"/cancel", u.Token, nil), http.StatusOK)
 		wantRefused(t, cancelled.ID, "cancelled")

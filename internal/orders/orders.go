@@ -118,10 +118,13 @@ func (o *Order) Cancel(now time.Time) (changed bool, err error) {
 }
 
 // Payable reports whether a payment for the order may begin now: it must
-// be pending and not past its expiry time.
+// be pending, not past its expiry time, and have something to charge.
 func (o *Order) Payable(now time.Time) error {
 	if o.Status != StatusPendingPayment {
 		return problem.Errorf(problem.InvalidState, "order is %s and cannot be paid", o.Status)
+	}
+	if o.TotalCents <= 0 {
+		return problem.New(problem.InvalidState, "order's total is 0: there is nothing to charge")
 	}
 	if !now.Before(o.ExpiresAt) {
 		return problem.Errorf(problem.InvalidState, "order expired at %s and cannot be paid", o.ExpiresAt.UTC().Format(time.RFC3339))
