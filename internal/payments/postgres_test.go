@@ -1,0 +1,74 @@
+package payments_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/payments"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// TestStore_SettleOnce is layer 3 with layer 2 behind it: settlers that read the same
+// processing payment (the request, a reconciler on another replica, one
+// whose lock expired) all try to record the outcome and move the order.
+// The version check lets exactly one of them write; the others change
+// nothing, and the order moves once.
+func TestStore_SettleOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	f := newFixture(t)
+	store := payments.NewStore(f.pool)
+	_, ids := f.mustCreateOrders(t, 1)
+	now := f.clock.Now().Truncate(time.Microsecond)
+	p, err := store.Begin(context.Background(), ids[0], func(o orders.Order) (payments.Payment, error) {
+		return payments.Payment{ID: uuid.NewString(), OrderID: o.ID, Status: payments.StatusProcessing,
+			AmountCents: o.TotalCents, Method: "pm_card_ok", Version: 1, CreatedAt: now, UpdatedAt: now}, nil
+	})
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+
+	const settlers = 10
+	var won, lost atomic.Int64
+	together(settlers, func(i int) {
+		paid := p
+		if err := paid.Succeed(fmt.Sprintf("ch_settler_%d", i), now); err != nil {
+			t.Errorf("Succeed: %v", err)
+			return
+		}
+		_, err := store.Settle(context.Background(), paid, func(o *orders.Order) (bool, error) {
+			return true, o.Pay(now)
+		})
+		switch {
+		case err == nil:
+			won.Add(1)
+		case errors.Is(err, payments.ErrVersionConflict), errors.Is(err, orders.ErrVersionConflict),
+			// A settler that read the order after the winner moved it is
+			// refused by the state machine instead.
+			problem.CodeOf(err) == problem.InvalidState:
+			lost.Add(1)
+		default:
+			t.Errorf("settler %d: %v", i, err)
+		}
+	})
+	if won.Load() != 1 || lost.Load() != settlers-1 {
+		t.Errorf("%d settlers wrote, %d were refused; want 1 and %d", won.Load(), lost.Load(), settlers-1)
+	}
+	if n := f.mustInt(t, `SELECT version FROM payments WHERE id = $1`, p.ID); n != 2 {
+		t.Errorf("payment version %d, want 2: settled once", n)
+	}
+	if n := f.mustInt(t, `SELECT version FROM orders WHERE id = $1`, ids[0]); n != 2 {
+		t.Errorf("order version %d, want 2: moved to paid once", n)
+	}
+	if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE id = $1 AND status = 'succeeded' AND charge_id LIKE 'ch_settler_%'`, p.ID); n != 1 {
+		t.Errorf("%d succeeded payments, want 1", n)
+	}
+}
