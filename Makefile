@@ -46,6 +46,7 @@ fuzz:
 # Order creation: layered HTTP flow against the raw SQL baseline.
 bench: build
 	./$(BIN) bench orders
+	./$(BIN) bench payments
 
 # Local stand-ins for every image compose and the tests need, built from
 # Debian packages, for a Docker engine that cannot pull (README, "No
