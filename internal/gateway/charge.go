@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -24,7 +25,7 @@ func (h handlers) createCharge(c echo.Context) error {
 	ctx := c.Request().Context()
 
 	// Validation: the key and the body, before anything is remembered.
-	key, err := idempotencyKey(c.Request().Header)
+	key, err := idempotency.KeyFrom(c.Request().Header)
 	if err != nil {
 		return err
 	}

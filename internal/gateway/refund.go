@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -18,7 +19,7 @@ type refundBody struct {
 // createRefund is POST /v1/refunds: the whole amount of one charge, once.
 func (h handlers) createRefund(c echo.Context) error {
 	// Validation: the key and the body.
-	key, err := idempotencyKey(c.Request().Header)
+	key, err := idempotency.KeyFrom(c.Request().Header)
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func (s *Store) For(flow string) echo.MiddlewareFunc {
 func (s *Store) guard(flow string, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
-		key, err := keyFrom(req.Header)
+		key, err := KeyFrom(req.Header)
 		if err != nil {
 			return err
 		}
@@ -239,10 +239,11 @@ func keptHeaders(h http.Header) map[string]string {
 	return kept
 }
 
-// keyFrom returns the request's idempotency key: exactly one header of 1–255
-// printable ASCII characters (0x20–0x7E), the same rule as the table's
-// CHECK constraint idempotency_keys_key_format.
-func keyFrom(h http.Header) (string, error) {
+// KeyFrom returns the request's idempotency key: exactly one header of
+// 1–255 printable ASCII characters (0x20–0x7E), the same rule as the
+// table's CHECK constraint idempotency_keys_key_format. The payment
+// gateway applies the same rule to its own keys.
+func KeyFrom(h http.Header) (string, error) {
 	values := h.Values(HeaderKey)
 	switch {
 	case len(values) == 0:
