@@ -3,9 +3,9 @@ package orders
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
+	"github.com/shop-example/shop/internal/platform/jobs"
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
 
@@ -33,16 +33,9 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	}
 }
 
-// RunExpiry calls ExpireDue every interval (with jitter, so replicas do not
-// fire in lockstep) until ctx ends.
+// RunExpiry calls ExpireDue about every interval until ctx ends.
 func (s *Service) RunExpiry(ctx context.Context, interval time.Duration) {
-	for {
-		wait := interval/2 + rand.N(interval)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
+	jobs.Every(ctx, interval, func(ctx context.Context) {
 		n, err := s.ExpireDue(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.logger.ErrorContext(ctx, "expire orders", "err", err)
@@ -50,5 +43,5 @@ func (s *Service) RunExpiry(ctx context.Context, interval time.Duration) {
 		if n > 0 {
 			s.logger.InfoContext(ctx, "expired orders", "count", n)
 		}
-	}
+	})
 }

@@ -2,9 +2,9 @@ package payments
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
+	"github.com/shop-example/shop/internal/platform/jobs"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -79,16 +79,9 @@ func (s *Service) reconcileOne(ctx context.Context, due Payment) string {
 	}
 }
 
-// RunReconciler calls Reconcile every interval (with jitter, so replicas
-// do not fire in lockstep) until ctx ends.
+// RunReconciler calls Reconcile about every interval until ctx ends.
 func (s *Service) RunReconciler(ctx context.Context, interval time.Duration) {
-	for {
-		wait := interval/2 + rand.N(interval)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
+	jobs.Every(ctx, interval, func(ctx context.Context) {
 		n, err := s.Reconcile(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.logger.ErrorContext(ctx, "reconcile payments", "err", err)
@@ -96,5 +89,5 @@ func (s *Service) RunReconciler(ctx context.Context, interval time.Duration) {
 		if n > 0 {
 			s.logger.InfoContext(ctx, "reconciled payments", "count", n)
 		}
-	}
+	})
 }
