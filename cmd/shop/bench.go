@@ -44,7 +44,6 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/platform/config"
-	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 // The goal: the layered flow keeps at least half of the raw
@@ -145,21 +144,11 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 }
 
 func benchOrders(ctx context.Context, o benchOptions, logger *slog.Logger) (err error) {
-	db, err := createScratchDB(ctx, o.dbURL)
+	db, pool, err := openScratch(ctx, o, logger)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, db.drop()) }()
-	logger.Info("bench: scratch database created", "name", db.name)
-
-	if err := postgres.MigrateUp(db.url); err != nil {
-		return err
-	}
-	pool, err := postgres.Open(ctx, db.url, int32(o.clients))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer func() { pool.Close(); err = errors.Join(err, db.drop()) }()
 	fx, err := seedBench(ctx, pool, o)
 	if err != nil {
 		return err

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/platform/auth"
+	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 // benchStock is every bench product's stock: more than any run can sell, so
@@ -28,6 +31,25 @@ type scratchDB struct {
 
 // createScratchDB creates an empty database bench_<random> on the server of
 // serverURL. It only runs CREATE DATABASE there.
+// openScratch creates the scratch database on the -db server, migrates it
+// and opens a pool of one connection per client on it. The caller closes
+// the pool, then drops the database.
+func openScratch(ctx context.Context, o benchOptions, logger *slog.Logger) (*scratchDB, *pgxpool.Pool, error) {
+	db, err := createScratchDB(ctx, o.dbURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	logger.Info("bench: scratch database created", "name", db.name)
+	if err := postgres.MigrateUp(db.url); err != nil {
+		return nil, nil, errors.Join(err, db.drop())
+	}
+	pool, err := postgres.Open(ctx, db.url, int32(o.clients))
+	if err != nil {
+		return nil, nil, errors.Join(err, db.drop())
+	}
+	return db, pool, nil
+}
+
 func createScratchDB(ctx context.Context, serverURL string) (*scratchDB, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {

@@ -63,7 +63,6 @@ import (
 	gw "github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/config"
-	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 const (
@@ -82,21 +81,11 @@ func benchPayments(ctx context.Context, o benchOptions, logger *slog.Logger) (er
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	db, err := createScratchDB(ctx, o.dbURL)
+	db, pool, err := openScratch(ctx, o, logger)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, db.drop()) }()
-	logger.Info("bench: scratch database created", "name", db.name)
-
-	if err := postgres.MigrateUp(db.url); err != nil {
-		return err
-	}
-	pool, err := postgres.Open(ctx, db.url, int32(o.clients))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer func() { pool.Close(); err = errors.Join(err, db.drop()) }()
 	userIDs, tokens, err := seedUsers(ctx, pool, o.clients)
 	if err != nil {
 		return err
