@@ -3,7 +3,7 @@
 //	shop serve                   run the HTTP API and the background jobs
 //	shop migrate up|down|version manage the database schema
 //	shop seed                    load the demo catalogue
-//	shop bench orders            measure order creation (see docs/BENCHMARKS.md)
+//	shop bench orders|payments   measure order creation or payment (see docs/BENCHMARKS.md)
 //	shop gateway                 run the stand-in card processor (its own port)
 //	shop health <url>            exit 0 if the URL answers 200 (container healthcheck)
 //
