@@ -43,6 +43,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/shop-example/shop/internal/platform/config"
 )
 
@@ -168,27 +170,35 @@ func benchOrders(ctx context.Context, o benchOptions, logger *slog.Logger) (err 
 		{name: "raw/spread", skus: fx.skus[2], order: raw.order},
 		{name: "layered/spread", skus: fx.skus[3], order: svc.order, layered: true},
 	}
+	results, err := runScenarios(ctx, pool, o, scenarios, logger)
+	if err != nil {
+		return err
+	}
+	printReport(os.Stdout, o, results, svc.lockOutcomes())
+	return nil
+}
+
+// runScenarios measures each scenario in turn, each after a CHECKPOINT so
+// that none pays for flushing the dirty pages of the one before it.
+func runScenarios(ctx context.Context, pool *pgxpool.Pool, o benchOptions, scenarios []scenario, logger *slog.Logger) ([]result, error) {
 	var results []result
 	for _, sc := range scenarios {
-		// Every scenario starts with no dirty pages to flush, so none pays
-		// for a checkpoint the one before it caused.
 		if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
 			logger.Warn("bench: checkpoint refused; scenarios may pay for each other's writes", "err", err)
 		}
 		stopProfile, err := startProfile(o.cpuProfile, sc)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		logger.Info("bench: running", "scenario", sc.name)
 		r := measure(ctx, sc, o.clients, o.warmup, o.duration)
 		stopProfile()
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 		results = append(results, r)
 	}
-	printReport(os.Stdout, o, results, svc.lockOutcomes())
-	return nil
+	return results, nil
 }
 
 // startProfile writes a CPU profile of a layered scenario when asked to.

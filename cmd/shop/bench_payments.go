@@ -131,27 +131,12 @@ func benchPayments(ctx context.Context, o benchOptions, logger *slog.Logger) (er
 
 	raw := rawPayFlow{pool: pool, gateway: gwClient, orders: rawOrders}
 	layered := layeredPayFlow{svc: svc, orders: layeredOrders}
-	var results []result
-	for _, sc := range []scenario{
+	results, err := runScenarios(ctx, pool, o, []scenario{
 		{name: "raw/distinct", order: raw.pay},
 		{name: "layered/distinct", order: layered.pay, layered: true},
-	} {
-		// As in bench orders: no scenario pays for the checkpoint of the
-		// writes of the one before it.
-		if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
-			logger.Warn("bench: checkpoint refused; scenarios may pay for each other's writes", "err", err)
-		}
-		stopProfile, err := startProfile(o.cpuProfile, sc)
-		if err != nil {
-			return err
-		}
-		logger.Info("bench: running", "scenario", sc.name)
-		r := measure(ctx, sc, o.clients, o.warmup, o.duration)
-		stopProfile()
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		results = append(results, r)
+	}, logger)
+	if err != nil {
+		return err
 	}
 
 	storms, err := runStorms(ctx, o, svc, processor, pool, stormOrders, logger)
