@@ -406,7 +406,7 @@ func (e *env) stock(t testing.TB, sku string) int {
 func (e *env) warm(t testing.TB, conns int) {
 	t.Helper()
 	for _, r := range e.replicas {
-		together(conns, func(int) { r.do(t, http.MethodGet, "/readyz", "", nil) })
+		testenv.Together(conns, func(int) { r.do(t, http.MethodGet, "/readyz", "", nil) })
 	}
 }
 
@@ -422,22 +422,4 @@ func inParallel(n, workers int, fn func(i int)) {
 		})
 	}
 	wg.Wait()
-}
-
-// together starts n goroutines, releases them at once through a barrier,
-// and waits for all of them.
-func together(n int, fn func(i int)) {
-	start := make(chan struct{})
-	var ready, done sync.WaitGroup
-	ready.Add(n)
-	for i := range n {
-		done.Go(func() {
-			ready.Done()
-			<-start
-			fn(i)
-		})
-	}
-	ready.Wait()
-	close(start)
-	done.Wait()
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // paymentJSON is a payment as API.md shows it.
@@ -52,7 +54,7 @@ func TestPayments_Storm(t *testing.T) {
 	var mu sync.Mutex
 	answers := map[string]int{}
 	replays := map[string]map[string]bool{} // order → distinct 201 bodies under the shared key
-	together(orders*perOrder, func(i int) {
+	testenv.Together(orders*perOrder, func(i int) {
 		tg := targets[i%orders]
 		click := i / orders
 		key := tg.key

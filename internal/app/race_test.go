@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestOrders_FlashSale races 400 buyers, each a distinct user with a distinct
@@ -117,7 +119,7 @@ func TestOrders_CreateSameKey(t *testing.T) {
 
 	e.warm(t, n)
 	results := make([]response, n)
-	together(n, func(i int) {
+	testenv.Together(n, func(i int) {
 		results[i] = e.r(i).do(t, http.MethodPost, "/v1/orders", u.Token, body, "Idempotency-Key", key)
 	})
 
@@ -198,7 +200,7 @@ func TestOrders_CancelRace(t *testing.T) {
 
 	e.warm(t, n)
 	results := make([]response, n)
-	together(n, func(i int) {
+	testenv.Together(n, func(i int) {
 		results[i] = e.r(i).do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil)
 	})
 
@@ -297,7 +299,7 @@ func TestOrders_ExpiryRace(t *testing.T) {
 	)
 	sweeping.Store(true)
 	cancels := make([]response, len(cancelTargets))
-	together(1+jobs+len(cancelTargets), func(i int) {
+	testenv.Together(1+jobs+len(cancelTargets), func(i int) {
 		switch {
 		case i == 0: // the clock crosses one deadline per tick
 			for range orders + 1 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -164,21 +163,4 @@ func (f *fixture) mustExec(t *testing.T, sql string, args ...any) {
 	if _, err := f.pool.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-}
-
-// together runs fn(i) for i in [0, n) on n goroutines released at once.
-func together(n int, fn func(i int)) {
-	start := make(chan struct{})
-	var ready, done sync.WaitGroup
-	ready.Add(n)
-	for i := range n {
-		done.Go(func() {
-			ready.Done()
-			<-start
-			fn(i)
-		})
-	}
-	ready.Wait()
-	close(start)
-	done.Wait()
 }

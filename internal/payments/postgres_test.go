@@ -13,6 +13,7 @@ import (
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestStore_SettleOnce is layer 3 with layer 2 behind it: settlers that read the same
@@ -38,7 +39,7 @@ func TestStore_SettleOnce(t *testing.T) {
 
 	const settlers = 10
 	var won, lost atomic.Int64
-	together(settlers, func(i int) {
+	testenv.Together(settlers, func(i int) {
 		paid := p
 		if err := paid.Succeed(fmt.Sprintf("ch_settler_%d", i), now); err != nil {
 			t.Errorf("Succeed: %v", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // There is no "lock alone" case: when Redis is slow to answer, the lock
@@ -32,7 +33,7 @@ func storm(t *testing.T, svc *payments.Service, users, ids []string) map[string]
 	t.Helper()
 	var mu sync.Mutex
 	codes := map[string]int{}
-	together(len(ids)*stormClicks, func(i int) {
+	testenv.Together(len(ids)*stormClicks, func(i int) {
 		o := i % len(ids)
 		for attempt := 1; ; attempt++ {
 			_, err := svc.Pay(context.Background(), users[o], ids[o], gateway.MethodOK)
@@ -188,7 +189,7 @@ func TestPay_CancelRace(t *testing.T) {
 	svc := f.service(t, f.redisLock(t))
 	users, ids := f.mustCreateOrders(t, stormOrders)
 
-	together(2*len(ids), func(i int) {
+	testenv.Together(2*len(ids), func(i int) {
 		o := i / 2
 		if i%2 == 0 {
 			_, _ = svc.Pay(context.Background(), users[o], ids[o], gateway.MethodOK)
