@@ -59,9 +59,6 @@ func (h handlers) pay(c echo.Context) error {
 	if err := httpx.Decode(body, &req); err != nil {
 		return err
 	}
-	if err := ValidateMethod(req.PaymentMethod); err != nil {
-		return err
-	}
 	p, _ := auth.PrincipalFrom(c.Request().Context())
 	pay, err := h.svc.Pay(c.Request().Context(), p.UserID, c.Param("id"), req.PaymentMethod)
 	switch {
