@@ -29,13 +29,7 @@ func TestStore_SettleOnce(t *testing.T) {
 	store := payments.NewStore(f.pool)
 	_, ids := f.mustCreateOrders(t, 1)
 	now := f.clock.Now().Truncate(time.Microsecond)
-	p, err := store.Begin(context.Background(), ids[0], func(o orders.Order) (payments.Payment, error) {
-		return payments.Payment{ID: uuid.NewString(), OrderID: o.ID, Status: payments.StatusProcessing,
-			AmountCents: o.TotalCents, Method: "pm_card_ok", Version: 1, CreatedAt: now, UpdatedAt: now}, nil
-	})
-	if err != nil {
-		t.Fatalf("Begin: %v", err)
-	}
+	p := mustBegin(t, store, ids[0], now)
 
 	const settlers = 10
 	var won, lost atomic.Int64
@@ -72,4 +66,55 @@ func TestStore_SettleOnce(t *testing.T) {
 	if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE id = $1 AND status = 'succeeded' AND charge_id LIKE 'ch_settler_%'`, p.ID); n != 1 {
 		t.Errorf("%d succeeded payments, want 1", n)
 	}
+}
+
+// TestStore_ChargeSettlesOnePayment is layer 4 behind the settlement: one
+// gateway charge can settle one payment, never two. A second settlement
+// that names the same charge fails, and takes its order move down with
+// it: the other order stays unpaid, its payment processing.
+func TestStore_ChargeSettlesOnePayment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	f := newFixture(t)
+	store := payments.NewStore(f.pool)
+	_, ids := f.mustCreateOrders(t, 2)
+	now := f.clock.Now().Truncate(time.Microsecond)
+	pay := func(p payments.Payment) error {
+		if err := p.Succeed("ch_shared", now); err != nil {
+			return err
+		}
+		_, err := store.Settle(context.Background(), p, func(o *orders.Order) (bool, error) { return true, o.Pay(now) })
+		return err
+	}
+
+	first, second := mustBegin(t, store, ids[0], now), mustBegin(t, store, ids[1], now)
+	if err := pay(first); err != nil {
+		t.Fatalf("first settlement: %v", err)
+	}
+	if err := pay(second); err == nil {
+		t.Fatal("a second payment was settled with the charge of the first")
+	}
+	if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE charge_id = 'ch_shared'`); n != 1 {
+		t.Errorf("%d payments carry the charge, want 1", n)
+	}
+	if n := f.mustInt(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'pending_payment'`, ids[1]); n != 1 {
+		t.Error("the second order moved although its settlement failed")
+	}
+	if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE id = $1 AND status = 'processing'`, second.ID); n != 1 {
+		t.Error("the second payment left processing although its settlement failed")
+	}
+}
+
+// mustBegin opens a processing payment for an order.
+func mustBegin(t *testing.T, store *payments.Store, orderID string, now time.Time) payments.Payment {
+	t.Helper()
+	p, err := store.Begin(context.Background(), orderID, func(o orders.Order) (payments.Payment, error) {
+		return payments.Payment{ID: uuid.NewString(), OrderID: o.ID, Status: payments.StatusProcessing,
+			AmountCents: o.TotalCents, Method: "pm_card_ok", Version: 1, CreatedAt: now, UpdatedAt: now}, nil
+	})
+	if err != nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	return p
 }
