@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/internal/books"
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
@@ -92,13 +93,20 @@ func (f *fixture) redisLock(t *testing.T) payments.Locker {
 // service builds a payment service with the given locker.
 func (f *fixture) service(t *testing.T, locker payments.Locker) *payments.Service {
 	t.Helper()
+	return f.serviceAt(t, locker, f.clock.Now)
+}
+
+// serviceAt is service on its own clock: another replica, whose
+// reconciler finds due what the first has only just begun.
+func (f *fixture) serviceAt(t *testing.T, locker payments.Locker, now func() time.Time) *payments.Service {
+	t.Helper()
 	gw, err := payments.NewGateway(f.gwURL, payments.GatewayOptions{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("NewGateway: %v", err)
 	}
 	svc, err := payments.NewService(payments.Config{
 		Store: payments.NewStore(f.pool), Orders: f.orders, Gateway: gw, Locker: locker,
-		Metrics: metrics.New(), Now: f.clock.Now, Budget: 20 * time.Second, ReconcileAfter: time.Minute,
+		Metrics: metrics.New(), Now: now, Budget: 20 * time.Second, ReconcileAfter: time.Minute,
 	})
 	if err != nil {
 		t.Fatalf("payments.NewService: %v", err)
@@ -147,6 +155,17 @@ func (f *fixture) mustPlaceOrder(t *testing.T, user string) string {
 		t.Fatalf("create order: %v", err)
 	}
 	return o.ID
+}
+
+// books audits the test's orders and payments against the gateway's
+// charges.
+func (f *fixture) books(t *testing.T) books.Report {
+	t.Helper()
+	r, err := books.Check(context.Background(), f.pool, nil, f.gwURL)
+	if err != nil {
+		t.Fatalf("books: %v", err)
+	}
+	return r
 }
 
 func (f *fixture) mustInt(t *testing.T, sql string, args ...any) int {

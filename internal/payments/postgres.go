@@ -26,6 +26,11 @@ const (
 	sqlInsertPayment = `INSERT INTO payments (id, order_id, status, amount_cents, payment_method, version, created_at, updated_at)
 		VALUES ($1, $2, 'processing', $3, $4, 1, $5, $5)`
 
+	// The settler's first question, before it looks at the order: is the
+	// payment still as it read it? The row lock makes every other settler
+	// of this payment wait for the answer.
+	sqlLockPayment = `SELECT version FROM payments WHERE id = $1 FOR UPDATE`
+
 	// Layer 3: the version check. Zero rows means another settler (the
 	// request or the reconciler) recorded an outcome first.
 	sqlSettlePayment = `UPDATE payments
@@ -87,12 +92,32 @@ func (s *Store) Begin(ctx context.Context, orderID string, start func(orders.Ord
 // transaction (orders.UpdateTx, version-checked). Either both are written
 // or neither. It returns the payment as written.
 //
-// The order row is written first. Every transaction that touches both
-// rows takes the order's lock before the payment's (Begin holds a share
-// lock on the order while it inserts), so two of them cannot each hold
-// what the other waits for.
+// The payment's own row decides first. Settle locks it and returns
+// ErrVersionConflict, before moveOrder sees the order, if another settler
+// (the request, a reconciler on another replica, one whose lock lapsed)
+// has recorded an outcome since p was read. Only a settler whose payment
+// is still processing asks the order anything, so when moveOrder finds
+// the order no longer waiting, it left pending_payment for a reason other
+// than this payment: the payment and its order move together, in one
+// transaction.
+//
+// Locks are taken payment row, then order row. Begin holds a share lock
+// on the order and inserts a new payment; the payment lock is a lock
+// only, which the insert's unique check does not wait on, so the two
+// cannot each hold what the other waits for.
 func (s *Store) Settle(ctx context.Context, p Payment, moveOrder func(*orders.Order) (bool, error)) (Payment, error) {
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		var version int64
+		err := tx.QueryRow(ctx, sqlLockPayment, p.ID).Scan(&version)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("lock payment %s: %w", p.ID, err)
+		}
+		if version != p.Version {
+			return ErrVersionConflict
+		}
 		if moveOrder != nil {
 			if _, err := orders.UpdateTx(ctx, tx, p.OrderID, true, moveOrder); err != nil {
 				return err

@@ -202,7 +202,11 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 			continue
 		case problem.CodeOf(err) == problem.InvalidState:
 			// The order was cancelled or expired while the charge was in
-			// flight. The customer must not be charged for it.
+			// flight. Settle asked the payment's own row first: it is still
+			// processing, so this payment did not pay the order, and a
+			// settler that lost to another gets that one's outcome instead
+			// and never comes here. The customer must not be charged for
+			// an order that stopped waiting.
 			s.metrics.Stopped(FlowPay, metrics.LayerState)
 			return s.refund(ctx, p, c)
 		case errors.Is(err, orders.ErrVersionConflict):

@@ -1,0 +1,85 @@
+package books
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Querier is what FromDB reads with: a pool, a connection or a
+// transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+const (
+	sqlOrders   = `SELECT id::text, status FROM orders ORDER BY id`
+	sqlPayments = `SELECT id::text, order_id::text, status, amount_cents,
+		coalesce(charge_id, ''), coalesce(refund_id, '') FROM payments ORDER BY id`
+)
+
+// FromDB reads every order and every payment of the shop's database.
+func FromDB(ctx context.Context, db Querier) ([]Order, []Payment, error) {
+	rows, err := db.Query(ctx, sqlOrders)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read orders: %w", err)
+	}
+	orders, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Order])
+	if err != nil {
+		return nil, nil, fmt.Errorf("read orders: %w", err)
+	}
+	rows, err = db.Query(ctx, sqlPayments)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read payments: %w", err)
+	}
+	payments, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Payment])
+	if err != nil {
+		return nil, nil, fmt.Errorf("read payments: %w", err)
+	}
+	return orders, payments, nil
+}
+
+// FromGateway reads every charge from the audit of the gateway at baseURL
+// (GET /v1/charges).
+func FromGateway(ctx context.Context, client *http.Client, baseURL string) ([]Charge, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/v1/charges", nil)
+	if err != nil {
+		return nil, fmt.Errorf("read the gateway's charges: %w", err)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read the gateway's charges: %w", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("read the gateway's charges: %s", res.Status)
+	}
+	var body struct {
+		Items []Charge `json:"items"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+		return nil, fmt.Errorf("read the gateway's charges: %w", err)
+	}
+	return body.Items, nil
+}
+
+// Check gathers the books from the database and the gateway and audits
+// them.
+func Check(ctx context.Context, db Querier, client *http.Client, gatewayURL string) (Report, error) {
+	orders, payments, err := FromDB(ctx, db)
+	if err != nil {
+		return Report{}, err
+	}
+	charges, err := FromGateway(ctx, client, gatewayURL)
+	if err != nil {
+		return Report{}, err
+	}
+	return Audit(orders, payments, charges), nil
+}
