@@ -30,10 +30,12 @@ type (
 		Items  []orderItem `json:"items"`
 	}
 	payment struct {
-		ID       string  `json:"id"`
-		OrderID  string  `json:"order_id"`
-		Status   string  `json:"status"`
-		ChargeID *string `json:"charge_id"`
+		ID          string  `json:"id"`
+		OrderID     string  `json:"order_id"`
+		Status      string  `json:"status"`
+		AmountCents int64   `json:"amount_cents"`
+		ChargeID    *string `json:"charge_id"`
+		RefundID    *string `json:"refund_id"`
 	}
 	// charge is a charge in the gateway's audit.
 	charge struct {

@@ -29,6 +29,7 @@ const stopTimeout = 2 * time.Minute
 func (sc *scenario) replicaAndRedisNodeDown(ctx context.Context, t *testing.T) {
 	initial := getProduct(ctx, t, sc.c, sc.bulk).StockAvailable
 	buyers := registerMany(ctx, t, sc.c, "chaos", chaosBuyers)
+	sc.noteBuyers(buyers)
 
 	var warm sync.WaitGroup
 	warm.Add(len(buyers))

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/shop-example/shop/internal/books"
 )
 
 // The scenario's sizes: small enough for two cores, large enough to race.
@@ -50,6 +52,7 @@ func TestStack(t *testing.T) {
 		{"PayOnce", sc.payOnce},
 		{"ReplicaAndRedisNodeDown", sc.replicaAndRedisNodeDown},
 		{"GatewayChargedOnce", sc.gatewayChargedOnce},
+		{"BooksBalance", sc.booksBalance},
 	}
 	for _, st := range steps {
 		if !t.Run(st.name, func(t *testing.T) { st.run(ctx, t) }) {
@@ -67,8 +70,15 @@ type scenario struct {
 	winners   []purchase
 
 	mu        sync.Mutex
+	buyers    []user            // everyone who may have ordered
 	paid      map[string]string // order id → the charge its payment recorded
 	cancelled []string          // order ids
+}
+
+func (sc *scenario) noteBuyers(us []user) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.buyers = append(sc.buyers, us...)
 }
 
 // notePaid records that the client was told order id is paid by p.
@@ -137,6 +147,7 @@ func (sc *scenario) productsAndRestockOnce(ctx context.Context, t *testing.T) {
 // stock is sold, one order per key, every copy gets the same answer.
 func (sc *scenario) flashSale(ctx context.Context, t *testing.T) {
 	buyers := registerMany(ctx, t, sc.c, "flash", flashBuyers)
+	sc.noteBuyers(buyers)
 	results := make([]purchase, len(buyers))
 	errs := forEach(len(buyers), len(buyers), func(i int) error {
 		b := buyers[i]
@@ -371,4 +382,46 @@ func failOn(t *testing.T, errs []error) {
 	if len(msgs) > 0 {
 		t.Fatalf("%d failed:\n%s", len(msgs), strings.Join(msgs[:min(len(msgs), 10)], "\n"))
 	}
+}
+
+// The books audit (package books) over everything the run did, read the
+// way a client and an auditor would: every buyer's orders and their
+// payments through the API, every charge from the gateway's audit. A paid
+// order has exactly one unrefunded charge, the one its payment records;
+// an unpaid one has none; every charge is recorded on one payment.
+func (sc *scenario) booksBalance(ctx context.Context, t *testing.T) {
+	var orders []books.Order
+	var payments []books.Payment
+	for _, b := range sc.buyers {
+		os, err := listOrders(ctx, sc.c, b.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range os {
+			orders = append(orders, books.Order{ID: o.ID, Status: o.Status})
+			page := expect[struct {
+				Items []payment `json:"items"`
+			}](ctx, t, sc.c, request{method: http.MethodGet, path: "/v1/orders/" + o.ID + "/payments", token: b.Token}, http.StatusOK)
+			for _, p := range page.Items {
+				payments = append(payments, books.Payment{ID: p.ID, OrderID: p.OrderID, Status: p.Status,
+					AmountCents: p.AmountCents, ChargeID: deref(p.ChargeID), RefundID: deref(p.RefundID)})
+			}
+		}
+	}
+	charges, err := books.FromGateway(ctx, nil, sc.s.gateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := books.Audit(orders, payments, charges)
+	if !r.OK() || r.InFlight != 0 {
+		t.Fatal(r)
+	}
+	t.Log(r)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -60,6 +60,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/internal/books"
 	gw "github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/config"
@@ -143,18 +144,20 @@ func benchPayments(ctx context.Context, o benchOptions, logger *slog.Logger) (er
 	if err != nil {
 		return err
 	}
-	books, err := checkBooks(ctx, pool, processor)
+	// The books audit over the whole run: every order of every scenario
+	// against its payments and the gateway's charges.
+	audit, err := books.Check(ctx, pool, nil, processorSrv.base)
 	if err != nil {
 		return err
 	}
-	printPaymentsReport(os.Stdout, o, results, storms, books, svc.lockOutcomes())
+	printPaymentsReport(os.Stdout, o, results, storms, audit, svc.lockOutcomes())
 	for _, s := range storms {
 		if len(s.violations) > 0 {
 			return errors.New("bench payments: the one-charge-per-order invariant was broken (see the report)")
 		}
 	}
-	if books.broken() {
-		return errors.New("bench payments: the gateway's charges and the succeeded payments disagree (see the report)")
+	if !audit.OK() || audit.InFlight != 0 {
+		return errors.New("bench payments: the books do not balance (see the report)")
 	}
 	return nil
 }
@@ -237,7 +240,7 @@ func seedPendingOrders(ctx context.Context, pool *pgxpool.Pool, userIDs []string
 
 // printPaymentsReport writes the throughput table and the ratio against the
 // goal, then a line per storm, then the cross-checks.
-func printPaymentsReport(w io.Writer, o benchOptions, results []result, storms []stormResult, books books, lockOutcomes string) {
+func printPaymentsReport(w io.Writer, o benchOptions, results []result, storms []stormResult, audit books.Report, lockOutcomes string) {
 	fmt.Fprintf(w, "\nshop bench payments: %d clients, %s measured after %s warmup per scenario; %d storms of %d orders × %d clicks (%d sharing a key); %d CPUs, GOMAXPROCS %d, %s\n\n",
 		o.clients, o.duration, o.warmup, o.storms, o.stormOrders, o.stormClicks, sharedClicks(o.stormClicks),
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
@@ -263,6 +266,6 @@ func printPaymentsReport(w io.Writer, o benchOptions, results []result, storms [
 		printStorms(w, storms)
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "books: %s\n", books)
+	fmt.Fprintln(w, audit)
 	fmt.Fprintf(w, "service lock (whole run): %s\n", lockOutcomes)
 }

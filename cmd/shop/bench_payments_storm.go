@@ -237,30 +237,3 @@ func printStorms(w io.Writer, storms []stormResult) {
 		fmt.Fprintln(w, v)
 	}
 }
-
-// books compares, over the whole run, the gateway's charges with the
-// payments the database holds.
-type books struct {
-	charges, succeeded, processing int
-}
-
-func checkBooks(ctx context.Context, pool *pgxpool.Pool, processor *gw.Server) (books, error) {
-	b := books{charges: len(processor.Charges(""))}
-	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'processing') FROM payments`).
-		Scan(&b.succeeded, &b.processing)
-	if err != nil {
-		return b, fmt.Errorf("check books: %w", err)
-	}
-	return b, nil
-}
-
-func (b books) broken() bool { return b.charges != b.succeeded || b.processing != 0 }
-
-func (b books) String() string {
-	verdict := "agree"
-	if b.broken() {
-		verdict = "DISAGREE"
-	}
-	return fmt.Sprintf("%d charges in the gateway, %d succeeded and %d processing payments in the database: %s",
-		b.charges, b.succeeded, b.processing, verdict)
-}

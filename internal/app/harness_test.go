@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/books"
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/redisx"
@@ -106,6 +107,22 @@ func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 		e.replicas = append(e.replicas, &replica{app: a, url: srv.URL, client: client})
 	}
 	return e
+}
+
+// assertBooks audits the orders and payments against the gateway's
+// charges (package books) and fails the test unless they balance with
+// nothing left in flight.
+func (e *env) assertBooks(t *testing.T) {
+	t.Helper()
+	r, err := books.Check(context.Background(), e.db, nil, e.cfg.GatewayURL)
+	switch {
+	case err != nil:
+		t.Fatalf("books: %v", err)
+	case !r.OK() || r.InFlight != 0:
+		t.Error(r)
+	default:
+		t.Log(r)
+	}
 }
 
 // testGateway is a payment gateway on a real HTTP server, as `shop gateway`

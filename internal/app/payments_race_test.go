@@ -125,4 +125,5 @@ func TestPayments_Storm(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM orders WHERE status = 'paid'`); n != orders {
 		t.Errorf("%d orders paid, want %d", n, orders)
 	}
+	e.assertBooks(t)
 }

@@ -34,14 +34,19 @@ type Response struct {
 	Status      Status    `json:"status"`
 	AmountCents int64     `json:"amount_cents"`
 	ChargeID    *string   `json:"charge_id"`
+	RefundID    *string   `json:"refund_id"`
 	CreatedAt   time.Time `json:"created_at"`
 }
 
-// ToResponse renders a payment; charge_id is null until a charge is known.
+// ToResponse renders a payment; charge_id is null until a charge is known,
+// refund_id until the charge is refunded.
 func ToResponse(p Payment) Response {
 	r := Response{ID: p.ID, OrderID: p.OrderID, Status: p.Status, AmountCents: p.AmountCents, CreatedAt: p.CreatedAt.UTC()}
 	if p.ChargeID != "" {
 		r.ChargeID = &p.ChargeID
+	}
+	if p.RefundID != "" {
+		r.RefundID = &p.RefundID
 	}
 	return r
 }
