@@ -80,6 +80,7 @@ func TestCrash_MidCharge(t *testing.T) {
 		"SHOP_ADMIN_TOKEN=crash-admin",
 		"SHOP_JOB_INTERVAL=200ms",
 		"SHOP_PAYMENT_RECONCILE_AFTER=1s",
+		"SHOP_PAYMENT_BUDGET=900ms",
 		"SHOP_GATEWAY_TIMEOUT=10s",
 	}
 

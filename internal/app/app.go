@@ -99,7 +99,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 
-	e := httpx.New(m, httpx.Options{Logger: deps.Logger})
+	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout})
 	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem, bookkeeping: bookkeeping}
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
@@ -131,8 +131,10 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 		Metrics: m,
 		Logger:  deps.Logger,
 		Now:     deps.Now,
-		// Every gateway attempt, a refund's too, plus the database work.
-		Budget:         2*attempts*cfg.GatewayTimeout + 2*time.Second,
+		// Inside the request timeout, with room to store and send the
+		// answer (config.checkTimings): a request that runs out of budget
+		// after its charge answers 202 processing, never a timeout.
+		Budget:         cfg.PaymentBudget,
 		ReconcileAfter: cfg.ReconcileAfter,
 	})
 }

@@ -3,8 +3,10 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -290,8 +292,17 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 	t.Run("NewKeyWhileInFlight", func(t *testing.T) {
 		res := payReq(t, r, u.Token, o.ID, gateway.MethodOK, newKey())
 		wantProblem(t, res, http.StatusConflict, "resource_busy")
-		if res.Header.Get("Retry-After") == "" {
-			t.Errorf("resource_busy without Retry-After")
+		// Come back when the payment in flight has settled: within its
+		// request's budget, not a second later.
+		wait, err := strconv.Atoi(res.Header.Get("Retry-After"))
+		if budget := int(e.cfg.PaymentBudget.Seconds()); err != nil || wait < budget-1 || wait > budget {
+			t.Errorf("Retry-After %q, want about the payment budget (%ds)", res.Header.Get("Retry-After"), budget)
+		}
+		var doc struct {
+			PaymentsURL string `json:"payments_url"`
+		}
+		if err := json.Unmarshal(res.Body, &doc); err != nil || doc.PaymentsURL != payPath(o.ID) {
+			t.Errorf("payments_url %q, want %s to look at", doc.PaymentsURL, payPath(o.ID))
 		}
 		payWantCharges(t, e, o.ID, 1)
 		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
@@ -542,6 +553,9 @@ func TestPayments_Validation(t *testing.T) {
 		{"EmptyMethod", `{"payment_method": ""}`},
 		{"MethodWithSpace", `{"payment_method": "pm card ok"}`},
 		{"MethodTooLong", `{"payment_method": "` + strings.Repeat("m", 65) + `"}`},
+		// Well formed, but no such method: the gateway refuses it, nothing
+		// is charged, and the payment begun for it is not kept.
+		{"UnknownMethod", `{"payment_method": "pm_card_gold"}`},
 	} {
 		t.Run("Invalid/"+tc.name, func(t *testing.T) {
 			res := r.do(t, http.MethodPost, payPath(o.ID), owner.Token, tc.body, "Idempotency-Key", newKey())
@@ -569,6 +583,7 @@ func TestPayments_Validation(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM payments`); n != 0 {
 		t.Errorf("%d payment rows written by refused requests, want 0", n)
 	}
+	payWantMetric(t, r, `shop_payment_outcomes_total{outcome="rejected"} 1`)
 	if charges := e.gateway.Charges(""); len(charges) != 0 {
 		t.Errorf("refused requests reached the gateway: %+v", charges)
 	}
@@ -583,4 +598,65 @@ func TestPayments_Validation(t *testing.T) {
 	if items := payList(t, r, owner.Token, mustCreateOrder(t, r, owner.Token, line{"PAY-VAL", 1}).ID); items == nil || len(items) != 0 {
 		t.Errorf("an unpaid order lists %v, want an empty list", items)
 	}
+}
+
+// TestPayments_StallAfterCharge: the gateway has charged, and the database
+// stalls before the outcome is recorded (another transaction holds the
+// order's row). A charge that may have been made is never answered with a
+// failure: the request runs out of its payment budget, answers 202 with
+// the processing payment well inside its request timeout, and the
+// reconciler records the charge once the database moves again.
+func TestPayments_StallAfterCharge(t *testing.T) {
+	e := newEnv(t, 1, map[string]string{
+		"SHOP_REQUEST_TIMEOUT":    "5s",
+		"SHOP_PAYMENT_BUDGET":     "2s",
+		"SHOP_GATEWAY_TIMEOUT":    "1500ms",
+		"SHOP_GATEWAY_SLOW_DELAY": "500ms",
+	})
+	r := e.r(0)
+	ctx := context.Background()
+	mustCreateProduct(t, r, "PAY-STALL", 700, 5)
+	u := mustCreateUser(t, r, "stella")
+	o := mustCreateOrder(t, r, u.Token, line{"PAY-STALL", 1})
+
+	answered := make(chan response, 1)
+	go func() { answered <- payReq(t, r, u.Token, o.ID, gateway.MethodSlow, newKey()) }()
+	// The charge is made and its answer held back for 500 ms: the order's
+	// row is taken before the request can record anything.
+	payWaitFor(t, 5*time.Second, "the charge to reach the gateway", func() bool { return len(e.gateway.Charges(o.ID)) == 1 })
+	stall, err := e.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stall.Rollback(ctx) }()
+	if _, err := stall.Exec(ctx, `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`, o.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	var res response
+	select {
+	case res = <-answered:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the pay request did not answer")
+	}
+	wantStatus(t, res, http.StatusAccepted)
+	p := decode[paymentJSON](t, res)
+	if p.Status != "processing" || p.OrderID != o.ID {
+		t.Fatalf("got %s, want the processing payment of order %s", res.Body, o.ID)
+	}
+	payWantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
+
+	// The database moves again; the reconciler records the one charge.
+	if err := stall.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(e.cfg.ReconcileAfter + time.Second)
+	if n, err := r.app.Payments.Reconcile(ctx); err != nil || n != 1 {
+		t.Fatalf("Reconcile = %d, %v; want 1, nil", n, err)
+	}
+	if got := payOrderStatus(t, r, u.Token, o.ID); got != "paid" {
+		t.Errorf("order is %s, want paid", got)
+	}
+	payWantCharges(t, e, o.ID, 1)
+	e.assertBooks(t)
 }

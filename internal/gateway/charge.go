@@ -68,6 +68,15 @@ func (h handlers) createCharge(c echo.Context) error {
 	return httpx.JSON(c, http.StatusCreated, ans.charge)
 }
 
+// knownMethod reports whether m is one of the test payment methods.
+func knownMethod(m string) bool {
+	switch m {
+	case MethodOK, MethodDeclined, MethodSlow, MethodFlaky:
+		return true
+	}
+	return false
+}
+
 func decodeCharge(c echo.Context) (request, error) {
 	var body chargeBody
 	if err := httpx.Bind(c, &body); err != nil {
@@ -78,6 +87,11 @@ func decodeCharge(c echo.Context) (request, error) {
 		return request{}, problem.New(problem.Invalid, "amount_cents: must be a positive integer")
 	case body.PaymentMethod == "" || len(body.PaymentMethod) > 255:
 		return request{}, problem.New(problem.Invalid, "payment_method: must be 1–255 characters")
+	case !knownMethod(body.PaymentMethod):
+		// As a processor answers a payment method it has never issued: a
+		// bad request, decided before anything is remembered, not a decline.
+		return request{}, problem.Errorf(problem.Invalid, "payment_method: no such payment method %q; the test methods are %s, %s, %s and %s",
+			body.PaymentMethod, MethodOK, MethodDeclined, MethodSlow, MethodFlaky)
 	case body.Reference == "" || len(body.Reference) > 255:
 		return request{}, problem.New(problem.Invalid, "reference: must be 1–255 characters")
 	}
@@ -123,8 +137,6 @@ func (s *Server) charge(key string, req request) (chargeAnswer, error) {
 		}
 	case MethodDeclined:
 		rec.Kind, rec.Decline = kindDeclined, &decline{Code: "card_declined", Detail: "the card was declined"}
-	default:
-		rec.Kind, rec.Decline = kindDeclined, &decline{Code: "unknown_payment_method", Detail: "unknown payment method"}
 	}
 	if rec.Kind == kindCharged {
 		rec.Charge = &Charge{ID: "ch_" + uuid.NewString(), Status: StatusSucceeded,

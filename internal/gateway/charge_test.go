@@ -22,7 +22,7 @@ func TestAPI_Statuses(t *testing.T) {
 	}{
 		{"ChargeOK", "POST", "/v1/charges", "k-ok", chargeJSON(500, gateway.MethodOK, "o1"), 201, ""},
 		{"ChargeDeclined", "POST", "/v1/charges", "k-decl", chargeJSON(500, gateway.MethodDeclined, "o1"), 402, "payment_declined"},
-		{"ChargeUnknownMethod", "POST", "/v1/charges", "k-unk", chargeJSON(500, "pm_card_gold", "o1"), 402, "payment_declined"},
+		{"ChargeUnknownMethod", "POST", "/v1/charges", "k-unk", chargeJSON(500, "pm_card_gold", "o1"), 400, "invalid_request"},
 		{"ChargeFlakyFirst", "POST", "/v1/charges", "k-flaky", chargeJSON(500, gateway.MethodFlaky, "o1"), 503, "unavailable"},
 		{"NoKey", "POST", "/v1/charges", "", chargeJSON(500, gateway.MethodOK, "o1"), 400, "idempotency_key_required"},
 		{"KeyTooLong", "POST", "/v1/charges", strings.Repeat("k", 256), chargeJSON(500, gateway.MethodOK, "o1"), 400, "idempotency_key_required"},
@@ -153,11 +153,23 @@ func TestCharges_DeclinedReplay(t *testing.T) {
 			t.Fatalf("attempt %d: got %v (replayed %t), want 402 card_declined (replayed %t)", i, r, r.replayed(), wantReplayed)
 		}
 	}
-	unknown := mustSend(t, ts, "POST", "/v1/charges", "k2", chargeJSON(500, "pm_card_gold", "o1"))
-	if p := unknown.problem(); unknown.status != 402 || p.Detail != "unknown payment method" {
-		t.Fatalf("unknown method: got %v", unknown)
+	wantCharges(t, s, "", 0)
+}
+
+// An unknown payment method is the caller's mistake, not a decline: 400,
+// and the key remembers nothing, so the same key with a real method then
+// charges.
+func TestCharges_UnknownMethod(t *testing.T) {
+	s, ts := newGateway(t, gateway.Options{})
+	unknown := mustSend(t, ts, "POST", "/v1/charges", "k", chargeJSON(500, "pm_card_gold", "o1"))
+	if p := unknown.problem(); unknown.status != http.StatusBadRequest || p.Code != "invalid_request" || !strings.Contains(p.Detail, "pm_card_gold") {
+		t.Fatalf("unknown method: got %v, want 400 invalid_request naming the method", unknown)
 	}
 	wantCharges(t, s, "", 0)
+	if r := mustSend(t, ts, "POST", "/v1/charges", "k", chargeJSON(500, gateway.MethodOK, "o1")); r.status != http.StatusCreated || r.replayed() {
+		t.Fatalf("the same key with a real method: got %v, want a new charge", r)
+	}
+	wantCharges(t, s, "", 1)
 }
 
 func TestCharges_Flaky(t *testing.T) {

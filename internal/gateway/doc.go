@@ -27,7 +27,8 @@
 //	                  (journaled, so it stays first across a restart); the
 //	                  next attempt charges
 //
-// Any other method is declined (402, "unknown payment method").
+// Any other method is a bad request (400 invalid_request), refused before
+// anything is remembered under the key: nothing was charged or declined.
 //
 // # Layers
 //

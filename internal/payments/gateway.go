@@ -35,6 +35,14 @@ type DeclinedError struct {
 
 func (e *DeclinedError) Error() string { return "declined: " + e.Reason }
 
+// RefusedError is the gateway's 400: the request is invalid (an unknown
+// payment method), and nothing was charged.
+type RefusedError struct {
+	Detail string
+}
+
+func (e *RefusedError) Error() string { return "refused as invalid: " + e.Detail }
+
 // GatewayOptions tune the client. Zero values take the defaults.
 type GatewayOptions struct {
 	// Timeout bounds one attempt (default 3s). An attempt that times out
@@ -166,6 +174,8 @@ func (g *Gateway) attempt(ctx context.Context, path, key string, payload []byte,
 		return false, nil
 	case resp.StatusCode == http.StatusPaymentRequired:
 		return false, &DeclinedError{Reason: problemDetail(body)}
+	case resp.StatusCode == http.StatusBadRequest:
+		return false, &RefusedError{Detail: problemDetail(body)}
 	case resp.StatusCode >= 500, resp.StatusCode == http.StatusTooManyRequests,
 		resp.StatusCode == http.StatusConflict && problemCode(body) == "request_in_progress":
 		// Unknown, or the gateway still working on this key: ask again.

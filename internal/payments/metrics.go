@@ -12,6 +12,7 @@ const (
 	outcomeFailed    = "failed"
 	outcomeRefunded  = "refunded"
 	outcomeUnknown   = "unknown"
+	outcomeRejected  = "rejected" // the gateway refused the request as invalid; the payment is discarded
 )
 
 // counters are the payment metrics: how many payments began, how each
@@ -32,7 +33,7 @@ func newCounters(m *metrics.Metrics) *counters {
 		}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shop_payment_outcomes_total",
-			Help: "Payment settlements by outcome: succeeded, failed, refunded, or unknown (left to the reconciler).",
+			Help: "Payment settlements by outcome: succeeded, failed, refunded, rejected (an invalid request, discarded), or unknown (left to the reconciler).",
 		}, []string{"outcome"}),
 		refunds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shop_payment_refunds_total",

@@ -38,6 +38,10 @@ const (
 			version = version + 1, updated_at = $7
 		WHERE id = $1 AND version = $2`
 
+	// A payment the gateway refused as invalid never charged anything:
+	// it is removed, if no settler has recorded an outcome meanwhile.
+	sqlDiscardPayment = `DELETE FROM payments WHERE id = $1 AND version = $2 AND status = 'processing'`
+
 	sqlGetPayment       = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
 	sqlActivePayment    = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND status IN ('processing', 'succeeded')`
 	sqlPaymentsOfOrder  = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 ORDER BY created_at, id`
@@ -141,6 +145,20 @@ func (s *Store) Settle(ctx context.Context, p Payment, moveOrder func(*orders.Or
 	}
 	p.Version++
 	return p, nil
+}
+
+// Discard removes a processing payment at p.Version: one whose request
+// the gateway refused as invalid, so that nothing of it remains. It
+// returns ErrVersionConflict when another settler got there first.
+func (s *Store) Discard(ctx context.Context, p Payment) error {
+	tag, err := s.db.Exec(ctx, sqlDiscardPayment, p.ID, p.Version)
+	if err != nil {
+		return fmt.Errorf("discard payment %s: %w", p.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrVersionConflict
+	}
+	return nil
 }
 
 // Get returns one payment.

@@ -44,7 +44,7 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 }
 
 // reconcileOne settles one payment and says how it went: succeeded,
-// failed, refunded, unknown (ask again next pass), busy (someone else is
+// failed, refunded, rejected, unknown (ask again next pass), busy (someone else is
 // on it) or gone (settled meanwhile).
 func (s *Service) reconcileOne(ctx context.Context, due Payment) string {
 	ctx, cancel := context.WithTimeout(ctx, s.budget)
@@ -60,7 +60,11 @@ func (s *Service) reconcileOne(ctx context.Context, due Payment) string {
 			return nil
 		}
 		p, err = s.charge(ctx, p)
-		if p.Status == StatusProcessing {
+		switch {
+		case problem.CodeOf(err) == problem.Invalid:
+			result = outcomeRejected // refused by the gateway, and discarded
+			return nil
+		case p.Status == StatusProcessing:
 			return err
 		}
 		result = string(p.Status)

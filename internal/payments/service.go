@@ -88,7 +88,9 @@ func NewService(cfg Config) (*Service, error) {
 //   - an error wrapping ErrOutcomeUnknown: still processing; the
 //     reconciler settles it;
 //   - an invalid_state problem: the order cannot be paid, or it stopped
-//     waiting while the charge was in flight and the charge was refunded.
+//     waiting while the charge was in flight and the charge was refunded;
+//   - an invalid_request problem: the gateway refused the payment method;
+//     nothing was charged and no payment is kept.
 func (s *Service) Pay(ctx context.Context, userID, orderID, method string) (Payment, error) {
 	if err := ValidateMethod(method); err != nil {
 		return Payment{}, err
@@ -152,8 +154,7 @@ func (s *Service) begin(ctx context.Context, userID, orderID, method string) (Pa
 		if active.Status == StatusSucceeded {
 			return Payment{}, problem.New(problem.InvalidState, "order is paid and cannot be paid")
 		}
-		return Payment{}, &problem.Error{Code: problem.ResourceBusy, RetryAfter: time.Second,
-			Detail: "a payment of this order is in flight; GET /v1/orders/" + orderID + "/payments shows how it ends"}
+		return Payment{}, s.busy(orderID, active)
 	}
 	if err == nil {
 		s.counts.attempts.Inc()
@@ -161,20 +162,48 @@ func (s *Service) begin(ctx context.Context, userID, orderID, method string) (Pa
 	return p, err
 }
 
+// busy is the answer to a payment while another of the order is in flight
+// (active, or none if it settled meanwhile): when to look again, and where.
+// While the other's request may still run, it settles within its budget;
+// after that it waits for the reconciler, up to the reconcile delay.
+func (s *Service) busy(orderID string, active Payment) error {
+	now := s.now()
+	wait := time.Second
+	switch {
+	case active.ID == "":
+	case now.Before(active.CreatedAt.Add(s.budget)):
+		wait = active.CreatedAt.Add(s.budget).Sub(now)
+	default:
+		wait = active.UpdatedAt.Add(s.reconcileAfter).Sub(now)
+	}
+	url := "/v1/orders/" + orderID + "/payments"
+	return &problem.Error{Code: problem.ResourceBusy, RetryAfter: max(wait, time.Second),
+		Detail: "a payment of this order is in flight; GET " + url + " shows how it ends",
+		Extra:  map[string]any{"payments_url": url}}
+}
+
 // charge sends p to the gateway and records what it answered. The call is
 // made outside any transaction, with the payment id as its idempotency
 // key: the request, its retries and the reconciler all send the same key,
 // and the gateway charges it once.
+//
+// Once the charge has been sent, every way out of here either records an
+// outcome or leaves the payment processing with ErrOutcomeUnknown (202 to
+// the client, and the reconciler finishes the work): a charge that may
+// have been made is never answered with a failure.
 func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 	c, err := s.gateway.Charge(ctx, p.ID, ChargeRequest{AmountCents: p.AmountCents, PaymentMethod: p.Method, Reference: p.OrderID})
 	var declined *DeclinedError
+	var refused *RefusedError
 	switch {
+	case errors.As(err, &refused):
+		return s.discard(ctx, p, refused)
 	case errors.As(err, &declined):
 		failed := p
 		if err := failed.Fail(declined.Reason, s.stamp()); err != nil {
 			return p, err
 		}
-		return s.record(ctx, failed, nil, outcomeFailed)
+		return s.record(ctx, p, failed, nil, outcomeFailed)
 	case err != nil:
 		s.counts.outcome(outcomeUnknown)
 		s.logger.WarnContext(ctx, "payment outcome unknown; the reconciler will settle it", "payment", p.ID, "err", err)
@@ -192,7 +221,7 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 		if err := paid.Succeed(c.ID, now); err != nil {
 			return p, err
 		}
-		out, err := s.record(ctx, paid, func(o *orders.Order) (bool, error) {
+		out, err := s.record(ctx, p, paid, func(o *orders.Order) (bool, error) {
 			// Layer 2: the order must still be waiting for its payment.
 			return true, o.Pay(now)
 		}, outcomeSucceeded)
@@ -210,10 +239,27 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 			s.metrics.Stopped(FlowPay, metrics.LayerState)
 			return s.refund(ctx, p, c)
 		case errors.Is(err, orders.ErrVersionConflict):
+			s.counts.outcome(outcomeUnknown)
 			return p, fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
 		}
 		return out, err
 	}
+}
+
+// discard removes a payment whose request the gateway refused as invalid:
+// nothing was charged, so nothing is kept, and the client is told what
+// was wrong with its request.
+func (s *Service) discard(ctx context.Context, p Payment, refused *RefusedError) (Payment, error) {
+	err := s.store.Discard(ctx, p)
+	if errors.Is(err, ErrVersionConflict) {
+		return s.recorded(ctx, p)
+	}
+	if err != nil {
+		s.counts.outcome(outcomeUnknown)
+		return p, fmt.Errorf("discard payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
+	}
+	s.counts.outcome(outcomeRejected)
+	return Payment{}, problem.Errorf(problem.Invalid, "payment_method: the gateway refused it: %s", refused.Detail)
 }
 
 // refund gives back the charge of a payment whose order stopped waiting.
@@ -232,27 +278,39 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge) (Payment, err
 	if err := refunded.Refund(c.ID, r.ID, s.stamp()); err != nil {
 		return p, err
 	}
-	return s.record(ctx, refunded, nil, outcomeRefunded)
+	return s.record(ctx, p, refunded, nil, outcomeRefunded)
 }
 
-// record writes a settled payment (and moves its order, if moveOrder is
-// set). When another settler got there first, the version check stops
-// this one, and the payment as that one left it is the answer.
-func (s *Service) record(ctx context.Context, p Payment, moveOrder func(*orders.Order) (bool, error), outcome string) (Payment, error) {
-	out, err := s.store.Settle(ctx, p, moveOrder)
-	if errors.Is(err, ErrVersionConflict) {
+// record writes settled, the outcome of the processing payment p (and
+// moves its order, if moveOrder is set). When another settler got there
+// first, the version check stops this one, and the payment as that one
+// left it is the answer. When the database does not answer (within the
+// budget), nothing is recorded: p stays processing for the reconciler.
+func (s *Service) record(ctx context.Context, p, settled Payment, moveOrder func(*orders.Order) (bool, error), outcome string) (Payment, error) {
+	out, err := s.store.Settle(ctx, settled, moveOrder)
+	switch {
+	case errors.Is(err, ErrVersionConflict):
 		s.metrics.Stopped(FlowPay, metrics.LayerVersion)
-		cur, gerr := s.store.Get(ctx, p.ID)
-		if gerr != nil {
-			return p, gerr
-		}
-		return cur, Outcome(cur)
-	}
-	if err != nil {
-		return p, err
+		return s.recorded(ctx, p)
+	case errors.Is(err, orders.ErrVersionConflict), problem.CodeOf(err) != "":
+		return p, err // the order's answer: the caller decides on it
+	case err != nil:
+		s.counts.outcome(outcomeUnknown)
+		s.logger.WarnContext(ctx, "payment outcome not recorded; the reconciler will record it", "payment", p.ID, "err", err)
+		return p, fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
 	}
 	s.counts.outcome(outcome)
 	return out, Outcome(out)
+}
+
+// recorded returns the payment as another settler recorded it, with the
+// answer that goes with it.
+func (s *Service) recorded(ctx context.Context, p Payment) (Payment, error) {
+	cur, err := s.store.Get(ctx, p.ID)
+	if err != nil {
+		return p, fmt.Errorf("read payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
+	}
+	return cur, Outcome(cur)
 }
 
 // Outcome is the error that goes with a payment's status: nil for

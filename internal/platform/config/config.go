@@ -31,6 +31,14 @@ type Config struct {
 	// GatewayTimeout bounds one attempt of a call to the gateway
 	// (SHOP_GATEWAY_TIMEOUT).
 	GatewayTimeout time.Duration
+	// RequestTimeout bounds every request, from its arrival to its answer
+	// (SHOP_REQUEST_TIMEOUT).
+	RequestTimeout time.Duration
+	// PaymentBudget bounds one pay request from its lock to its recorded
+	// outcome (SHOP_PAYMENT_BUDGET). When it runs out after the charge was
+	// sent, the answer is 202 processing and the reconciler finishes the
+	// work: it must fit inside RequestTimeout with AnswerMargin to spare.
+	PaymentBudget time.Duration
 	// ReconcileAfter is how long a payment stays processing before the
 	// reconciler settles it (SHOP_PAYMENT_RECONCILE_AFTER).
 	ReconcileAfter time.Duration
@@ -77,6 +85,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		GatewayJournal:   str("SHOP_GATEWAY_JOURNAL", "gateway-journal.jsonl"),
 		GatewaySlowDelay: dur("SHOP_GATEWAY_SLOW_DELAY", 10*time.Second),
 		GatewayTimeout:   dur("SHOP_GATEWAY_TIMEOUT", 3*time.Second),
+		RequestTimeout:   dur("SHOP_REQUEST_TIMEOUT", 10*time.Second),
+		PaymentBudget:    dur("SHOP_PAYMENT_BUDGET", 7*time.Second),
 		ReconcileAfter:   dur("SHOP_PAYMENT_RECONCILE_AFTER", 30*time.Second),
 		LockMode:         str("SHOP_LOCK_MODE", "degrade"),
 		OrderTTL:         dur("SHOP_ORDER_TTL", 15*time.Minute),
@@ -119,10 +129,43 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if len(c.AdminToken) > 256 {
 		errs = append(errs, errors.New("SHOP_ADMIN_TOKEN: at most 256 characters"))
 	}
+	errs = append(errs, c.checkTimings()...)
 	if u, err := url.Parse(c.GatewayURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("SHOP_GATEWAY_URL: want an http:// URL, got %q", c.GatewayURL))
 	}
 	return c, errors.Join(errs...)
+}
+
+// The timings of a request fit inside each other; checkTimings holds them
+// to it.
+const (
+	// AnswerMargin is what a request needs after its work is done: the
+	// idempotency layer stores the answer (idempotency.FinishTimeout, at
+	// most 2 s) before it is sent, and the answer must still be written.
+	AnswerMargin = 3 * time.Second
+	// MaxRequestTimeout leaves the HTTP server's write timeout
+	// (httpx.WriteTimeout, 30 s) room to send any answer.
+	MaxRequestTimeout = 25 * time.Second
+)
+
+// checkTimings refuses a set of timings in which a pay request could
+// outlive its answer: a charge made, and a 503 "request timed out" sent,
+// or nothing at all.
+func (c Config) checkTimings() []error {
+	var errs []error
+	if c.RequestTimeout > MaxRequestTimeout {
+		errs = append(errs, fmt.Errorf("SHOP_REQUEST_TIMEOUT: at most %s (the server's write timeout must outlast it), got %s",
+			MaxRequestTimeout, c.RequestTimeout))
+	}
+	if c.PaymentBudget+AnswerMargin > c.RequestTimeout {
+		errs = append(errs, fmt.Errorf("SHOP_PAYMENT_BUDGET: %s does not fit SHOP_REQUEST_TIMEOUT %s: the budget plus %s to store and send the answer must not exceed it",
+			c.PaymentBudget, c.RequestTimeout, AnswerMargin))
+	}
+	if c.ReconcileAfter <= c.PaymentBudget {
+		errs = append(errs, fmt.Errorf("SHOP_PAYMENT_RECONCILE_AFTER: %s must be longer than SHOP_PAYMENT_BUDGET %s, or the reconciler takes up payments whose requests still run",
+			c.ReconcileAfter, c.PaymentBudget))
+	}
+	return errs
 }
 
 // LogValue masks the secrets when the config is logged.
@@ -134,6 +177,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("admin_token_set", c.AdminToken != ""),
 		slog.String("gateway_url", c.GatewayURL),
 		slog.Duration("gateway_timeout", c.GatewayTimeout),
+		slog.Duration("request_timeout", c.RequestTimeout),
+		slog.Duration("payment_budget", c.PaymentBudget),
 		slog.Duration("payment_reconcile_after", c.ReconcileAfter),
 		slog.String("lock_mode", c.LockMode),
 		slog.Duration("order_ttl", c.OrderTTL),

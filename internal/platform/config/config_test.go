@@ -40,6 +40,8 @@ var allVars = []string{
 	"SHOP_DB_MAX_CONNS",
 	"SHOP_JOB_INTERVAL",
 	"SHOP_SHUTDOWN_DRAIN",
+	"SHOP_REQUEST_TIMEOUT",
+	"SHOP_PAYMENT_BUDGET",
 }
 
 // The defaults are DESIGN.md §5's table; the variables after it are not
@@ -64,6 +66,8 @@ func TestFromEnv_Defaults(t *testing.T) {
 		GatewayJournal:   "gateway-journal.jsonl",
 		GatewaySlowDelay: 10 * time.Second,
 		GatewayTimeout:   3 * time.Second,
+		RequestTimeout:   10 * time.Second,
+		PaymentBudget:    7 * time.Second,
 		ReconcileAfter:   30 * time.Second,
 		Migrate:          false,
 		DBMaxConns:       8,
@@ -106,6 +110,8 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_DB_MAX_CONNS":            "7",
 		"SHOP_JOB_INTERVAL":            "250ms",
 		"SHOP_SHUTDOWN_DRAIN":          "1m",
+		"SHOP_REQUEST_TIMEOUT":         "20s",
+		"SHOP_PAYMENT_BUDGET":          "12s",
 	}
 	if len(vars) != len(allVars) {
 		t.Fatalf("test sets %d variables, want all %d", len(vars), len(allVars))
@@ -124,6 +130,8 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		GatewayJournal:   "/data/gw.jsonl",
 		GatewaySlowDelay: 20 * time.Second,
 		GatewayTimeout:   1500 * time.Millisecond,
+		RequestTimeout:   20 * time.Second,
+		PaymentBudget:    12 * time.Second,
 		ReconcileAfter:   2 * time.Minute,
 		LockMode:         "strict",
 		OrderTTL:         30 * time.Minute,
@@ -179,6 +187,9 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"DBMaxConnsNotANumber", "SHOP_DB_MAX_CONNS", "many"},
 		{"DBMaxConnsOverflow", "SHOP_DB_MAX_CONNS", "4294967296"},
 		{"GatewayURLNoScheme", "SHOP_GATEWAY_URL", "localhost:8081"},
+		{"RequestTimeoutBeyondWriteTimeout", "SHOP_REQUEST_TIMEOUT", "26s"},
+		{"PaymentBudgetBeyondRequest", "SHOP_PAYMENT_BUDGET", "8s"},
+		{"ReconcileWhileRequestRuns", "SHOP_PAYMENT_RECONCILE_AFTER", "7s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -194,6 +205,37 @@ func TestFromEnv_Invalid(t *testing.T) {
 				if other != tt.variable && strings.Contains(err.Error(), other+":") {
 					t.Errorf("error %q blames %s too", err, other)
 				}
+			}
+		})
+	}
+}
+
+// The timings of a pay request fit inside each other: the budget plus the
+// answer's margin inside the request timeout, the request timeout inside
+// the server's write timeout, and the reconciler's delay beyond the budget.
+func TestFromEnv_Timings(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		vars map[string]string
+		want string // a fragment of the error; "" for none
+	}{
+		{"Defaults", nil, ""},
+		{"BudgetFitsExactly", map[string]string{"SHOP_REQUEST_TIMEOUT": "5s", "SHOP_PAYMENT_BUDGET": "2s"}, ""},
+		{"BudgetTooLong", map[string]string{"SHOP_REQUEST_TIMEOUT": "5s", "SHOP_PAYMENT_BUDGET": "2001ms"},
+			"SHOP_PAYMENT_BUDGET: 2.001s does not fit SHOP_REQUEST_TIMEOUT 5s"},
+		{"RequestTimeoutShortened", map[string]string{"SHOP_REQUEST_TIMEOUT": "9s"},
+			"SHOP_PAYMENT_BUDGET: 7s does not fit SHOP_REQUEST_TIMEOUT 9s"},
+		{"LongestRequest", map[string]string{"SHOP_REQUEST_TIMEOUT": "25s", "SHOP_PAYMENT_BUDGET": "22s"}, ""},
+		{"ReconcilerTooEarly", map[string]string{"SHOP_PAYMENT_RECONCILE_AFTER": "7s"},
+			"SHOP_PAYMENT_RECONCILE_AFTER: 7s must be longer than SHOP_PAYMENT_BUDGET 7s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := FromEnv(env(tc.vars, nil))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("FromEnv = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("FromEnv = %v, want an error saying %q", err, tc.want)
 			}
 		})
 	}

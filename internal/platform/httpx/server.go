@@ -24,6 +24,9 @@ const (
 	BodyLimit = "64KiB"
 	// retryAfterUnavailable is what a client is told to wait after a 503.
 	retryAfterUnavailable = 2 * time.Second
+	// WriteTimeout bounds a whole exchange on the server: it outlasts the
+	// longest request timeout (config.MaxRequestTimeout) and its answer.
+	WriteTimeout = 30 * time.Second
 )
 
 // Options configure the echo instance.
@@ -78,7 +81,7 @@ func Serve(ctx context.Context, ln net.Listener, addr string, h http.Handler, dr
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      WriteTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}

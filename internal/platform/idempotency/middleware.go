@@ -180,7 +180,7 @@ func storable(status int, err error) bool {
 // complete stores the answer. Like release it runs on a context detached
 // from the request: a client that hung up must not leave its key claimed.
 func (s *Store) complete(c echo.Context, cl *claim, r *response) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), finishTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), FinishTimeout)
 	defer cancel()
 	ok, err := s.completeClaim(ctx, cl, r)
 	s.finished(ctx, c, cl, ok, err, resultStored)
@@ -188,7 +188,7 @@ func (s *Store) complete(c echo.Context, cl *claim, r *response) {
 
 // release frees the key so that a retry runs the request again.
 func (s *Store) release(c echo.Context, cl *claim, why string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), finishTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), FinishTimeout)
 	defer cancel()
 	if why != "" {
 		s.logger.WarnContext(ctx, "idempotency key released", "request_id", httpx.RequestID(c), "key", cl.key, "why", why)

@@ -22,9 +22,12 @@ const (
 	// MinRetention is how long keys are kept at least (DESIGN.md §3), so a
 	// client retrying after a day-long outage still gets its first answer.
 	MinRetention = 24 * time.Hour
-	// finishTimeout bounds the completion or release that runs after the
-	// handler on a context detached from the request.
-	finishTimeout = 5 * time.Second
+	// FinishTimeout bounds the completion or release that runs after the
+	// handler on a context detached from the request. The answer is sent
+	// once it is stored, so this is part of every answer's time
+	// (config.AnswerMargin). A completion that does not make it leaves the
+	// key claimed until its lease ends: safe, only slower for a retry.
+	FinishTimeout = 2 * time.Second
 )
 
 // Options configure a Store.
