@@ -1,8 +1,11 @@
 package app_test
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,6 +127,70 @@ func TestPayments_Storm(t *testing.T) {
 	}
 	if n := e.count(t, `SELECT count(*) FROM orders WHERE status = 'paid'`); n != orders {
 		t.Errorf("%d orders paid, want %d", n, orders)
+	}
+	e.assertBooks(t)
+}
+
+// TestPayments_ReconcilersWithoutLock is the outage that once cost paid
+// orders their money: no Redis node reachable (the lock degrades and every
+// replica proceeds unlocked) and the gateway down while payments are made,
+// so every payment is left processing; then the gateway comes back and the
+// reconcilers of both replicas settle the same payments at once, several
+// passes each. Every order ends paid with its one charge, and not one
+// charge is refunded.
+func TestPayments_ReconcilersWithoutLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("races real PostgreSQL and a gateway")
+	}
+	const orders = 40
+	gw := newGateway(t, time.Second, nil)
+	var down atomic.Bool
+	down.Store(true)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if down.Load() && req.Method == http.MethodPost {
+			http.Error(w, "gateway down", http.StatusBadGateway)
+			return
+		}
+		gw.server.Handler().ServeHTTP(w, req)
+	}))
+	t.Cleanup(proxy.Close)
+	e := newEnv(t, 2, map[string]string{
+		"SHOP_REDIS_ADDRS":     "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", // nothing listens: no quorum
+		"SHOP_GATEWAY_URL":     proxy.URL,
+		"SHOP_GATEWAY_TIMEOUT": "500ms",
+	})
+	mustCreateProduct(t, e.r(0), "SKU-OUTAGE", 1500, orders)
+	users := make([]user, orders)
+	ids := make([]string, orders)
+	for i := range ids {
+		users[i] = mustCreateUser(t, e.r(i), "outage")
+		ids[i] = mustCreateOrder(t, e.r(i), users[i].Token, line{SKU: "SKU-OUTAGE", Quantity: 1}).ID
+	}
+	testenv.Together(orders, func(i int) {
+		res := e.r(i).do(t, http.MethodPost, "/v1/orders/"+ids[i]+"/payments", users[i].Token,
+			map[string]string{"payment_method": "pm_card_ok"}, "Idempotency-Key", newKey())
+		if res.Status != http.StatusAccepted {
+			t.Errorf("pay with the gateway down: %s, want 202 processing", res)
+		}
+	})
+	if n := e.count(t, `SELECT count(*) FROM payments WHERE status = 'processing'`); n != orders {
+		t.Fatalf("%d payments processing, want %d", n, orders)
+	}
+
+	down.Store(false)
+	e.clock.Advance(e.cfg.ReconcileAfter + time.Second)
+	testenv.Together(2*3, func(i int) {
+		for range 3 {
+			if _, err := e.r(i).app.Payments.Reconcile(context.Background()); err != nil {
+				t.Errorf("reconcile on replica %d: %v", i%2, err)
+			}
+		}
+	})
+	if n := e.count(t, `SELECT count(*) FROM orders WHERE status = 'paid'`); n != orders {
+		t.Errorf("%d orders paid, want %d", n, orders)
+	}
+	if charges := gw.server.Charges(""); len(charges) != orders {
+		t.Errorf("%d charges, want %d", len(charges), orders)
 	}
 	e.assertBooks(t)
 }
