@@ -18,7 +18,10 @@
 //   - Layer 3, version-checked writes: the outcome and the order's move to
 //     paid are written in one transaction, each row only at the version
 //     read, so the request and the reconciler cannot both settle one
-//     payment.
+//     payment. The payment's own row is asked first, under a row lock: a
+//     settler that lost the race returns the recorded outcome before it
+//     looks at the order, so it can never take "the order is paid" for
+//     "the order stopped waiting" and refund the charge that paid it.
 //   - Layer 4, constraints: a partial unique index admits one processing-
 //     or-succeeded payment per order (payments_one_active_per_order), and
 //     a charge settles one payment (payments_charge_id_key).
@@ -29,8 +32,9 @@
 // asked. No transaction is open while the gateway is called.
 //
 // When the gateway's answer is lost (a timeout, a crash between the charge
-// and its record), the payment stays processing and the request answers
-// 202. The reconciler (reconcile.go), run by every replica, asks the
+// and its record), or the outcome cannot be recorded within the request's
+// budget, the payment stays processing and the request answers 202: a
+// charge that may have been made is never answered with a failure. The reconciler (reconcile.go), run by every replica, asks the
 // gateway again with the same key and records the outcome. Meanwhile the
 // order expiry job leaves the order alone. If the order was cancelled
 // while its charge was in flight, the charge is refunded, keyed by the
