@@ -3,6 +3,7 @@ package idempotency
 import (
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,7 +33,16 @@ type counters struct {
 	requests *prometheus.CounterVec
 	results  *prometheus.CounterVec
 	swept    prometheus.Counter
+	// repeats is the time from a key's first submission to each repeat
+	// of it. Its shape tells who repeats: tens of milliseconds point at
+	// a double click or a broken debounce in a client, seconds at a
+	// client's retry policy, minutes and hours at a retrying upstream or
+	// a queue redelivering.
+	repeats *prometheus.HistogramVec
 }
+
+// repeatBuckets span a double click (10 ms) to a day-old retry (a day).
+var repeatBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 6 * 3600, 24 * 3600}
 
 func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 	if m == nil {
@@ -51,6 +61,11 @@ func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 			Name: "shop_idempotency_swept_total",
 			Help: "Idempotency keys deleted after their retention.",
 		}),
+		repeats: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shop_idempotency_repeat_interval_seconds",
+			Help:    "Time from a key's first submission to each repeat of it, by flow: milliseconds are double clicks, minutes retrying upstreams.",
+			Buckets: repeatBuckets,
+		}, []string{"flow"}),
 	}
 	// A registry stands for one process: a second Store on it shares the
 	// first one's series. A clash with another collector of the same name
@@ -59,7 +74,9 @@ func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 	var err error
 	if c.requests, err = register(m.Registry, c.requests); err == nil {
 		if c.results, err = register(m.Registry, c.results); err == nil {
-			c.swept, err = register(m.Registry, c.swept)
+			if c.swept, err = register(m.Registry, c.swept); err == nil {
+				c.repeats, err = register(m.Registry, c.repeats)
+			}
 		}
 	}
 	if err != nil {
@@ -99,6 +116,13 @@ func (c *counters) outcome(o string) {
 func (c *counters) result(r string) {
 	if c != nil {
 		c.results.WithLabelValues(r).Inc()
+	}
+}
+
+// repeat records a submission of a key first seen at first.
+func (c *counters) repeat(flow string, first, now time.Time) {
+	if c != nil {
+		c.repeats.WithLabelValues(flow).Observe(max(now.Sub(first), 0).Seconds())
 	}
 }
 

@@ -73,8 +73,15 @@ func (s *Store) guard(flow string, next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
+		if flow == "" {
+			flow = c.Path()
+		}
 		if cl == nil {
+			s.counters.repeat(flow, prev.firstSeen, s.now())
 			return s.refuse(c, flow, prev, fp)
+		}
+		if cl.takeover {
+			s.counters.repeat(flow, cl.firstSeen, cl.at)
 		}
 		s.run(c, next, cl)
 		return nil
@@ -97,9 +104,6 @@ func Holds(ctx context.Context, principal, key string) bool {
 // refuse answers a request whose key is someone else's: another request's,
 // a completed one's, or a still running one's.
 func (s *Store) refuse(c echo.Context, flow string, prev *stored, fp []byte) error {
-	if flow == "" {
-		flow = c.Path()
-	}
 	s.metrics.Stopped(flow, metrics.LayerIdempotency)
 	switch {
 	case !bytes.Equal(prev.fingerprint, fp):

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/shop-example/shop/internal/platform/httpx"
 )
@@ -292,4 +295,55 @@ func TestMiddleware_Holds(t *testing.T) {
 	if Holds(context.Background(), "alice", "k-holds") {
 		t.Fatal("a context that never passed the middleware holds a claim")
 	}
+}
+
+// Every repeat of a key is timed from the key's first submission, per
+// flow: a double click 40 ms later and a retry two minutes later land in
+// their own buckets of the histogram.
+func TestMiddleware_RepeatInterval(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	body := `{"sku":"SKU-1","quantity":1}`
+	h.mustSend(t, request{key: "k-repeat", body: body})
+	h.clock.Advance(40 * time.Millisecond)
+	h.mustSend(t, request{key: "k-repeat", body: body})
+	h.clock.Advance(2 * time.Minute)
+	h.mustSend(t, request{key: "k-repeat", body: body})
+
+	hist := histogram(t, h, "shop_idempotency_repeat_interval_seconds", "flow", route)
+	if hist.GetSampleCount() != 2 {
+		t.Fatalf("%d repeats observed, want 2", hist.GetSampleCount())
+	}
+	if got, want := hist.GetSampleSum(), 0.04+120.04; got < want-0.001 || got > want+0.001 {
+		t.Errorf("sum of intervals %.3fs, want %.3fs", got, want)
+	}
+	for _, b := range hist.GetBucket() {
+		var want uint64
+		switch {
+		case b.GetUpperBound() >= 120.04:
+			want = 2
+		case b.GetUpperBound() >= 0.04:
+			want = 1
+		}
+		if b.GetCumulativeCount() != want {
+			t.Errorf("bucket ≤%gs holds %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
+		}
+	}
+}
+
+func histogram(t *testing.T, h *harness, name string, labels ...string) *dto.Histogram {
+	t.Helper()
+	families, err := h.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if f.GetName() == name && hasLabels(m, labels) {
+				return m.GetHistogram()
+			}
+		}
+	}
+	t.Fatalf("no %s%v", name, labels)
+	return nil
 }

@@ -104,7 +104,7 @@ ON CONFLICT (principal, key) DO UPDATE
 RETURNING created_at`
 
 	sqlReadKey = `
-SELECT fingerprint, locked_until, status_code, headers, body
+SELECT fingerprint, locked_until, created_at, status_code, headers, body
   FROM idempotency_keys
  WHERE principal = $1 AND key = $2`
 
@@ -125,13 +125,16 @@ type claim struct {
 	principal string
 	key       string
 	owner     uuid.UUID
-	takeover  bool // the key was claimed before by a request whose lease ran out
+	takeover  bool      // the key was claimed before by a request whose lease ran out
+	firstSeen time.Time // when the key was first submitted
+	at        time.Time // when this request claimed it
 }
 
 // stored is the row found when the claim was refused.
 type stored struct {
 	fingerprint []byte
 	lockedUntil time.Time
+	firstSeen   time.Time // when the key was first submitted
 	response    *response // nil while the key is claimed
 }
 
@@ -158,7 +161,8 @@ func (s *Store) claim(ctx context.Context, principal, key string, fp []byte) (*c
 		var createdAt time.Time
 		err := s.db.QueryRow(ctx, sqlClaim, principal, key, fp, owner, now.Add(s.lease), now).Scan(&createdAt)
 		if err == nil {
-			return &claim{principal: principal, key: key, owner: owner, takeover: !createdAt.Equal(now)}, nil, nil
+			return &claim{principal: principal, key: key, owner: owner, takeover: !createdAt.Equal(now),
+				firstSeen: createdAt, at: now}, nil, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, nil, fmt.Errorf("claim idempotency key %q: %w", key, err)
@@ -182,7 +186,7 @@ func readKey(ctx context.Context, db *pgxpool.Pool, principal, key string) (*sto
 		headers []byte
 		body    []byte
 	)
-	err := db.QueryRow(ctx, sqlReadKey, principal, key).Scan(&st.fingerprint, &st.lockedUntil, &status, &headers, &body)
+	err := db.QueryRow(ctx, sqlReadKey, principal, key).Scan(&st.fingerprint, &st.lockedUntil, &st.firstSeen, &status, &headers, &body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
