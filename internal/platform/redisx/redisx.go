@@ -38,28 +38,35 @@ const (
 func Clients(addrs []string) []*redis.Client {
 	clients := make([]*redis.Client, 0, len(addrs))
 	for _, addr := range addrs {
-		clients = append(clients, redis.NewClient(&redis.Options{
-			Addr:         addr,
-			DialTimeout:  dialTimeout,
-			ReadTimeout:  ioTimeout,
-			WriteTimeout: ioTimeout,
-			// Honour the caller's deadline too, so redsync's per-node
-			// timeout really bounds each attempt.
-			ContextTimeoutEnabled: true,
-			// -1 disables retries (0 means the default of 3).
-			MaxRetries: -1,
-			// go-redis redials 5 times with 100 ms pauses by default: half
-			// a second per attempt against a dead node.
-			DialerRetries: 1,
-			PoolSize:      poolSize,
-			PoolTimeout:   poolTimeout,
-			MaxIdleConns:  maxIdleConns,
-			// CLIENT SETINFO is an extra round trip per connection that
-			// Redis before 7.2 answers with an error anyway.
-			DisableIdentity: true,
-		}))
+		clients = append(clients, Client(addr))
 	}
 	return clients
+}
+
+// Client returns a client for one node with the settings above. The rate
+// limiter's node gets them too: a limiter call is one round trip that must
+// not hold a request up, and a retried call could count twice.
+func Client(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:         addr,
+		DialTimeout:  dialTimeout,
+		ReadTimeout:  ioTimeout,
+		WriteTimeout: ioTimeout,
+		// Honour the caller's deadline too, so redsync's per-node
+		// timeout really bounds each attempt.
+		ContextTimeoutEnabled: true,
+		// -1 disables retries (0 means the default of 3).
+		MaxRetries: -1,
+		// go-redis redials 5 times with 100 ms pauses by default: half
+		// a second per attempt against a dead node.
+		DialerRetries: 1,
+		PoolSize:      poolSize,
+		PoolTimeout:   poolTimeout,
+		MaxIdleConns:  maxIdleConns,
+		// CLIENT SETINFO is an extra round trip per connection that
+		// Redis before 7.2 answers with an error anyway.
+		DisableIdentity: true,
+	})
 }
 
 // Close closes every client, including after an error, and returns the
