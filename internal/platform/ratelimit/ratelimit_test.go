@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -302,39 +301,12 @@ func TestLimit_SharedByReplicas(t *testing.T) {
 	}
 }
 
-// blackhole accepts connections and never answers: a Redis that hangs.
-func blackhole(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		conns.Wait()
-	})
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Go(func() {
-				_, _ = io.Copy(io.Discard, conn) // until the client gives up
-				conn.Close()
-			})
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // When the limiter's Redis is down or hangs, requests go on unlimited,
 // each counted as fail-open, and each waits at most the call's bound.
 func TestLimit_FailOpen(t *testing.T) {
 	for name, addr := range map[string]func(*testing.T) string{
 		"Refused": func(*testing.T) string { return "127.0.0.1:1" },
-		"Hangs":   blackhole,
+		"Hangs":   func(t *testing.T) string { return testenv.Blackhole(t) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := newServer(t, addr(t), ratelimit.Options{}, ratelimit.Policy{Name: "register", Rate: perHour(1), Per: ratelimit.PerAddress})
@@ -367,7 +339,7 @@ func TestLimit_FailOpen(t *testing.T) {
 // A client that hung up while its request was being counted is not a
 // Redis outage.
 func TestLimit_ClientGone(t *testing.T) {
-	s := newServer(t, blackhole(t), ratelimit.Options{}, ratelimit.Policy{Name: "register", Rate: perHour(1), Per: ratelimit.PerAddress})
+	s := newServer(t, testenv.Blackhole(t), ratelimit.Options{}, ratelimit.Policy{Name: "register", Rate: perHour(1), Per: ratelimit.PerAddress})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req := httptest.NewRequest(http.MethodGet, "/thing", nil).WithContext(ctx)
