@@ -27,6 +27,8 @@ import (
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/platform/ratelimit"
+	"github.com/shop-example/shop/internal/platform/redisx"
 )
 
 // Deps are the connections the service runs on. The caller owns them.
@@ -50,6 +52,7 @@ type App struct {
 	locker      *lock.Locker
 	idem        *idempotency.Store
 	bookkeeping *pgxpool.Pool
+	limits      limits
 }
 
 // New builds the service on deps with the settings in cfg. Close releases
@@ -98,22 +101,98 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		bookkeeping.Close()
 		return nil, err
 	}
+	limit, err := newLimits(cfg, deps, m)
+	if err != nil {
+		bookkeeping.Close()
+		return nil, err
+	}
 
-	e := httpx.New(m, httpx.Options{Logger: deps.Logger})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem, bookkeeping: bookkeeping}
+	e := httpx.New(m, httpx.Options{Logger: deps.Logger, TrustedProxies: cfg.TrustedProxies})
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
+		bookkeeping: bookkeeping, limits: limit}
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", a.ready)
 	e.GET("/metrics", echo.WrapHandler(m.Handler()))
 
 	v1 := e.Group("/v1")
-	auth.Register(v1, users, authn)
+	auth.Register(v1, users, authn, limit.register)
+	// The admin's routes carry no limit: one trusted operator's token,
+	// whose scripts (seed, restock) must not be throttled.
 	inventory.Register(v1, inventory.NewStore(deps.Pool, deps.Now), inventory.Guards{
-		Admin: authn.Admin, Idempotency: idem.For(inventory.FlowRestock),
+		Admin: authn.Admin, Idempotency: idem.For(inventory.FlowRestock), PublicLimit: limit.public,
 	})
-	orders.Register(v1, orderSvc, orders.Guards{User: authn.User, Idempotency: idem.For(orders.FlowCreate)})
-	payments.Register(v1, paySvc, payments.Guards{User: authn.User, Idempotency: idem.For(payments.FlowPay)})
+	orders.Register(v1, orderSvc, orders.Guards{
+		User: authn.User, Idempotency: idem.For(orders.FlowCreate), OrderLimit: limit.orders, WriteLimit: limit.writes,
+	})
+	payments.Register(v1, paySvc, payments.Guards{
+		User: authn.User, Idempotency: idem.For(payments.FlowPay), WriteLimit: limit.writes,
+	})
 	return a, nil
+}
+
+// limits are the rate limits of the routes (package ratelimit).
+type limits struct {
+	register echo.MiddlewareFunc // POST /v1/users, per client address
+	public   echo.MiddlewareFunc // the product reads, per client address
+	writes   echo.MiddlewareFunc // a user's writes other than creating an order, per user
+	orders   echo.MiddlewareFunc // creating an order, per user
+	// own is the limiter's Redis client when it is no lock node's, so
+	// Close closes it; nil when the limiter shares a lock node's client.
+	own *redis.Client
+}
+
+// newLimits builds the rate limits of cfg, counted on one Redis node:
+// SHOP_RATE_LIMIT_REDIS, by default the first lock node (package ratelimit
+// says why one node and not the quorum).
+func newLimits(cfg config.Config, deps Deps, m *metrics.Metrics) (limits, error) {
+	var l limits
+	var rdb *redis.Client
+	if !cfg.RateLimit.Off {
+		rdb, l.own = limiterRedis(cfg.RateLimit.Redis, deps.Redis)
+	}
+	limiter, err := ratelimit.New(rdb, ratelimit.Options{Off: cfg.RateLimit.Off, Metrics: m, Logger: deps.Logger})
+	if err != nil {
+		l.close()
+		return limits{}, err
+	}
+	for _, p := range []struct {
+		mw     *echo.MiddlewareFunc
+		policy ratelimit.Policy
+	}{
+		{&l.register, ratelimit.Policy{Name: "register", Rate: ratelimit.Rate(cfg.RateLimit.Register), Per: ratelimit.PerAddress}},
+		{&l.public, ratelimit.Policy{Name: "public", Rate: ratelimit.Rate(cfg.RateLimit.Public), Per: ratelimit.PerAddress}},
+		{&l.writes, ratelimit.Policy{Name: "writes", Rate: ratelimit.Rate(cfg.RateLimit.Writes), Per: ratelimit.PerUser}},
+		{&l.orders, ratelimit.Policy{Name: "orders", Rate: ratelimit.Rate(cfg.RateLimit.Orders), Per: ratelimit.PerUser}},
+	} {
+		if *p.mw, err = limiter.Limit(p.policy); err != nil {
+			l.close()
+			return limits{}, err
+		}
+	}
+	return l, nil
+}
+
+// limiterRedis returns the client of the node at addr: a lock node's own
+// client when addr is one of them (or empty: the first), else a new one
+// (own) that the caller closes.
+func limiterRedis(addr string, lockNodes []*redis.Client) (rdb, own *redis.Client) {
+	for i, c := range lockNodes {
+		if (addr == "" && i == 0) || c.Options().Addr == addr {
+			return c, nil
+		}
+	}
+	if addr == "" {
+		return nil, nil // no lock nodes either: lock.New has refused already
+	}
+	c := redisx.Client(addr)
+	return c, c
+}
+
+func (l limits) close() {
+	if l.own != nil {
+		_ = l.own.Close()
+	}
 }
 
 // newPayments builds the pay flow on the gateway at cfg.GatewayURL.
@@ -140,6 +219,7 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 // Close releases the connections New opened (not those in Deps).
 func (a *App) Close() {
 	a.bookkeeping.Close()
+	a.limits.close()
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
