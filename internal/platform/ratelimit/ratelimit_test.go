@@ -121,16 +121,8 @@ func (s *server) counter(t *testing.T, name string, labels ...string) float64 {
 	return 0
 }
 
-// testAddr returns an IPv4 address no other test run uses, so counts left
-// in the shared Redis by an earlier run do not leak in.
-func testAddr() string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("10.%d.%d.%d", b[0], b[1], b[2])
-}
-
 // testNet64 returns the first 64 bits of an IPv6 address, as "2001:db8:x:y",
-// random per run like testAddr.
+// random per run like testenv.ClientAddr.
 func testNet64() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -146,7 +138,7 @@ var rateLimitHeader = regexp.MustCompile(`^"register";r=(\d+);t=(\d+)$`)
 func TestLimit_Answers(t *testing.T) {
 	s := newServer(t, testenv.RedisAddrs(t)[0], ratelimit.Options{},
 		ratelimit.Policy{Name: "register", Rate: perHour(3), Per: ratelimit.PerAddress})
-	from := testAddr()
+	from := testenv.ClientAddr()
 
 	for i := range 3 {
 		rec := s.get(from, "")
@@ -219,7 +211,7 @@ func TestLimit_Subjects(t *testing.T) {
 
 	t.Run("Addresses", func(t *testing.T) {
 		s := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "register", Rate: perHour(1), Per: ratelimit.PerAddress})
-		a, b := testAddr(), testAddr()
+		a, b := testenv.ClientAddr(), testenv.ClientAddr()
 		for _, tt := range []struct {
 			from string
 			want int
@@ -248,7 +240,7 @@ func TestLimit_Subjects(t *testing.T) {
 	})
 	t.Run("Users", func(t *testing.T) {
 		s := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "orders", Rate: perHour(1), Per: ratelimit.PerUser})
-		from := testAddr() // one address: users behind one NAT are not lumped
+		from := testenv.ClientAddr() // one address: users behind one NAT are not lumped
 		alice, bob := uuid.NewString(), uuid.NewString()
 		for _, tt := range []struct {
 			user string
@@ -261,13 +253,13 @@ func TestLimit_Subjects(t *testing.T) {
 	})
 	t.Run("UserWithoutAuth", func(t *testing.T) {
 		s := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "orders", Rate: perHour(5), Per: ratelimit.PerUser})
-		if rec := s.get(testAddr(), ""); rec.Code != http.StatusInternalServerError || s.reached.Load() != 0 {
+		if rec := s.get(testenv.ClientAddr(), ""); rec.Code != http.StatusInternalServerError || s.reached.Load() != 0 {
 			t.Errorf("per-user limit with no principal: %d, handler ran %d times; want 500 and never", rec.Code, s.reached.Load())
 		}
 	})
 	t.Run("PoliciesApart", func(t *testing.T) {
 		// Two policies on one client count separately: the name is in the key.
-		from := testAddr()
+		from := testenv.ClientAddr()
 		first := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "first", Rate: perHour(1), Per: ratelimit.PerAddress})
 		second := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "second", Rate: perHour(1), Per: ratelimit.PerAddress})
 		if a, b := first.get(from, ""), second.get(from, ""); a.Code != http.StatusOK || b.Code != http.StatusOK {
@@ -282,7 +274,7 @@ func TestLimit_SharedByReplicas(t *testing.T) {
 	addr := testenv.RedisAddrs(t)[0]
 	p := ratelimit.Policy{Name: "register", Rate: perHour(4), Per: ratelimit.PerAddress}
 	replicas := []*server{newServer(t, addr, ratelimit.Options{}, p), newServer(t, addr, ratelimit.Options{}, p)}
-	from := testAddr()
+	from := testenv.ClientAddr()
 	var wg sync.WaitGroup
 	var ok atomic.Int64
 	for i := range 20 {
@@ -310,7 +302,7 @@ func TestLimit_FailOpen(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := newServer(t, addr(t), ratelimit.Options{}, ratelimit.Policy{Name: "register", Rate: perHour(1), Per: ratelimit.PerAddress})
-			from := testAddr()
+			from := testenv.ClientAddr()
 			for i := range 3 {
 				start := time.Now()
 				rec := s.get(from, "")
@@ -343,7 +335,7 @@ func TestLimit_ClientGone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req := httptest.NewRequest(http.MethodGet, "/thing", nil).WithContext(ctx)
-	req.RemoteAddr = testAddr() + ":40000"
+	req.RemoteAddr = testenv.ClientAddr() + ":40000"
 	s.echo.ServeHTTP(httptest.NewRecorder(), req)
 	if got := s.counter(t, "shop_rate_limit_fail_open_total", "limit", "register"); got != 0 {
 		t.Errorf("fail_open = %v after a client hung up, want 0", got)

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"crypto/rand"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -49,4 +51,13 @@ func Blackhole(t testing.TB) string {
 		wg.Wait()
 	})
 	return ln.Addr().String()
+}
+
+// ClientAddr returns a client address for a test of the rate limits: one
+// in 10/8 with 24 random bits, so counts an earlier or parallel run left in
+// the shared Redis (kept there up to the limit's period) do not leak in.
+func ClientAddr() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("10.%d.%d.%d", b[0], b[1], b[2])
 }
