@@ -33,7 +33,10 @@ import (
 
 // Deps are the connections the service runs on. The caller owns them.
 type Deps struct {
-	Pool   *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Redis are the lock quorum's nodes. The first also counts the rate
+	// limits, unless SHOP_RATE_LIMIT_REDIS names another node (which New
+	// then opens and Close closes).
 	Redis  []*redis.Client
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests move it to expire orders.
