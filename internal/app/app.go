@@ -34,9 +34,9 @@ import (
 // Deps are the connections the service runs on. The caller owns them.
 type Deps struct {
 	Pool *pgxpool.Pool
-	// Redis are the lock quorum's nodes. The first also counts the rate
-	// limits, unless SHOP_RATE_LIMIT_REDIS names another node (which New
-	// then opens and Close closes).
+	// Redis are the lock quorum's nodes. The rate limits are counted on
+	// the first, unless SHOP_RATE_LIMIT_REDIS names another node, through
+	// a client New opens (and Close closes).
 	Redis  []*redis.Client
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests move it to expire orders.
@@ -140,9 +140,11 @@ type limits struct {
 	public   echo.MiddlewareFunc // the product reads, per client address
 	writes   echo.MiddlewareFunc // a user's writes other than creating an order, per user
 	orders   echo.MiddlewareFunc // creating an order, per user
-	// own is the limiter's Redis client when it is no lock node's, so
-	// Close closes it; nil when the limiter shares a lock node's client.
-	own *redis.Client
+	// rdb is the limiter's client; nil with the limits off. It is its own
+	// even on a lock node: its own connections, so a limiter call never
+	// waits for a lock's connection nor a lock for the limiter's, and its
+	// own timeout, the limiter's bound.
+	rdb *redis.Client
 }
 
 // newLimits builds the rate limits of cfg, counted on one Redis node:
@@ -150,11 +152,19 @@ type limits struct {
 // says why one node and not the quorum).
 func newLimits(cfg config.Config, deps Deps, m *metrics.Metrics) (limits, error) {
 	var l limits
-	var rdb *redis.Client
 	if !cfg.RateLimit.Off {
-		rdb, l.own = limiterRedis(cfg.RateLimit.Redis, deps.Redis)
+		addr := cfg.RateLimit.Redis
+		if addr == "" && len(deps.Redis) > 0 {
+			addr = deps.Redis[0].Options().Addr
+		}
+		if addr == "" {
+			return limits{}, errors.New("rate limits: no Redis node to count them on")
+		}
+		l.rdb = redisx.ClientWithin(addr, cfg.RateLimit.Timeout)
 	}
-	limiter, err := ratelimit.New(rdb, ratelimit.Options{Off: cfg.RateLimit.Off, Metrics: m, Logger: deps.Logger})
+	limiter, err := ratelimit.New(l.rdb, ratelimit.Options{
+		Off: cfg.RateLimit.Off, Timeout: cfg.RateLimit.Timeout, Metrics: m, Logger: deps.Logger,
+	})
 	if err != nil {
 		l.close()
 		return limits{}, err
@@ -176,25 +186,9 @@ func newLimits(cfg config.Config, deps Deps, m *metrics.Metrics) (limits, error)
 	return l, nil
 }
 
-// limiterRedis returns the client of the node at addr: a lock node's own
-// client when addr is one of them (or empty: the first), else a new one
-// (own) that the caller closes.
-func limiterRedis(addr string, lockNodes []*redis.Client) (rdb, own *redis.Client) {
-	for i, c := range lockNodes {
-		if (addr == "" && i == 0) || c.Options().Addr == addr {
-			return c, nil
-		}
-	}
-	if addr == "" {
-		return nil, nil // no lock nodes either: lock.New has refused already
-	}
-	c := redisx.Client(addr)
-	return c, c
-}
-
 func (l limits) close() {
-	if l.own != nil {
-		_ = l.own.Close()
+	if l.rdb != nil {
+		_ = l.rdb.Close()
 	}
 }
 

@@ -57,7 +57,10 @@ type RateLimits struct {
 	Off bool
 	// Redis is the node the limits are counted on (SHOP_RATE_LIMIT_REDIS);
 	// empty means the first node of the lock quorum.
-	Redis    string
+	Redis string
+	// Timeout bounds one call to that node (SHOP_RATE_LIMIT_TIMEOUT); a
+	// request whose call takes longer goes on unlimited.
+	Timeout  time.Duration
 	Register Rate // SHOP_RATE_LIMIT_REGISTER: registrations per client address
 	Public   Rate // SHOP_RATE_LIMIT_PUBLIC: unauthenticated reads per client address
 	Writes   Rate // SHOP_RATE_LIMIT_WRITES: writes per user, other than creating an order
@@ -149,6 +152,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	// per period/count.
 	c.RateLimit = RateLimits{
 		Redis:    str("SHOP_RATE_LIMIT_REDIS", ""),
+		Timeout:  dur("SHOP_RATE_LIMIT_TIMEOUT", 100*time.Millisecond),
 		Register: rate("SHOP_RATE_LIMIT_REGISTER", "10/m"),
 		Public:   rate("SHOP_RATE_LIMIT_PUBLIC", "20/s"),
 		Writes:   rate("SHOP_RATE_LIMIT_WRITES", "60/m"),
@@ -236,6 +240,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Group("rate_limit",
 			slog.Bool("off", c.RateLimit.Off),
 			slog.String("redis", c.RateLimit.Redis),
+			slog.Duration("timeout", c.RateLimit.Timeout),
 			slog.String("register", c.RateLimit.Register.String()),
 			slog.String("public", c.RateLimit.Public.String()),
 			slog.String("writes", c.RateLimit.Writes.String()),

@@ -44,6 +44,7 @@ var allVars = []string{
 	"SHOP_TRUSTED_PROXIES",
 	"SHOP_RATE_LIMIT",
 	"SHOP_RATE_LIMIT_REDIS",
+	"SHOP_RATE_LIMIT_TIMEOUT",
 	"SHOP_RATE_LIMIT_REGISTER",
 	"SHOP_RATE_LIMIT_PUBLIC",
 	"SHOP_RATE_LIMIT_WRITES",
@@ -79,6 +80,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 		ShutdownDrain:    15 * time.Second,
 		// Limits on, counted on the first lock node; no proxy trusted.
 		RateLimit: RateLimits{
+			Timeout:  100 * time.Millisecond,
 			Register: Rate{10, time.Minute},
 			Public:   Rate{20, time.Second},
 			Writes:   Rate{60, time.Minute},
@@ -124,6 +126,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_TRUSTED_PROXIES":         " 10.0.0.0/8, 192.168.1.7 ,fd00::/8,10.1.2.3/16",
 		"SHOP_RATE_LIMIT":              "off",
 		"SHOP_RATE_LIMIT_REDIS":        "limits:6390",
+		"SHOP_RATE_LIMIT_TIMEOUT":      "250ms",
 		"SHOP_RATE_LIMIT_REGISTER":     "3/h",
 		"SHOP_RATE_LIMIT_PUBLIC":       "100/m",
 		"SHOP_RATE_LIMIT_WRITES":       "5/s",
@@ -163,6 +166,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		RateLimit: RateLimits{
 			Off:      true,
 			Redis:    "limits:6390",
+			Timeout:  250 * time.Millisecond,
 			Register: Rate{3, time.Hour},
 			Public:   Rate{100, time.Minute},
 			Writes:   Rate{5, time.Second},
@@ -219,6 +223,8 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"RateLimitSwitchCase", "SHOP_RATE_LIMIT", "Off"},
 		{"RateLimitRedisNoPort", "SHOP_RATE_LIMIT_REDIS", "redis-1"},
 		{"RateLimitRedisEmptyPort", "SHOP_RATE_LIMIT_REDIS", "redis-1:"},
+		{"RateLimitTimeoutZero", "SHOP_RATE_LIMIT_TIMEOUT", "0s"},
+		{"RateLimitTimeoutNoUnit", "SHOP_RATE_LIMIT_TIMEOUT", "100"},
 		{"RateNoUnit", "SHOP_RATE_LIMIT_REGISTER", "10"},
 		{"RateUnknownUnit", "SHOP_RATE_LIMIT_PUBLIC", "10/d"},
 		{"RateSpelledOut", "SHOP_RATE_LIMIT_WRITES", "60/minute"},
@@ -268,6 +274,7 @@ func TestFromEnv_AllErrors(t *testing.T) {
 		"SHOP_TRUSTED_PROXIES":     "everyone",
 		"SHOP_RATE_LIMIT":          "sometimes",
 		"SHOP_RATE_LIMIT_REDIS":    "nowhere",
+		"SHOP_RATE_LIMIT_TIMEOUT":  "fast",
 		"SHOP_RATE_LIMIT_REGISTER": "10",
 		"SHOP_RATE_LIMIT_PUBLIC":   "x/s",
 		"SHOP_RATE_LIMIT_WRITES":   "0/m",

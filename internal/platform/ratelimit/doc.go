@@ -58,13 +58,16 @@
 // fairness, not correctness, so refusing every request because the
 // limiter's store is down would turn a Redis outage into a full outage.
 // Each call is bounded (Options.Timeout, 100 ms by default) and the Redis
-// client honours that deadline (redisx: ContextTimeoutEnabled), so a dead
-// or unanswering node costs a request at most that.
+// client honours that deadline (redisx.ClientWithin: ContextTimeoutEnabled),
+// so a dead or unanswering node costs a request at most that. Under a
+// starved CPU the bound can pass too: then some requests go uncounted,
+// which is the same trade, made for the same reason.
 //
 // Which Redis: one node, not the lock quorum. A limit is a counter, not a
 // mutual exclusion; a lost node loses some counts, and the limits are off
 // until it answers again, which is a weaker shop for a while, never a
 // wrong one. By default it is the first lock node (SHOP_RATE_LIMIT_REDIS
 // moves it elsewhere): no extra server to run, at the price of sharing
-// that node's connections and CPU with the locks.
+// that server's CPU with the locks. The limiter has a client of its own,
+// so it never waits for a lock's connection, nor a lock for its.
 package ratelimit

@@ -25,11 +25,11 @@ const (
 	HeaderLimit  = "RateLimit"
 )
 
-// defaultTimeout bounds one call to the limiter's Redis. The call is one
-// round trip (well under a millisecond on a LAN); a node that has not
-// answered in 100 ms is treated as down for that request, which then goes
-// on unlimited.
-const defaultTimeout = 100 * time.Millisecond
+// DefaultTimeout bounds one call to the limiter's Redis unless
+// Options.Timeout says otherwise. The call is one round trip (well under a
+// millisecond on a LAN); a node that has not answered in 100 ms is treated
+// as down for that request, which then goes on unlimited.
+const DefaultTimeout = 100 * time.Millisecond
 
 // Rate is Count requests per Per, with a burst of Count: the whole count
 // may come at once, then one request every Per/Count.
@@ -76,7 +76,7 @@ type Options struct {
 	// Off lets every request through uncounted (SHOP_RATE_LIMIT=off), for
 	// benchmarks and load tests. The zero value limits.
 	Off bool
-	// Timeout bounds each call to Redis; 0 means 100 ms.
+	// Timeout bounds each call to Redis; 0 means DefaultTimeout.
 	Timeout time.Duration
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
@@ -95,14 +95,14 @@ type Limiter struct {
 }
 
 // New returns a limiter counting in rdb, which may be nil when opts.Off.
-// The client should honour context deadlines (redisx.Client does), or a
-// node that does not answer holds each request for its read timeout.
+// The client must honour context deadlines (redisx.ClientWithin does), or
+// a node that does not answer holds each request for its read timeout.
 func New(rdb *redis.Client, opts Options) (*Limiter, error) {
 	if rdb == nil && !opts.Off {
 		return nil, errors.New("rate limiter: no Redis client")
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = defaultTimeout
+		opts.Timeout = DefaultTimeout
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()

@@ -42,12 +42,23 @@ type server struct {
 	reached atomic.Int64
 }
 
-// newServer serves GET /thing under policy p, counted in the Redis at addr.
-// When user is set, a middleware before the limit authenticates every
-// request as a user whose id is the X-User header.
+// countingTimeout bounds a limiter call in the tests that count: on a
+// loaded machine a call may pass the 100 ms default, and the request then
+// goes on uncounted (fail open, by design). The fail-open tests keep the
+// default.
+const countingTimeout = 2 * time.Second
+
+// newServer serves GET /thing under policy p, counted in the Redis at addr
+// through a client bounded like the service's (redisx.ClientWithin, the
+// limiter's timeout). A middleware before the limit authenticates every
+// request that has an X-User header as that user.
 func newServer(t *testing.T, addr string, opts ratelimit.Options, p ratelimit.Policy) *server {
 	t.Helper()
-	client := redisx.Client(addr)
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = ratelimit.DefaultTimeout
+	}
+	client := redisx.ClientWithin(addr, timeout)
 	t.Cleanup(func() { _ = client.Close() })
 	s := &server{metrics: metrics.New()}
 	opts.Metrics = s.metrics
@@ -136,7 +147,7 @@ var rateLimitHeader = regexp.MustCompile(`^"register";r=(\d+);t=(\d+)$`)
 // many are left, then 429 rate_limited without the handler running, with
 // the headers the draft and API.md promise.
 func TestLimit_Answers(t *testing.T) {
-	s := newServer(t, testenv.RedisAddrs(t)[0], ratelimit.Options{},
+	s := newServer(t, testenv.RedisAddrs(t)[0], ratelimit.Options{Timeout: countingTimeout},
 		ratelimit.Policy{Name: "register", Rate: perHour(3), Per: ratelimit.PerAddress})
 	from := testenv.ClientAddr()
 
@@ -210,7 +221,7 @@ func TestLimit_Subjects(t *testing.T) {
 	addr := testenv.RedisAddrs(t)[0]
 
 	t.Run("Addresses", func(t *testing.T) {
-		s := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "register", Rate: perHour(1), Per: ratelimit.PerAddress})
+		s := newServer(t, addr, ratelimit.Options{Timeout: countingTimeout}, ratelimit.Policy{Name: "register", Rate: perHour(1), Per: ratelimit.PerAddress})
 		a, b := testenv.ClientAddr(), testenv.ClientAddr()
 		for _, tt := range []struct {
 			from string
@@ -222,7 +233,7 @@ func TestLimit_Subjects(t *testing.T) {
 		}
 	})
 	t.Run("IPv6By64", func(t *testing.T) {
-		s := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "register", Rate: perHour(2), Per: ratelimit.PerAddress})
+		s := newServer(t, addr, ratelimit.Options{Timeout: countingTimeout}, ratelimit.Policy{Name: "register", Rate: perHour(2), Per: ratelimit.PerAddress})
 		net1, net2 := testNet64(), testNet64()
 		for _, tt := range []struct {
 			from string
@@ -239,7 +250,7 @@ func TestLimit_Subjects(t *testing.T) {
 		}
 	})
 	t.Run("Users", func(t *testing.T) {
-		s := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "orders", Rate: perHour(1), Per: ratelimit.PerUser})
+		s := newServer(t, addr, ratelimit.Options{Timeout: countingTimeout}, ratelimit.Policy{Name: "orders", Rate: perHour(1), Per: ratelimit.PerUser})
 		from := testenv.ClientAddr() // one address: users behind one NAT are not lumped
 		alice, bob := uuid.NewString(), uuid.NewString()
 		for _, tt := range []struct {
@@ -252,7 +263,7 @@ func TestLimit_Subjects(t *testing.T) {
 		}
 	})
 	t.Run("UserWithoutAuth", func(t *testing.T) {
-		s := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "orders", Rate: perHour(5), Per: ratelimit.PerUser})
+		s := newServer(t, addr, ratelimit.Options{Timeout: countingTimeout}, ratelimit.Policy{Name: "orders", Rate: perHour(5), Per: ratelimit.PerUser})
 		if rec := s.get(testenv.ClientAddr(), ""); rec.Code != http.StatusInternalServerError || s.reached.Load() != 0 {
 			t.Errorf("per-user limit with no principal: %d, handler ran %d times; want 500 and never", rec.Code, s.reached.Load())
 		}
@@ -260,8 +271,8 @@ func TestLimit_Subjects(t *testing.T) {
 	t.Run("PoliciesApart", func(t *testing.T) {
 		// Two policies on one client count separately: the name is in the key.
 		from := testenv.ClientAddr()
-		first := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "first", Rate: perHour(1), Per: ratelimit.PerAddress})
-		second := newServer(t, addr, ratelimit.Options{}, ratelimit.Policy{Name: "second", Rate: perHour(1), Per: ratelimit.PerAddress})
+		first := newServer(t, addr, ratelimit.Options{Timeout: countingTimeout}, ratelimit.Policy{Name: "first", Rate: perHour(1), Per: ratelimit.PerAddress})
+		second := newServer(t, addr, ratelimit.Options{Timeout: countingTimeout}, ratelimit.Policy{Name: "second", Rate: perHour(1), Per: ratelimit.PerAddress})
 		if a, b := first.get(from, ""), second.get(from, ""); a.Code != http.StatusOK || b.Code != http.StatusOK {
 			t.Errorf("first policy %d, second %d; want 200 each", a.Code, b.Code)
 		}
@@ -273,7 +284,7 @@ func TestLimit_Subjects(t *testing.T) {
 func TestLimit_SharedByReplicas(t *testing.T) {
 	addr := testenv.RedisAddrs(t)[0]
 	p := ratelimit.Policy{Name: "register", Rate: perHour(4), Per: ratelimit.PerAddress}
-	replicas := []*server{newServer(t, addr, ratelimit.Options{}, p), newServer(t, addr, ratelimit.Options{}, p)}
+	replicas := []*server{newServer(t, addr, ratelimit.Options{Timeout: countingTimeout}, p), newServer(t, addr, ratelimit.Options{Timeout: countingTimeout}, p)}
 	from := testenv.ClientAddr()
 	var wg sync.WaitGroup
 	var ok atomic.Int64

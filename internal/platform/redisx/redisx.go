@@ -20,12 +20,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Client settings for a lock node. A node that has not answered within these
-// bounds is counted as down for this attempt; the quorum decides.
+// Client settings for a lock node. A node that has not answered within
+// nodeTimeout (to dial, read, write, or hand out a pooled connection) is
+// counted as down for this attempt; the quorum decides.
 const (
-	dialTimeout = 250 * time.Millisecond
-	ioTimeout   = 250 * time.Millisecond
-	poolTimeout = 250 * time.Millisecond
+	nodeTimeout = 250 * time.Millisecond
 	// A lock command is one round trip, but every request in flight makes
 	// one on each node; idle connections are kept up to the pool size, as
 	// opening one per lock costs more than the lock itself.
@@ -43,15 +42,21 @@ func Clients(addrs []string) []*redis.Client {
 	return clients
 }
 
-// Client returns a client for one node with the settings above. The rate
-// limiter's node gets them too: a limiter call is one round trip that must
-// not hold a request up, and a retried call could count twice.
+// Client returns a client for one lock node with the settings above.
 func Client(addr string) *redis.Client {
+	return ClientWithin(addr, nodeTimeout)
+}
+
+// ClientWithin returns a client for one node with the lock nodes' settings
+// but timeout for every wait. The rate limiter's client is one: its call
+// answers within the limiter's bound or the request goes on without it,
+// and a retried call could count twice.
+func ClientWithin(addr string, timeout time.Duration) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:         addr,
-		DialTimeout:  dialTimeout,
-		ReadTimeout:  ioTimeout,
-		WriteTimeout: ioTimeout,
+		DialTimeout:  timeout,
+		ReadTimeout:  timeout,
+		WriteTimeout: timeout,
 		// Honour the caller's deadline too, so redsync's per-node
 		// timeout really bounds each attempt.
 		ContextTimeoutEnabled: true,
@@ -61,7 +66,7 @@ func Client(addr string) *redis.Client {
 		// a second per attempt against a dead node.
 		DialerRetries: 1,
 		PoolSize:      poolSize,
-		PoolTimeout:   poolTimeout,
+		PoolTimeout:   timeout,
 		MaxIdleConns:  maxIdleConns,
 		// CLIENT SETINFO is an extra round trip per connection that
 		// Redis before 7.2 answers with an error anyway.
