@@ -59,7 +59,10 @@ func startStack(ctx context.Context, t *testing.T) *stack {
 		gateway:    "http://127.0.0.1:" + gwPort,
 		adminToken: "e2e-admin-" + rand.Text(),
 	}
-	s.env = append(os.Environ(), "SHOP_PORT="+port, "SHOP_GATEWAY_PORT="+gwPort, "SHOP_ADMIN_TOKEN="+s.adminToken)
+	// The smoke test registers and orders far faster than a person, from
+	// one address: it runs with the rate limits off, as a load test would.
+	s.env = append(os.Environ(), "SHOP_PORT="+port, "SHOP_GATEWAY_PORT="+gwPort, "SHOP_ADMIN_TOKEN="+s.adminToken,
+		"SHOP_RATE_LIMIT=off")
 	t.Logf("compose: %s -p %s, balancer on %s", strings.Join(compose, " "), s.project, s.base)
 
 	t.Cleanup(func() {

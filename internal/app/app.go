@@ -27,11 +27,16 @@ import (
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/platform/ratelimit"
+	"github.com/shop-example/shop/internal/platform/redisx"
 )
 
 // Deps are the connections the service runs on. The caller owns them.
 type Deps struct {
-	Pool   *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Redis are the lock quorum's nodes. The rate limits are counted on
+	// the first, unless SHOP_RATE_LIMIT_REDIS names another node, through
+	// a client New opens (and Close closes).
 	Redis  []*redis.Client
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests move it to expire orders.
@@ -50,6 +55,7 @@ type App struct {
 	locker      *lock.Locker
 	idem        *idempotency.Store
 	bookkeeping *pgxpool.Pool
+	limits      limits
 }
 
 // New builds the service on deps with the settings in cfg. Close releases
@@ -98,22 +104,92 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		bookkeeping.Close()
 		return nil, err
 	}
+	limit, err := newLimits(cfg, deps, m)
+	if err != nil {
+		bookkeeping.Close()
+		return nil, err
+	}
 
-	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem, bookkeeping: bookkeeping}
+	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies})
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
+		bookkeeping: bookkeeping, limits: limit}
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", a.ready)
 	e.GET("/metrics", echo.WrapHandler(m.Handler()))
 
 	v1 := e.Group("/v1")
-	auth.Register(v1, users, authn)
+	auth.Register(v1, users, authn, limit.register)
+	// The admin's routes carry no limit: one trusted operator's token,
+	// whose scripts (seed, restock) must not be throttled.
 	inventory.Register(v1, inventory.NewStore(deps.Pool, deps.Now), inventory.Guards{
-		Admin: authn.Admin, Idempotency: idem.For(inventory.FlowRestock),
+		Admin: authn.Admin, Idempotency: idem.For(inventory.FlowRestock), PublicLimit: limit.public,
 	})
-	orders.Register(v1, orderSvc, orders.Guards{User: authn.User, Idempotency: idem.For(orders.FlowCreate)})
-	payments.Register(v1, paySvc, payments.Guards{User: authn.User, Idempotency: idem.For(payments.FlowPay)})
+	orders.Register(v1, orderSvc, orders.Guards{
+		User: authn.User, Idempotency: idem.For(orders.FlowCreate), OrderLimit: limit.orders, WriteLimit: limit.writes,
+	})
+	payments.Register(v1, paySvc, payments.Guards{
+		User: authn.User, Idempotency: idem.For(payments.FlowPay), WriteLimit: limit.writes,
+	})
 	return a, nil
+}
+
+// limits are the rate limits of the routes (package ratelimit).
+type limits struct {
+	register echo.MiddlewareFunc // POST /v1/users, per client address
+	public   echo.MiddlewareFunc // the product reads, per client address
+	writes   echo.MiddlewareFunc // a user's writes other than creating an order, per user
+	orders   echo.MiddlewareFunc // creating an order, per user
+	// rdb is the limiter's client; nil with the limits off. It is its own
+	// even on a lock node: its own connections, so a limiter call never
+	// waits for a lock's connection nor a lock for the limiter's, and its
+	// own timeout, the limiter's bound.
+	rdb *redis.Client
+}
+
+// newLimits builds the rate limits of cfg, counted on one Redis node:
+// SHOP_RATE_LIMIT_REDIS, by default the first lock node (package ratelimit
+// says why one node and not the quorum).
+func newLimits(cfg config.Config, deps Deps, m *metrics.Metrics) (limits, error) {
+	var l limits
+	if !cfg.RateLimit.Off {
+		addr := cfg.RateLimit.Redis
+		if addr == "" && len(deps.Redis) > 0 {
+			addr = deps.Redis[0].Options().Addr
+		}
+		if addr == "" {
+			return limits{}, errors.New("rate limits: no Redis node to count them on")
+		}
+		l.rdb = redisx.ClientWithin(addr, cfg.RateLimit.Timeout)
+	}
+	limiter, err := ratelimit.New(l.rdb, ratelimit.Options{
+		Off: cfg.RateLimit.Off, Timeout: cfg.RateLimit.Timeout, Metrics: m, Logger: deps.Logger,
+	})
+	if err != nil {
+		l.close()
+		return limits{}, err
+	}
+	for _, p := range []struct {
+		mw     *echo.MiddlewareFunc
+		policy ratelimit.Policy
+	}{
+		{&l.register, ratelimit.Policy{Name: "register", Rate: ratelimit.Rate(cfg.RateLimit.Register), Per: ratelimit.PerAddress}},
+		{&l.public, ratelimit.Policy{Name: "public", Rate: ratelimit.Rate(cfg.RateLimit.Public), Per: ratelimit.PerAddress}},
+		{&l.writes, ratelimit.Policy{Name: "writes", Rate: ratelimit.Rate(cfg.RateLimit.Writes), Per: ratelimit.PerUser}},
+		{&l.orders, ratelimit.Policy{Name: "orders", Rate: ratelimit.Rate(cfg.RateLimit.Orders), Per: ratelimit.PerUser}},
+	} {
+		if *p.mw, err = limiter.Limit(p.policy); err != nil {
+			l.close()
+			return limits{}, err
+		}
+	}
+	return l, nil
+}
+
+func (l limits) close() {
+	if l.rdb != nil {
+		_ = l.rdb.Close()
+	}
 }
 
 // newPayments builds the pay flow on the gateway at cfg.GatewayURL.
@@ -142,6 +218,7 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 // Close releases the connections New opened (not those in Deps).
 func (a *App) Close() {
 	a.bookkeeping.Close()
+	a.limits.close()
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order

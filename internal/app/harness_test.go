@@ -66,7 +66,10 @@ type replica struct {
 // newEnv builds replicas of the service on a fresh database, and a
 // gateway of their own. vars override the service's environment
 // (SHOP_ADMIN_TOKEN is the test token unless overridden, SHOP_ORDER_TTL is
-// orderTTL, SHOP_GATEWAY_SLOW_DELAY sets the gateway's hold-back).
+// orderTTL, SHOP_GATEWAY_SLOW_DELAY sets the gateway's hold-back). The
+// rate limits are off: these tests race hundreds of requests from one
+// address and one user, which is what the limits exist to refuse; the
+// limits' own tests turn them on (limitedEnv).
 func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 	t.Helper()
 	dbURL := testenv.DatabaseURL(t)
@@ -76,6 +79,7 @@ func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 		"SHOP_ADMIN_TOKEN":     testAdminToken,
 		"SHOP_ORDER_TTL":       orderTTL.String(),
 		"SHOP_GATEWAY_TIMEOUT": "5s",
+		"SHOP_RATE_LIMIT":      "off",
 	}
 	maps.Copy(environ, vars)
 	cfg, err := config.FromEnv(func(k string) string { return environ[k] })

@@ -18,6 +18,7 @@ const FlowRestock = "restock_product"
 type Guards struct {
 	Admin       echo.MiddlewareFunc // the admin token
 	Idempotency echo.MiddlewareFunc // Idempotency-Key handling (layer 0)
+	PublicLimit echo.MiddlewareFunc // rate limit per client address on the reads that need no token
 }
 
 // Register mounts the inventory routes on g (the /v1 group). Each route
@@ -25,8 +26,8 @@ type Guards struct {
 func Register(g *echo.Group, store *Store, guard Guards) {
 	h := handlers{store: store}
 	g.POST("/products", h.create, guard.Admin)
-	g.GET("/products", h.list)
-	g.GET("/products/:sku", h.get)
+	g.GET("/products", h.list, guard.PublicLimit)
+	g.GET("/products/:sku", h.get, guard.PublicLimit)
 	g.PATCH("/products/:sku", h.update, guard.Admin)
 	g.POST("/products/:sku/restock", h.restock, guard.Admin, guard.Idempotency)
 }

@@ -16,16 +16,23 @@ import (
 type Guards struct {
 	User        echo.MiddlewareFunc // a registered user's bearer token
 	Idempotency echo.MiddlewareFunc // Idempotency-Key handling (layer 0)
+	// OrderLimit is the per-user limit on creating orders: each order
+	// holds stock for the order TTL, so this is what stops one user from
+	// reserving a product's whole stock. WriteLimit is the per-user limit
+	// on the other writes. Both run after User (they count the user) and
+	// before Idempotency (every attempt counts, a refusal claims no key).
+	OrderLimit echo.MiddlewareFunc
+	WriteLimit echo.MiddlewareFunc
 }
 
 // Register mounts the order routes on g (the /v1 group). Each route lists
 // its protections where it is registered.
 func Register(g *echo.Group, svc *Service, guard Guards) {
 	h := handlers{svc: svc}
-	g.POST("/orders", h.create, guard.User, guard.Idempotency)
+	g.POST("/orders", h.create, guard.User, guard.OrderLimit, guard.Idempotency)
 	g.GET("/orders", h.list, guard.User)
 	g.GET("/orders/:id", h.get, guard.User)
-	g.POST("/orders/:id/cancel", h.cancel, guard.User)
+	g.POST("/orders/:id/cancel", h.cancel, guard.User, guard.WriteLimit)
 }
 
 type handlers struct{ svc *Service }

@@ -15,13 +15,14 @@ import (
 type Guards struct {
 	User        echo.MiddlewareFunc // a registered user's bearer token
 	Idempotency echo.MiddlewareFunc // Idempotency-Key handling (layer 0)
+	WriteLimit  echo.MiddlewareFunc // rate limit per user; after User, before Idempotency
 }
 
 // Register mounts the payment routes on g (the /v1 group). Each route
 // lists its protections where it is registered.
 func Register(g *echo.Group, svc *Service, guard Guards) {
 	h := handlers{svc: svc}
-	g.POST("/orders/:id/payments", h.pay, guard.User, guard.Idempotency)
+	g.POST("/orders/:id/payments", h.pay, guard.User, guard.WriteLimit, guard.Idempotency)
 	g.GET("/orders/:id/payments", h.list, guard.User)
 }
 

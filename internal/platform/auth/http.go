@@ -74,10 +74,12 @@ func bearer(c echo.Context) (string, bool) {
 	return token, token != "" && len(token) <= 256
 }
 
-// Register mounts the user routes on g (the /v1 group).
-func Register(g *echo.Group, store *Store, mw *Middleware) {
+// Register mounts the user routes on g (the /v1 group). registerLimit
+// is the per-address limit on registration (package ratelimit): the route
+// needs no token, so the client's address is all there is to count.
+func Register(g *echo.Group, store *Store, mw *Middleware, registerLimit echo.MiddlewareFunc) {
 	h := handlers{store: store}
-	g.POST("/users", h.create)
+	g.POST("/users", h.create, registerLimit)
 	g.GET("/me", h.me, mw.User)
 }
 

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -49,6 +51,60 @@ type Config struct {
 	DBMaxConns     int32         // SHOP_DB_MAX_CONNS
 	JobInterval    time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
 	ShutdownDrain  time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
+	// TrustedProxies are the peers whose X-Forwarded-For is believed
+	// (SHOP_TRUSTED_PROXIES): the load balancer. From anyone else the
+	// client address is the socket's.
+	TrustedProxies []netip.Prefix
+	RateLimit      RateLimits
+}
+
+// RateLimits are the abuse limits of package ratelimit.
+type RateLimits struct {
+	// Off turns every limit off (SHOP_RATE_LIMIT=off), for benchmarks and
+	// load tests. The zero value leaves them on.
+	Off bool
+	// Redis is the node the limits are counted on (SHOP_RATE_LIMIT_REDIS);
+	// empty means the first node of the lock quorum.
+	Redis string
+	// Timeout bounds one call to that node (SHOP_RATE_LIMIT_TIMEOUT); a
+	// request whose call takes longer goes on unlimited.
+	Timeout  time.Duration
+	Register Rate // SHOP_RATE_LIMIT_REGISTER: registrations per client address
+	Public   Rate // SHOP_RATE_LIMIT_PUBLIC: unauthenticated reads per client address
+	Writes   Rate // SHOP_RATE_LIMIT_WRITES: writes per user, other than creating an order
+	Orders   Rate // SHOP_RATE_LIMIT_ORDERS: orders created per user
+}
+
+// Rate is Count requests per Per, written "30/h" (per s, m or h).
+type Rate struct {
+	Count int
+	Per   time.Duration
+}
+
+func (r Rate) String() string {
+	for unit, d := range rateUnits {
+		if d == r.Per {
+			return strconv.Itoa(r.Count) + "/" + unit
+		}
+	}
+	return strconv.Itoa(r.Count) + "/" + r.Per.String()
+}
+
+var rateUnits = map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}
+
+// maxRateCount bounds a rate's count: more than a million per period is
+// no limit, and GCRA's arithmetic stays far from float rounding.
+const maxRateCount = 1_000_000
+
+// ParseRate reads a rate such as "10/m".
+func ParseRate(s string) (Rate, error) {
+	count, unit, ok := strings.Cut(s, "/")
+	per, known := rateUnits[unit]
+	n, err := strconv.Atoi(count)
+	if !ok || !known || err != nil || n < 1 || n > maxRateCount {
+		return Rate{}, fmt.Errorf("want a rate like 30/h (1–%d per s, m or h), got %q", maxRateCount, s)
+	}
+	return Rate{Count: n, Per: per}, nil
 }
 
 // FromEnv reads the configuration with getenv (os.Getenv in production).
@@ -93,6 +149,47 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		SeatHoldTTL:      dur("SHOP_SEAT_HOLD_TTL", 5*time.Minute),
 		JobInterval:      dur("SHOP_JOB_INTERVAL", 5*time.Second),
 		ShutdownDrain:    dur("SHOP_SHUTDOWN_DRAIN", 15*time.Second),
+	}
+	rate := func(name, def string) Rate {
+		r, err := ParseRate(str(name, def))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+		return r
+	}
+	// The defaults are sized for people shopping, not for scripts
+	// (docs/DESIGN.md §5): a burst of the whole count, then one request
+	// per period/count.
+	c.RateLimit = RateLimits{
+		Redis:    str("SHOP_RATE_LIMIT_REDIS", ""),
+		Timeout:  dur("SHOP_RATE_LIMIT_TIMEOUT", 100*time.Millisecond),
+		Register: rate("SHOP_RATE_LIMIT_REGISTER", "10/m"),
+		Public:   rate("SHOP_RATE_LIMIT_PUBLIC", "20/s"),
+		Writes:   rate("SHOP_RATE_LIMIT_WRITES", "60/m"),
+		Orders:   rate("SHOP_RATE_LIMIT_ORDERS", "30/h"),
+	}
+	switch v := str("SHOP_RATE_LIMIT", "on"); v {
+	case "on":
+	case "off":
+		c.RateLimit.Off = true
+	default:
+		errs = append(errs, fmt.Errorf("SHOP_RATE_LIMIT: want on or off, got %q", v))
+	}
+	if a := c.RateLimit.Redis; a != "" {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("SHOP_RATE_LIMIT_REDIS: want host:port, got %q", a))
+		}
+	}
+	for _, p := range strings.Split(str("SHOP_TRUSTED_PROXIES", ""), ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		prefix, err := parsePrefix(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SHOP_TRUSTED_PROXIES: want CIDRs or addresses like 10.0.0.0/8, got %q", p))
+			continue
+		}
+		c.TrustedProxies = append(c.TrustedProxies, prefix)
 	}
 	for _, a := range strings.Split(str("SHOP_REDIS_ADDRS", "localhost:6379"), ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -184,7 +281,38 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("order_ttl", c.OrderTTL),
 		slog.Duration("seat_hold_ttl", c.SeatHoldTTL),
 		slog.Bool("migrate", c.Migrate),
+		slog.Any("trusted_proxies", c.TrustedProxies),
+		slog.Group("rate_limit",
+			slog.Bool("off", c.RateLimit.Off),
+			slog.String("redis", c.RateLimit.Redis),
+			slog.Duration("timeout", c.RateLimit.Timeout),
+			slog.String("register", c.RateLimit.Register.String()),
+			slog.String("public", c.RateLimit.Public.String()),
+			slog.String("writes", c.RateLimit.Writes.String()),
+			slog.String("orders", c.RateLimit.Orders.String()),
+		),
 	)
+}
+
+// parsePrefix reads a CIDR, or a single address as a prefix of its full
+// length. A CIDR with host bits set (10.1.2.3/8) means its network.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		if a.Zone() != "" {
+			return netip.Prefix{}, errors.New("an address with a zone is no prefix")
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return p.Masked(), nil
 }
 
 func maskURL(raw string) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -42,6 +43,14 @@ var allVars = []string{
 	"SHOP_SHUTDOWN_DRAIN",
 	"SHOP_REQUEST_TIMEOUT",
 	"SHOP_PAYMENT_BUDGET",
+	"SHOP_TRUSTED_PROXIES",
+	"SHOP_RATE_LIMIT",
+	"SHOP_RATE_LIMIT_REDIS",
+	"SHOP_RATE_LIMIT_TIMEOUT",
+	"SHOP_RATE_LIMIT_REGISTER",
+	"SHOP_RATE_LIMIT_PUBLIC",
+	"SHOP_RATE_LIMIT_WRITES",
+	"SHOP_RATE_LIMIT_ORDERS",
 }
 
 // The defaults are DESIGN.md §5's table; the variables after it are not
@@ -73,6 +82,14 @@ func TestFromEnv_Defaults(t *testing.T) {
 		DBMaxConns:       8,
 		JobInterval:      5 * time.Second,
 		ShutdownDrain:    15 * time.Second,
+		// Limits on, counted on the first lock node; no proxy trusted.
+		RateLimit: RateLimits{
+			Timeout:  100 * time.Millisecond,
+			Register: Rate{10, time.Minute},
+			Public:   Rate{20, time.Second},
+			Writes:   Rate{60, time.Minute},
+			Orders:   Rate{30, time.Hour},
+		},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("FromEnv(empty) =\n%+v\nwant\n%+v", got, want)
@@ -112,6 +129,14 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_SHUTDOWN_DRAIN":          "1m",
 		"SHOP_REQUEST_TIMEOUT":         "20s",
 		"SHOP_PAYMENT_BUDGET":          "12s",
+		"SHOP_TRUSTED_PROXIES":         " 10.0.0.0/8, 192.168.1.7 ,fd00::/8,10.1.2.3/16",
+		"SHOP_RATE_LIMIT":              "off",
+		"SHOP_RATE_LIMIT_REDIS":        "limits:6390",
+		"SHOP_RATE_LIMIT_TIMEOUT":      "250ms",
+		"SHOP_RATE_LIMIT_REGISTER":     "3/h",
+		"SHOP_RATE_LIMIT_PUBLIC":       "100/m",
+		"SHOP_RATE_LIMIT_WRITES":       "5/s",
+		"SHOP_RATE_LIMIT_ORDERS":       "12/m",
 	}
 	if len(vars) != len(allVars) {
 		t.Fatalf("test sets %d variables, want all %d", len(vars), len(allVars))
@@ -140,6 +165,21 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		DBMaxConns:       7,
 		JobInterval:      250 * time.Millisecond,
 		ShutdownDrain:    time.Minute,
+		TrustedProxies: []netip.Prefix{
+			netip.MustParsePrefix("10.0.0.0/8"),
+			netip.MustParsePrefix("192.168.1.7/32"),
+			netip.MustParsePrefix("fd00::/8"),
+			netip.MustParsePrefix("10.1.0.0/16"),
+		},
+		RateLimit: RateLimits{
+			Off:      true,
+			Redis:    "limits:6390",
+			Timeout:  250 * time.Millisecond,
+			Register: Rate{3, time.Hour},
+			Public:   Rate{100, time.Minute},
+			Writes:   Rate{5, time.Second},
+			Orders:   Rate{12, time.Minute},
+		},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("FromEnv =\n%+v\nwant\n%+v", got, want)
@@ -190,6 +230,24 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"RequestTimeoutBeyondWriteTimeout", "SHOP_REQUEST_TIMEOUT", "26s"},
 		{"PaymentBudgetBeyondRequest", "SHOP_PAYMENT_BUDGET", "8s"},
 		{"ReconcileWhileRequestRuns", "SHOP_PAYMENT_RECONCILE_AFTER", "7s"},
+		{"RateLimitSwitch", "SHOP_RATE_LIMIT", "false"},
+		{"RateLimitSwitchCase", "SHOP_RATE_LIMIT", "Off"},
+		{"RateLimitRedisNoPort", "SHOP_RATE_LIMIT_REDIS", "redis-1"},
+		{"RateLimitRedisEmptyPort", "SHOP_RATE_LIMIT_REDIS", "redis-1:"},
+		{"RateLimitTimeoutZero", "SHOP_RATE_LIMIT_TIMEOUT", "0s"},
+		{"RateLimitTimeoutNoUnit", "SHOP_RATE_LIMIT_TIMEOUT", "100"},
+		{"RateNoUnit", "SHOP_RATE_LIMIT_REGISTER", "10"},
+		{"RateUnknownUnit", "SHOP_RATE_LIMIT_PUBLIC", "10/d"},
+		{"RateSpelledOut", "SHOP_RATE_LIMIT_WRITES", "60/minute"},
+		{"RateZero", "SHOP_RATE_LIMIT_ORDERS", "0/h"},
+		{"RateNegative", "SHOP_RATE_LIMIT_ORDERS", "-1/h"},
+		{"RateTooLarge", "SHOP_RATE_LIMIT_PUBLIC", "1000001/s"},
+		{"RateFraction", "SHOP_RATE_LIMIT_REGISTER", "0.5/s"},
+		{"RateDuration", "SHOP_RATE_LIMIT_WRITES", "10/5m"},
+		{"TrustedProxyHostname", "SHOP_TRUSTED_PROXIES", "lb"},
+		{"TrustedProxyBadBits", "SHOP_TRUSTED_PROXIES", "10.0.0.0/33"},
+		{"TrustedProxyOneBadOfTwo", "SHOP_TRUSTED_PROXIES", "10.0.0.0/8,172.16.0.0/x"},
+		{"TrustedProxyZone", "SHOP_TRUSTED_PROXIES", "fe80::1%eth0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,6 +312,15 @@ func TestFromEnv_AllErrors(t *testing.T) {
 		"SHOP_MIGRATE":        "maybe",
 		"SHOP_DB_MAX_CONNS":   "0",
 		"SHOP_GATEWAY_URL":    "gateway",
+
+		"SHOP_TRUSTED_PROXIES":     "everyone",
+		"SHOP_RATE_LIMIT":          "sometimes",
+		"SHOP_RATE_LIMIT_REDIS":    "nowhere",
+		"SHOP_RATE_LIMIT_TIMEOUT":  "fast",
+		"SHOP_RATE_LIMIT_REGISTER": "10",
+		"SHOP_RATE_LIMIT_PUBLIC":   "x/s",
+		"SHOP_RATE_LIMIT_WRITES":   "0/m",
+		"SHOP_RATE_LIMIT_ORDERS":   "30/week",
 	}
 	_, err := FromEnv(env(bad, nil))
 	if err == nil {
@@ -369,5 +436,33 @@ func TestFromEnv_DatabaseURLErrorMasked(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cr3t-pw") {
 		t.Errorf("error %q reveals the password", err)
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]Rate{
+		"1/s":       {1, time.Second},
+		"10/m":      {10, time.Minute},
+		"30/h":      {30, time.Hour},
+		"1000000/s": {1_000_000, time.Second},
+	} {
+		got, err := ParseRate(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
+		}
+		if got.String() != in {
+			t.Errorf("ParseRate(%q).String() = %q, want it back", in, got.String())
+		}
+	}
+}
+
+// The switch reads only on and off; everything else names the variable
+// (TestFromEnv_Invalid), so a typo never turns the limits off.
+func TestFromEnv_RateLimitSwitch(t *testing.T) {
+	for value, off := range map[string]bool{"": false, "on": false, " on ": false, "off": true} {
+		got, err := FromEnv(env(map[string]string{"SHOP_RATE_LIMIT": value}, nil))
+		if err != nil || got.RateLimit.Off != off {
+			t.Errorf("SHOP_RATE_LIMIT=%q: Off = %v, %v; want %v, nil", value, got.RateLimit.Off, err, off)
+		}
 	}
 }

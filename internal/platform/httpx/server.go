@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -36,6 +37,10 @@ type Options struct {
 	// (middleware.ContextTimeout). Handlers pass c.Request().Context() down
 	// to pgx, Redis and HTTP clients, so the deadline reaches them.
 	RequestTimeout time.Duration
+	// TrustedProxies are the peers (the load balancer) whose
+	// X-Forwarded-For names the client (SHOP_TRUSTED_PROXIES). Empty: the
+	// client is the socket's peer, and the header is ignored.
+	TrustedProxies []netip.Prefix
 }
 
 // New returns an echo instance with the shared middleware in place:
@@ -51,9 +56,7 @@ func New(m *metrics.Metrics, opts Options) *echo.Echo {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = ErrorHandler(opts.Logger)
-	// The address a client is seen from is the socket's, not a header any
-	// client can set; put a trusted proxy's extractor here when one fronts it.
-	e.IPExtractor = echo.ExtractIPDirect()
+	e.IPExtractor = clientAddress(opts.TrustedProxies)
 
 	e.Use(
 		WithRequestID(),
@@ -70,6 +73,26 @@ func New(m *metrics.Metrics, opts Options) *echo.Echo {
 		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{Timeout: opts.RequestTimeout}),
 	)
 	return e
+}
+
+// clientAddress returns how c.RealIP() finds the client. Without trusted
+// proxies it is the socket's peer, never a header any client can set.
+// With them, X-Forwarded-For is read from the right (each proxy appends the
+// peer it saw), skipping trusted hops: the first address not trusted is the
+// client. A client's own X-Forwarded-For ends up on the left of what the
+// proxy appends, so it is never reached. echo trusts every loopback,
+// link-local and private address by default; that is turned off, because
+// in a container network every neighbour has a private address.
+func clientAddress(trusted []netip.Prefix) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, p := range trusted {
+		bits := p.Addr().BitLen()
+		opts = append(opts, echo.TrustIPRange(&net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), bits)}))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }
 
 // Serve runs h on addr until ctx is cancelled, then stops accepting

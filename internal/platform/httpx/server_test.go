@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -325,5 +326,47 @@ func TestServe_ListenerClosed(t *testing.T) {
 	err = Serve(context.Background(), ln, "", http.NotFoundHandler(), time.Second)
 	if err == nil {
 		t.Error("Serve on a closed listener = nil, want an error")
+	}
+}
+
+// The client address the rate limits count by: a header is believed only
+// from a trusted proxy, and only the part that proxy appended.
+func TestNew_ClientAddress(t *testing.T) {
+	lb := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}
+	tests := []struct {
+		name    string
+		trusted []netip.Prefix
+		peer    string
+		xff     []string
+		want    string
+	}{
+		{"NoProxyNoHeader", nil, "203.0.113.7:5000", nil, "203.0.113.7"},
+		{"NoProxyHeaderIgnored", nil, "203.0.113.7:5000", []string{"198.51.100.1"}, "203.0.113.7"},
+		{"FromProxy", lb, "10.0.0.5:5000", []string{"203.0.113.7"}, "203.0.113.7"},
+		{"FromProxyIPv6", lb, "[fd00::5]:5000", []string{"2001:db8::7"}, "2001:db8::7"},
+		{"ClientSpoofBehindProxy", lb, "10.0.0.5:5000", []string{"198.51.100.1, 203.0.113.7"}, "203.0.113.7"},
+		{"TwoTrustedHops", lb, "10.0.0.5:5000", []string{"203.0.113.7, 10.0.0.9"}, "203.0.113.7"},
+		{"TwoHeaders", lb, "10.0.0.5:5000", []string{"198.51.100.1", "203.0.113.7"}, "203.0.113.7"},
+		{"UntrustedPeerHeaderIgnored", lb, "198.51.100.1:5000", []string{"203.0.113.7"}, "198.51.100.1"},
+		// echo's defaults would trust these; only the listed ranges count.
+		{"LoopbackNotTrusted", lb, "127.0.0.1:5000", []string{"203.0.113.7"}, "127.0.0.1"},
+		{"PrivateNotTrusted", lb, "172.17.0.2:5000", []string{"203.0.113.7"}, "172.17.0.2"},
+		{"GarbageFromProxy", lb, "10.0.0.5:5000", []string{"not-an-address"}, "10.0.0.5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := New(metrics.New(), Options{Logger: discardLogger(), TrustedProxies: tt.trusted})
+			e.GET("/ip", func(c echo.Context) error { return c.String(http.StatusOK, c.RealIP()) })
+			req := httptest.NewRequest(http.MethodGet, "/ip", nil)
+			req.RemoteAddr = tt.peer
+			for _, v := range tt.xff {
+				req.Header.Add(echo.HeaderXForwardedFor, v)
+			}
+			rec := httptest.NewRecorder()
+			e.ServeHTTP(rec, req)
+			if got := rec.Body.String(); got != tt.want {
+				t.Errorf("client address %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -20,12 +20,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Client settings for a lock node. A node that has not answered within these
-// bounds is counted as down for this attempt; the quorum decides.
+// Client settings for a lock node. A node that has not answered within
+// nodeTimeout (to dial, read, write, or hand out a pooled connection) is
+// counted as down for this attempt; the quorum decides.
 const (
-	dialTimeout = 250 * time.Millisecond
-	ioTimeout   = 250 * time.Millisecond
-	poolTimeout = 250 * time.Millisecond
+	nodeTimeout = 250 * time.Millisecond
 	// A lock command is one round trip, but every request in flight makes
 	// one on each node; idle connections are kept up to the pool size, as
 	// opening one per lock costs more than the lock itself.
@@ -38,28 +37,41 @@ const (
 func Clients(addrs []string) []*redis.Client {
 	clients := make([]*redis.Client, 0, len(addrs))
 	for _, addr := range addrs {
-		clients = append(clients, redis.NewClient(&redis.Options{
-			Addr:         addr,
-			DialTimeout:  dialTimeout,
-			ReadTimeout:  ioTimeout,
-			WriteTimeout: ioTimeout,
-			// Honour the caller's deadline too, so redsync's per-node
-			// timeout really bounds each attempt.
-			ContextTimeoutEnabled: true,
-			// -1 disables retries (0 means the default of 3).
-			MaxRetries: -1,
-			// go-redis redials 5 times with 100 ms pauses by default: half
-			// a second per attempt against a dead node.
-			DialerRetries: 1,
-			PoolSize:      poolSize,
-			PoolTimeout:   poolTimeout,
-			MaxIdleConns:  maxIdleConns,
-			// CLIENT SETINFO is an extra round trip per connection that
-			// Redis before 7.2 answers with an error anyway.
-			DisableIdentity: true,
-		}))
+		clients = append(clients, Client(addr))
 	}
 	return clients
+}
+
+// Client returns a client for one lock node with the settings above.
+func Client(addr string) *redis.Client {
+	return ClientWithin(addr, nodeTimeout)
+}
+
+// ClientWithin returns a client for one node with the lock nodes' settings
+// but timeout for every wait. The rate limiter's client is one: its call
+// answers within the limiter's bound or the request goes on without it,
+// and a retried call could count twice.
+func ClientWithin(addr string, timeout time.Duration) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:         addr,
+		DialTimeout:  timeout,
+		ReadTimeout:  timeout,
+		WriteTimeout: timeout,
+		// Honour the caller's deadline too, so redsync's per-node
+		// timeout really bounds each attempt.
+		ContextTimeoutEnabled: true,
+		// -1 disables retries (0 means the default of 3).
+		MaxRetries: -1,
+		// go-redis redials 5 times with 100 ms pauses by default: half
+		// a second per attempt against a dead node.
+		DialerRetries: 1,
+		PoolSize:      poolSize,
+		PoolTimeout:   timeout,
+		MaxIdleConns:  maxIdleConns,
+		// CLIENT SETINFO is an extra round trip per connection that
+		// Redis before 7.2 answers with an error anyway.
+		DisableIdentity: true,
+	})
 }
 
 // Close closes every client, including after an error, and returns the
