@@ -58,6 +58,8 @@ func TestUsers_Create(t *testing.T) {
 		{"MalformedJSON", `{"name": `},
 		{"NotAnObject", `["bob"]`},
 		{"TrailingData", `{"name": "bob"} {}`},
+		{"DeepNesting", strings.Repeat("[", 60_000)},
+		{"DeepNestingInField", `{"name": "bob", "x": ` + strings.Repeat("[", 60_000)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := r.do(t, http.MethodPost, "/v1/users", "", tc.body)
