@@ -709,7 +709,8 @@ func TestOrders_List(t *testing.T) {
 		}
 	})
 	for _, q := range []string{"limit=0", "limit=101", "limit=abc", "cursor=" + url.QueryEscape("%%%"),
-		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|not-a-uuid"))} {
+		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|not-a-uuid")),
+		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|urn:uuid:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"))} {
 		t.Run("Bad/"+q, func(t *testing.T) {
 			wantProblem(t, r.do(t, http.MethodGet, "/v1/orders?"+q, a.Token, nil), http.StatusBadRequest, "invalid_request")
 		})
