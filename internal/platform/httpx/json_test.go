@@ -65,6 +65,16 @@ func TestDecode(t *testing.T) {
 		{"WrongTypeString", `{"items":[{"sku":7,"quantity":1}]}`, "field items.sku: must be a string, not number"},
 		{"WrongTypeFraction", `{"items":[{"sku":"A","quantity":1.5}]}`, "field items.quantity: must be an integer"},
 		{"WrongTypeObject", `{"meta":[]}`, "field meta: must be an object, not array"},
+		{"ControlCharacterNUL", `{"items":[{"sku":"A\u0000","quantity":1}]}`, "items[0].sku: must not contain control characters"},
+		{"ControlCharacterBell", `{"meta":{"tags":["ok","a\u0007"]}}`, "meta.tags[1]: must not contain control characters"},
+		{"ControlCharacterTab", `{"note":"a\tb"}`, "note: must not contain control characters"},
+		{"ControlCharacterNewline", `{"note":"a\nb"}`, "note: must not contain control characters"},
+		{"ControlCharacterDEL", `{"note":"a\u007f"}`, "note: must not contain control characters"},
+		{"ControlCharacterC1", `{"note":"a\u0085"}`, "note: must not contain control characters"},
+		{"ControlCharacterRawC1", "{\"note\":\"a\u009fb\"}", "note: must not contain control characters"},
+		{"ControlCharacterInKey", `{"items":[],"a\u0001":1}`, "must not contain control characters"},
+		{"ControlCharacterUnknownField", `{"extra":"\u0000"}`, "extra: must not contain control characters"},
+		{"PrintableUnicode", `{"note":"caf\u00e9 \u2603 \ud83d\ude00"}`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // MaxNesting is how deep a request body may nest arrays and objects. The
@@ -17,7 +18,9 @@ const MaxNesting = 32
 
 // checkKeys walks the JSON in body alongside the Go type t and rejects a
 // duplicate key in any object, a key that matches a struct field only
-// case-insensitively, and nesting deeper than MaxNesting. Syntax errors are
+// case-insensitively, nesting deeper than MaxNesting, and a control
+// character in any string, key or value: one check for every text field of
+// every request. Syntax errors are
 // left to the decoder, which reports them better (with the byte they are
 // at); the decoder stops at the same first syntax error the walk met, so it
 // never reads past the nesting the walk allowed.
@@ -61,6 +64,9 @@ func (w *walker) walk(t reflect.Type) error {
 	if err != nil {
 		return err
 	}
+	if text, ok := tok.(string); ok && hasControl(text) {
+		return &keyError{w.field() + ": must not contain control characters"}
+	}
 	delim, ok := tok.(json.Delim)
 	if !ok {
 		return nil
@@ -91,6 +97,9 @@ func (w *walker) walk(t reflect.Type) error {
 				return err
 			}
 			key, _ := kt.(string)
+			if hasControl(key) {
+				return &keyError{w.field() + ": field names must not contain control characters"}
+			}
 			w.path = append(w.path, segment{key: key, index: -1})
 			if seen[key] {
 				return &keyError{"duplicate field " + w.where()}
@@ -132,6 +141,21 @@ func (w *walker) where() string {
 		b.WriteString(s.key)
 	}
 	return b.String()
+}
+
+// field names the current value for a refusal: its path, or "body".
+func (w *walker) field() string {
+	if len(w.path) == 0 {
+		return "body"
+	}
+	return w.where()
+}
+
+// hasControl reports whether s holds a control character (C0, DEL or C1).
+// No text the API stores has a use for one, and some break what reads it
+// later: PostgreSQL refuses NUL in text, a newline forges a log line.
+func hasControl(s string) bool {
+	return strings.IndexFunc(s, unicode.IsControl) >= 0
 }
 
 // jsonFields maps the JSON names of a struct's exported fields to their
