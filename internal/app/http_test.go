@@ -414,6 +414,22 @@ func TestProducts_Restock(t *testing.T) {
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
+	t.Run("PastStockCap", func(t *testing.T) {
+		// A product is created with at most 1,000,000,000 in stock; a
+		// restock stops there too.
+		mustCreateProduct(t, r, "RS-CAP", 100, 999_999_999)
+		wantStatus(t, restock(t, "RS-CAP", testAdminToken, `{"quantity": 1}`, "Idempotency-Key", newKey()), http.StatusOK)
+		for _, q := range []string{"1", "1000000"} {
+			res := restock(t, "RS-CAP", testAdminToken, `{"quantity": `+q+`}`, "Idempotency-Key", newKey())
+			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+			if d := res.problem().Detail; !strings.HasPrefix(d, "quantity:") {
+				t.Errorf("detail %q, want it to name quantity", d)
+			}
+		}
+		if got := e.stock(t, "RS-CAP"); got != 1_000_000_000 {
+			t.Errorf("stock %d, want 1000000000 (unchanged by the refused restocks)", got)
+		}
+	})
 	t.Run("UnknownSKU", func(t *testing.T) {
 		res := restock(t, "NOPE", testAdminToken, `{"quantity": 1}`, "Idempotency-Key", newKey())
 		wantProblem(t, res, http.StatusNotFound, "not_found")
