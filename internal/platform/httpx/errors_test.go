@@ -329,3 +329,26 @@ func TestErrorHandler_Committed(t *testing.T) {
 		t.Errorf("response = %d %q, want the handler's 200 partial untouched", rec.Code, rec.Body.String())
 	}
 }
+
+// A 401 says how to authenticate (RFC 9110 §11.6.1); a challenge set
+// before the error (with RFC 6750's error parameter) is kept.
+func TestErrorHandler_Challenge(t *testing.T) {
+	rec := render(t, discardLogger(), http.MethodGet, problem.New(problem.Unauthenticated, "no token"))
+	if got := rec.Header().Get("WWW-Authenticate"); got != `Bearer realm="shop"` {
+		t.Errorf(`WWW-Authenticate = %q, want Bearer realm="shop"`, got)
+	}
+	rec = render(t, discardLogger(), http.MethodGet, problem.New(problem.Forbidden, "not yours"))
+	if got := rec.Header().Get("WWW-Authenticate"); got != "" {
+		t.Errorf("WWW-Authenticate = %q on a 403, want none", got)
+	}
+
+	e := echo.New()
+	rec = httptest.NewRecorder()
+	c := e.NewContext(httptest.NewRequest(http.MethodGet, "/v1/things", nil), rec)
+	const precise = `Bearer realm="shop", error="invalid_token"`
+	c.Response().Header().Set("WWW-Authenticate", precise)
+	ErrorHandler(discardLogger())(problem.New(problem.Unauthenticated, "unknown token"), c)
+	if got := rec.Header().Get("WWW-Authenticate"); got != precise {
+		t.Errorf("WWW-Authenticate = %q, want the one set before: %q", got, precise)
+	}
+}
