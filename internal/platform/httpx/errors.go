@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -136,6 +137,9 @@ func toProblem(err error) *problem.Error {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return &problem.Error{Code: problem.Unavailable, Detail: "the request timed out", RetryAfter: retryAfterUnavailable}
+	}
+	if postgres.Unavailable(err) {
+		return &problem.Error{Code: problem.Unavailable, Detail: "the database is unavailable", RetryAfter: retryAfterUnavailable}
 	}
 	return &problem.Error{Code: "internal", Detail: "internal error"}
 }
