@@ -39,9 +39,10 @@ lint:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-# Run the order-request fuzzer for a while (the seed corpus runs in `make test`).
+# Run the request-body fuzzers for a while (their seed corpora run in `make test`).
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime $(FUZZTIME) ./internal/orders/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/platform/httpx/
 
 # Order creation: layered HTTP flow against the raw SQL baseline.
 bench: build

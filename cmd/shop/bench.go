@@ -70,6 +70,9 @@ type benchOptions struct {
 	// payments only: each storm pays stormOrders orders, each clicked
 	// stormClicks times at once; storms are run one after the other.
 	stormOrders, stormClicks, storms int
+	// serviceConns is what the service's pools may hold: SHOP_DB_MAX_CONNS
+	// plus half as many for idempotency bookkeeping, as app.New opens them.
+	serviceConns int
 }
 
 func bench(ctx context.Context, args []string, logger *slog.Logger) error {
@@ -129,6 +132,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	if o.dbURL == "" {
 		o.dbURL = cfg.DatabaseURL
 	}
+	o.serviceConns = int(cfg.DBMaxConns + max(cfg.DBMaxConns/2, 2))
 	for _, a := range strings.Split(*redis, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			o.redisAddrs = append(o.redisAddrs, a)
@@ -193,6 +197,9 @@ func runScenarios(ctx context.Context, pool *pgxpool.Pool, o benchOptions, scena
 		logger.Info("bench: running", "scenario", sc.name)
 		r := measure(ctx, sc, o.clients, o.warmup, o.duration)
 		stopProfile()
+		// Close the connections the scenario opened, so the next one (the
+		// service, with pools of its own) finds the server's slots free.
+		pool.Reset()
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

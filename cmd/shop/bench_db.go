@@ -29,11 +29,10 @@ type scratchDB struct {
 	admin string // URL of the database it was created from, to drop it
 }
 
-// createScratchDB creates an empty database bench_<random> on the server of
-// serverURL. It only runs CREATE DATABASE there.
 // openScratch creates the scratch database on the -db server, migrates it
-// and opens a pool of one connection per client on it. The caller closes
-// the pool, then drops the database.
+// and opens the bench's own pool on it (seeding, the raw baselines, the
+// checks): a connection per client, as far as the server has room
+// (baselineConns). The caller closes the pool, then drops the database.
 func openScratch(ctx context.Context, o benchOptions, logger *slog.Logger) (*scratchDB, *pgxpool.Pool, error) {
 	db, err := createScratchDB(ctx, o.dbURL)
 	if err != nil {
@@ -43,12 +42,45 @@ func openScratch(ctx context.Context, o benchOptions, logger *slog.Logger) (*scr
 	if err := postgres.MigrateUp(db.url); err != nil {
 		return nil, nil, errors.Join(err, db.drop())
 	}
-	pool, err := postgres.Open(ctx, db.url, int32(o.clients))
+	var free int
+	if err := queryOnce(ctx, o.dbURL, sqlFreeConns, &free); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("count free connections: %w", err), db.drop())
+	}
+	conns := baselineConns(o.clients, free, o.serviceConns)
+	if conns < 1 {
+		return nil, nil, errors.Join(fmt.Errorf("the server has %d connections free, and the service's pools take %d", free, o.serviceConns), db.drop())
+	}
+	if conns < o.clients {
+		logger.Warn("bench: the raw baselines share fewer connections than there are clients",
+			"clients", o.clients, "connections", conns, "free on the server", free, "kept for the service", o.serviceConns)
+	}
+	pool, err := postgres.Open(ctx, db.url, int32(conns))
 	if err != nil {
 		return nil, nil, errors.Join(err, db.drop())
 	}
 	return db, pool, nil
 }
+
+// sqlFreeConns is how many more client connections the server admits.
+const sqlFreeConns = `SELECT current_setting('max_connections')::int
+	- current_setting('superuser_reserved_connections')::int
+	- (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int`
+
+// connsMargin is left free for anything else that connects meanwhile (psql,
+// a monitoring probe, the bench's own one-off connections).
+const connsMargin = 4
+
+// baselineConns sizes the bench's pool: one connection per client, but
+// under the free connections less the service's pools and a margin. A
+// baseline holding a connection per client once took every slot of a
+// server at max_connections 100, so the layered scenarios that followed
+// met "too many clients" (SQLSTATE 53300) and measured nothing.
+func baselineConns(clients, free, service int) int {
+	return min(clients, free-service-connsMargin)
+}
+
+// createScratchDB creates an empty database bench_<random> on the server of
+// serverURL. It only runs CREATE DATABASE there.
 
 func createScratchDB(ctx context.Context, serverURL string) (*scratchDB, error) {
 	u, err := url.Parse(serverURL)
@@ -72,6 +104,15 @@ func (d *scratchDB) drop() error {
 		return fmt.Errorf("drop scratch database %s: %w", d.name, err)
 	}
 	return nil
+}
+
+func queryOnce(ctx context.Context, dbURL, sql string, dst ...any) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return conn.QueryRow(ctx, sql).Scan(dst...)
 }
 
 func execOnce(ctx context.Context, dbURL, sql string) error {

@@ -114,7 +114,8 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 // rawFlow is the baseline: the order transaction alone, one per order, on a
-// pool with a connection per client.
+// pool with a connection per client, as far as the server has room
+// (baselineConns).
 type rawFlow struct {
 	pool  *pgxpool.Pool
 	users []string // user id of each client

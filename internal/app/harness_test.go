@@ -277,7 +277,23 @@ func (r *replica) do(t testing.TB, method, path, token string, body any, header 
 	if out.Status >= 400 {
 		checkProblem(t, method+" "+path, out)
 	}
+	checkHeaders(t, method+" "+path, out)
 	return out
+}
+
+// checkHeaders checks the headers API.md promises on every answer:
+// nosniff everywhere, no-store on the API, a Location on every 201.
+func checkHeaders(t testing.TB, what string, r response) {
+	t.Helper()
+	if got := r.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("%s: %d answered with X-Content-Type-Options %q, want nosniff", what, r.Status, got)
+	}
+	if got := r.Header.Get("Cache-Control"); got != "no-store" {
+		t.Errorf("%s: %d answered with Cache-Control %q, want no-store", what, r.Status, got)
+	}
+	if r.Status == http.StatusCreated && r.Header.Get("Location") == "" {
+		t.Errorf("%s: 201 without a Location", what)
+	}
 }
 
 // retryAfterCodes are the codes whose answers must carry Retry-After.

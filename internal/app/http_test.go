@@ -58,6 +58,8 @@ func TestUsers_Create(t *testing.T) {
 		{"MalformedJSON", `{"name": `},
 		{"NotAnObject", `["bob"]`},
 		{"TrailingData", `{"name": "bob"} {}`},
+		{"DeepNesting", strings.Repeat("[", 60_000)},
+		{"DeepNestingInField", `{"name": "bob", "x": ` + strings.Repeat("[", 60_000)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := r.do(t, http.MethodPost, "/v1/users", "", tc.body)
@@ -412,6 +414,22 @@ func TestProducts_Restock(t *testing.T) {
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
+	t.Run("PastStockCap", func(t *testing.T) {
+		// A product is created with at most 1,000,000,000 in stock; a
+		// restock stops there too.
+		mustCreateProduct(t, r, "RS-CAP", 100, 999_999_999)
+		wantStatus(t, restock(t, "RS-CAP", testAdminToken, `{"quantity": 1}`, "Idempotency-Key", newKey()), http.StatusOK)
+		for _, q := range []string{"1", "1000000"} {
+			res := restock(t, "RS-CAP", testAdminToken, `{"quantity": `+q+`}`, "Idempotency-Key", newKey())
+			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+			if d := res.problem().Detail; !strings.HasPrefix(d, "quantity:") {
+				t.Errorf("detail %q, want it to name quantity", d)
+			}
+		}
+		if got := e.stock(t, "RS-CAP"); got != 1_000_000_000 {
+			t.Errorf("stock %d, want 1000000000 (unchanged by the refused restocks)", got)
+		}
+	})
 	t.Run("UnknownSKU", func(t *testing.T) {
 		res := restock(t, "NOPE", testAdminToken, `{"quantity": 1}`, "Idempotency-Key", newKey())
 		wantProblem(t, res, http.StatusNotFound, "not_found")
@@ -707,7 +725,8 @@ func TestOrders_List(t *testing.T) {
 		}
 	})
 	for _, q := range []string{"limit=0", "limit=101", "limit=abc", "cursor=" + url.QueryEscape("%%%"),
-		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|not-a-uuid"))} {
+		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|not-a-uuid")),
+		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|urn:uuid:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"))} {
 		t.Run("Bad/"+q, func(t *testing.T) {
 			wantProblem(t, r.do(t, http.MethodGet, "/v1/orders?"+q, a.Token, nil), http.StatusBadRequest, "invalid_request")
 		})

@@ -70,6 +70,7 @@ func (h handlers) create(c echo.Context) error {
 		return err
 	}
 	setETag(c, p)
+	c.Response().Header().Set(echo.HeaderLocation, "/v1/products/"+p.SKU)
 	return httpx.JSON(c, http.StatusCreated, toResponse(p))
 }
 
@@ -95,6 +96,10 @@ func (h handlers) get(c echo.Context) error {
 		return err
 	}
 	setETag(c, p)
+	// The client holds this version already: tell it so, without the body.
+	if httpx.NoneMatch(c.Request().Header.Values("If-None-Match"), c.Response().Header().Get("ETag")) {
+		return c.NoContent(http.StatusNotModified)
+	}
 	return httpx.JSON(c, http.StatusOK, toResponse(p))
 }
 

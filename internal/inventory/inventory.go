@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/shop-example/shop/internal/platform/problem"
@@ -105,6 +106,11 @@ func validateName(name string) error {
 	n := utf8.RuneCountInString(name)
 	if n < 1 || n > maxNameCharacters || strings.TrimSpace(name) == "" {
 		return problem.Errorf(problem.Invalid, "name: must be 1–%d characters", maxNameCharacters)
+	}
+	// The HTTP edge refuses them in every field already; a name from
+	// elsewhere (seed, tools) must not bring one either.
+	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
+		return problem.New(problem.Invalid, "name: must not contain control characters")
 	}
 	return nil
 }

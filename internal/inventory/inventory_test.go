@@ -23,6 +23,11 @@ func TestProduct_Validate(t *testing.T) {
 		{"sku with a space", func(p *inventory.Product) { p.SKU = "a b" }, "sku"},
 		{"blank name", func(p *inventory.Product) { p.Name = "  " }, "name"},
 		{"long name", func(p *inventory.Product) { p.Name = strings.Repeat("é", 201) }, "name"},
+		{"name with NUL", func(p *inventory.Product) { p.Name = "Mug\x00" }, "name"},
+		{"name with a newline", func(p *inventory.Product) { p.Name = "Mug\nCup" }, "name"},
+		{"name with DEL", func(p *inventory.Product) { p.Name = "Mug\x7f" }, "name"},
+		{"name with a C1 control", func(p *inventory.Product) { p.Name = "Mug\u0085" }, "name"},
+		{"name with accents and symbols", func(p *inventory.Product) { p.Name = "Café mug ☕" }, ""},
 		{"negative price", func(p *inventory.Product) { p.PriceCents = -1 }, "price_cents"},
 		{"huge price", func(p *inventory.Product) { p.PriceCents = inventory.MaxPriceCents + 1 }, "price_cents"},
 		{"negative stock", func(p *inventory.Product) { p.StockAvailable = -1 }, "stock"},
@@ -38,7 +43,7 @@ func TestProduct_Validate(t *testing.T) {
 }
 
 func TestPatch_Validate(t *testing.T) {
-	name, blank := "New name", " "
+	name, blank, bell := "New name", " ", "New\aname"
 	price, negative := int64(5), int64(-5)
 	tests := []struct {
 		name  string
@@ -50,6 +55,7 @@ func TestPatch_Validate(t *testing.T) {
 		{"both", inventory.Patch{Name: &name, PriceCents: &price}, ""},
 		{"nothing", inventory.Patch{}, "body"},
 		{"blank name", inventory.Patch{Name: &blank}, "name"},
+		{"name with a control character", inventory.Patch{Name: &bell}, "name"},
 		{"negative price", inventory.Patch{PriceCents: &negative}, "price_cents"},
 	}
 	for _, tt := range tests {

@@ -41,8 +41,11 @@ const (
 		WHERE sku = $1 AND version = $2
 		RETURNING ` + productColumns
 
+	// A restock stops at MaxStock ($4), the most a product is created
+	// with. Returned stock (sqlReturnStock) is not capped: it was in stock
+	// before, and a cancel must never fail for it.
 	sqlRestock = `UPDATE products SET stock_available = stock_available + $2, updated_at = $3
-		WHERE sku = $1 RETURNING ` + productColumns
+		WHERE sku = $1 AND stock_available <= $4::integer - $2::integer RETURNING ` + productColumns
 
 	// The atomic conditional decrement: check and change in one statement.
 	sqlTakeStock = `UPDATE products SET stock_available = stock_available - $2
@@ -141,16 +144,21 @@ func (s *Store) Update(ctx context.Context, sku string, version int64, patch Pat
 	return p, nil
 }
 
-// Restock adds quantity to the product's stock.
+// Restock adds quantity to the product's stock, up to MaxStock.
 func (s *Store) Restock(ctx context.Context, sku string, quantity int) (Product, error) {
 	now := s.now().UTC().Truncate(time.Microsecond)
-	p, err := scanProduct(s.db.QueryRow(ctx, sqlRestock, sku, quantity, now))
+	overLimit := problem.Errorf(problem.Invalid, "quantity: stock of %s would exceed the limit of %d", sku, MaxStock)
+	p, err := scanProduct(s.db.QueryRow(ctx, sqlRestock, sku, quantity, now, MaxStock))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Product{}, notFound(sku)
+		// The update refused; say whether the product is missing or full.
+		if _, err := s.Get(ctx, sku); err != nil {
+			return Product{}, err
+		}
+		return Product{}, overLimit
 	}
 	if err != nil {
 		if postgres.SQLState(err) == "22003" { // numeric_value_out_of_range
-			return Product{}, problem.Errorf(problem.Invalid, "quantity: stock of %s would exceed the limit", sku)
+			return Product{}, overLimit
 		}
 		return Product{}, fmt.Errorf("restock %s: %w", sku, err)
 	}

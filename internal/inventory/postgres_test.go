@@ -154,7 +154,32 @@ func TestStore_UpdateAndRestock(t *testing.T) {
 	if _, err := s.Restock(ctx, "P", 2_147_483_647); problem.CodeOf(err) != problem.Invalid {
 		t.Fatalf("restock past the integer range: %v, want invalid_request", err)
 	}
+	if _, err := s.Restock(ctx, "NOPE", 1); !errors.Is(err, inventory.ErrNotFound) {
+		t.Fatalf("restock unknown: %v, want not_found", err)
+	}
 	if _, err := s.Create(ctx, inventory.Product{SKU: "P", Name: "again", StockAvailable: 1}); !errors.Is(err, inventory.ErrExists) {
 		t.Fatalf("create twice: %v, want already_exists", err)
+	}
+}
+
+// Restocking stops at the stock a product may be created with: a restock
+// that would pass inventory.MaxStock changes nothing.
+func TestStore_RestockCap(t *testing.T) {
+	t.Parallel()
+	db := testenv.Pool(t)
+	s := inventory.NewStore(db, nil)
+	ctx := context.Background()
+	mustCreate(t, s, "CAP", inventory.MaxStock-1)
+
+	if p, err := s.Restock(ctx, "CAP", 1); err != nil || p.StockAvailable != inventory.MaxStock {
+		t.Fatalf("restock to the cap: %+v %v, want stock %d", p, err, inventory.MaxStock)
+	}
+	for _, q := range []int{1, inventory.MaxRestock} {
+		if _, err := s.Restock(ctx, "CAP", q); problem.CodeOf(err) != problem.Invalid {
+			t.Errorf("restock %d past the cap: %v, want invalid_request", q, err)
+		}
+	}
+	if got := stockOf(t, db, "CAP"); got != inventory.MaxStock {
+		t.Errorf("stock %d, want %d (unchanged)", got, inventory.MaxStock)
 	}
 }

@@ -69,6 +69,11 @@ func FuzzDecodeCreate(f *testing.F) {
 		`{"items": [{"sku": "\u0041", "quantity": 1}]}`,
 		"{\"items\": [{\"sku\": \"A\xff\", \"quantity\": 1}]}",
 		`{"items": [[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]}`,
+		// nested past the limit: refused after 33 brackets, not after the
+		// whole body (60,000 of them once cost gigabytes)
+		strings.Repeat("[", 60_000),
+		`{"items": ` + strings.Repeat("[", 60_000),
+		`{"items": [{"sku": "A", "quantity": 1, "x": ` + strings.Repeat(`{"x": `, 40) + `1` + strings.Repeat("}", 40) + `}]}`,
 	} {
 		f.Add([]byte(seed))
 	}

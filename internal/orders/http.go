@@ -123,8 +123,12 @@ func (h handlers) list(c echo.Context) error {
 }
 
 func (h handlers) get(c echo.Context) error {
+	id, err := httpx.ParamID(c, "id")
+	if err != nil {
+		return err
+	}
 	p, _ := auth.PrincipalFrom(c.Request().Context())
-	o, err := h.svc.Get(c.Request().Context(), p.UserID, c.Param("id"))
+	o, err := h.svc.Get(c.Request().Context(), p.UserID, id)
 	if err != nil {
 		return err
 	}
@@ -132,8 +136,12 @@ func (h handlers) get(c echo.Context) error {
 }
 
 func (h handlers) cancel(c echo.Context) error {
+	id, err := httpx.ParamID(c, "id")
+	if err != nil {
+		return err
+	}
 	p, _ := auth.PrincipalFrom(c.Request().Context())
-	o, err := h.svc.Cancel(c.Request().Context(), p.UserID, c.Param("id"))
+	o, err := h.svc.Cancel(c.Request().Context(), p.UserID, id)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -343,7 +342,7 @@ func decodeCursor(cursor string) (time.Time, string, error) {
 	}
 	at, id, ok := strings.Cut(string(b), "|")
 	t, err := time.Parse(time.RFC3339Nano, at)
-	if !ok || err != nil || uuid.Validate(id) != nil {
+	if !ok || err != nil || !ValidID(id) {
 		return time.Time{}, "", bad
 	}
 	return t, id, nil

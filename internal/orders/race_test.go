@@ -3,6 +3,7 @@ package orders_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,6 +285,20 @@ func TestCancel_Refusals(t *testing.T) {
 	t.Run("another user's order is not found", func(t *testing.T) {
 		if _, err := svc.Cancel(context.Background(), users[1], o.ID); !errors.Is(err, orders.ErrNotFound) {
 			t.Fatalf("cancel: %v, want not_found", err)
+		}
+	})
+	t.Run("another spelling of the id is not found", func(t *testing.T) {
+		ctx := context.Background()
+		for _, id := range []string{strings.ToUpper(o.ID), "{" + o.ID + "}", strings.ReplaceAll(o.ID, "-", ""), "urn:uuid:" + o.ID} {
+			if _, err := svc.Get(ctx, users[0], id); !errors.Is(err, orders.ErrNotFound) {
+				t.Errorf("get %s: %v, want not_found", id, err)
+			}
+			if _, err := svc.Cancel(ctx, users[0], id); !errors.Is(err, orders.ErrNotFound) {
+				t.Errorf("cancel %s: %v, want not_found", id, err)
+			}
+		}
+		if n := f.mustInt(t, `SELECT count(*)::int FROM orders WHERE id = $1 AND status = 'pending_payment'`, o.ID); n != 1 {
+			t.Fatalf("a cancel by another spelling of the id changed the order")
 		}
 	})
 	t.Run("an expired order cannot be cancelled", func(t *testing.T) {

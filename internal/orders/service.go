@@ -141,7 +141,7 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 // Cancel cancels one of userID's orders and returns its stock, once.
 // Cancelling a cancelled order returns it unchanged.
 func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) {
-	if uuid.Validate(id) != nil {
+	if !ValidID(id) {
 		return Order{}, ErrNotFound
 	}
 	var out Order
@@ -188,7 +188,7 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 
 // Get returns one of userID's orders. Another user's order is not found.
 func (s *Service) Get(ctx context.Context, userID, id string) (Order, error) {
-	if uuid.Validate(id) != nil {
+	if !ValidID(id) {
 		return Order{}, ErrNotFound
 	}
 	o, err := s.store.Get(ctx, id)

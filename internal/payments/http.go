@@ -57,6 +57,10 @@ type payRequest struct {
 }
 
 func (h handlers) pay(c echo.Context) error {
+	orderID, err := httpx.ParamID(c, "id")
+	if err != nil {
+		return err
+	}
 	body, err := httpx.ReadBody(c)
 	if err != nil {
 		return err
@@ -66,7 +70,7 @@ func (h handlers) pay(c echo.Context) error {
 		return err
 	}
 	p, _ := auth.PrincipalFrom(c.Request().Context())
-	pay, err := h.svc.Pay(c.Request().Context(), p.UserID, c.Param("id"), req.PaymentMethod)
+	pay, err := h.svc.Pay(c.Request().Context(), p.UserID, orderID, req.PaymentMethod)
 	switch {
 	case errors.Is(err, ErrOutcomeUnknown) && pay.ID != "":
 		// The gateway did not say; the reconciler will. The client polls
@@ -81,8 +85,12 @@ func (h handlers) pay(c echo.Context) error {
 }
 
 func (h handlers) list(c echo.Context) error {
+	orderID, err := httpx.ParamID(c, "id")
+	if err != nil {
+		return err
+	}
 	p, _ := auth.PrincipalFrom(c.Request().Context())
-	items, err := h.svc.Payments(c.Request().Context(), p.UserID, c.Param("id"))
+	items, err := h.svc.Payments(c.Request().Context(), p.UserID, orderID)
 	if err != nil {
 		return err
 	}

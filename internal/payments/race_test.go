@@ -56,6 +56,26 @@ func storm(t *testing.T, svc *payments.Service, users, ids []string) map[string]
 	return codes
 }
 
+// settleLeftovers runs the reconciler once over payments a storm left
+// processing, as every replica's would after the reconcile delay. A
+// payment is left processing when its outcome could not be recorded in
+// time: on a loaded machine a lock's lease that could not be extended
+// cancels the work after the charge, by design. The invariant is about
+// the books once the system has settled.
+func (f *fixture) settleLeftovers(t *testing.T, svc *payments.Service) {
+	t.Helper()
+	left := f.mustInt(t, `SELECT count(*) FROM payments WHERE status = 'processing'`)
+	if left == 0 {
+		return
+	}
+	f.clock.Advance(2 * time.Minute) // past the fixture's reconcile delay
+	n, err := svc.Reconcile(context.Background())
+	if err != nil {
+		t.Errorf("reconcile: %v", err)
+	}
+	t.Logf("%d payments were left processing; the reconciler settled %d", left, n)
+}
+
 // doubleCharges checks the invariant of the pay flow on the database and
 // the gateway's audit: every order paid, with exactly one succeeded
 // payment and exactly one charge. It returns a description of every order
@@ -108,6 +128,7 @@ func TestPay_Storm(t *testing.T) {
 
 			codes := storm(t, svc, users, ids)
 			t.Logf("answers: %v", codes)
+			f.settleLeftovers(t, svc)
 
 			broken := f.doubleCharges(t, ids)
 			if tc.wantBroken {

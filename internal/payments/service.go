@@ -95,7 +95,7 @@ func (s *Service) Pay(ctx context.Context, userID, orderID, method string) (Paym
 	if err := ValidateMethod(method); err != nil {
 		return Payment{}, err
 	}
-	if uuid.Validate(orderID) != nil {
+	if !orders.ValidID(orderID) {
 		return Payment{}, ErrNotFound
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.budget)

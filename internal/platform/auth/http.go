@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 
@@ -31,7 +32,7 @@ func (m *Middleware) User(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		u, err := m.store.UserByToken(c.Request().Context(), token)
 		if err != nil {
-			return err
+			return invalidToken(c, err)
 		}
 		setPrincipal(c, Principal{UserID: u.ID, Name: u.Name})
 		return next(c)
@@ -55,10 +56,20 @@ func (m *Middleware) Admin(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		if _, err := m.store.UserByToken(c.Request().Context(), token); err != nil {
-			return err
+			return invalidToken(c, err)
 		}
 		return problem.New(problem.Forbidden, "this route needs the admin token")
 	}
+}
+
+// invalidToken passes on err; when it says the token sent is no user's,
+// the challenge says so too (RFC 6750 §3.1). A request with no bearer token
+// at all gets the plain challenge the error handler adds to every 401.
+func invalidToken(c echo.Context, err error) error {
+	if errors.Is(err, ErrUnauthenticated) {
+		c.Response().Header().Set(echo.HeaderWWWAuthenticate, httpx.BearerChallenge+`, error="invalid_token"`)
+	}
+	return err
 }
 
 func setPrincipal(c echo.Context, p Principal) {
@@ -104,6 +115,8 @@ func (h handlers) create(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The user is read at /v1/me, with the token shown here.
+	c.Response().Header().Set(echo.HeaderLocation, "/v1/me")
 	return httpx.JSON(c, http.StatusCreated, userResponse{ID: u.ID, Name: u.Name, Token: token})
 }
 

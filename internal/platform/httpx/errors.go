@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -18,6 +19,10 @@ import (
 const ProblemContentType = "application/problem+json"
 
 const problemTypeBase = "https://shop.example/problems/"
+
+// BearerChallenge is the WWW-Authenticate of a 401: the API takes bearer
+// tokens (RFC 6750 §3).
+const BearerChallenge = `Bearer realm="shop"`
 
 // statuses is the one table that turns a problem code into an HTTP status
 // and a title. Domain packages only ever speak in codes.
@@ -78,6 +83,11 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 			secs := int(math.Ceil(p.RetryAfter.Seconds()))
 			c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 		}
+		// A 401 must say how to authenticate (RFC 9110 §11.6.1); the
+		// auth middleware may have set a more precise challenge already.
+		if status == http.StatusUnauthorized && c.Response().Header().Get(echo.HeaderWWWAuthenticate) == "" {
+			c.Response().Header().Set(echo.HeaderWWWAuthenticate, BearerChallenge)
+		}
 		// Extra members first, so none can overwrite a standard one.
 		doc := make(Document, len(p.Extra)+5)
 		for k, v := range p.Extra {
@@ -127,6 +137,9 @@ func toProblem(err error) *problem.Error {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return &problem.Error{Code: problem.Unavailable, Detail: "the request timed out", RetryAfter: retryAfterUnavailable}
+	}
+	if postgres.Unavailable(err) {
+		return &problem.Error{Code: problem.Unavailable, Detail: "the database is unavailable", RetryAfter: retryAfterUnavailable}
 	}
 	return &problem.Error{Code: "internal", Detail: "internal error"}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 
 	"github.com/shop-example/shop/internal/platform/problem"
@@ -327,5 +328,69 @@ func TestErrorHandler_Committed(t *testing.T) {
 	ErrorHandler(discardLogger())(errors.New("late failure"), c)
 	if rec.Code != http.StatusOK || rec.Body.String() != "partial" {
 		t.Errorf("response = %d %q, want the handler's 200 partial untouched", rec.Code, rec.Body.String())
+	}
+}
+
+// A 401 says how to authenticate (RFC 9110 §11.6.1); a challenge set
+// before the error (with RFC 6750's error parameter) is kept.
+func TestErrorHandler_Challenge(t *testing.T) {
+	rec := render(t, discardLogger(), http.MethodGet, problem.New(problem.Unauthenticated, "no token"))
+	if got := rec.Header().Get("WWW-Authenticate"); got != `Bearer realm="shop"` {
+		t.Errorf(`WWW-Authenticate = %q, want Bearer realm="shop"`, got)
+	}
+	rec = render(t, discardLogger(), http.MethodGet, problem.New(problem.Forbidden, "not yours"))
+	if got := rec.Header().Get("WWW-Authenticate"); got != "" {
+		t.Errorf("WWW-Authenticate = %q on a 403, want none", got)
+	}
+
+	e := echo.New()
+	rec = httptest.NewRecorder()
+	c := e.NewContext(httptest.NewRequest(http.MethodGet, "/v1/things", nil), rec)
+	const precise = `Bearer realm="shop", error="invalid_token"`
+	c.Response().Header().Set("WWW-Authenticate", precise)
+	ErrorHandler(discardLogger())(problem.New(problem.Unauthenticated, "unknown token"), c)
+	if got := rec.Header().Get("WWW-Authenticate"); got != precise {
+		t.Errorf("WWW-Authenticate = %q, want the one set before: %q", got, precise)
+	}
+}
+
+// A database that cannot serve (refusing connections, full, shutting
+// down) is a dependency down: 503 unavailable with Retry-After, logged for
+// the operator, its message kept from the client. It once answered 500.
+func TestErrorHandler_DatabaseUnavailable(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+	}{
+		{"TooManyConnections", &pgconn.PgError{Code: "53300", Message: "sorry, too many clients already"}},
+		{"AdminShutdown", &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}},
+		{"CannotConnectNow", &pgconn.PgError{Code: "57P03", Message: "the database system is starting up"}},
+		{"ConnectionFailure", &pgconn.PgError{Code: "08006", Message: "connection failure"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			rec := render(t, slog.New(slog.NewJSONHandler(&logs, nil)), http.MethodGet, fmt.Errorf("look up token: %w", tt.err))
+			if rec.Code != http.StatusServiceUnavailable {
+				t.Fatalf("status = %d, want 503", rec.Code)
+			}
+			doc := problemDoc(t, rec)
+			if doc["code"] != "unavailable" {
+				t.Errorf("code = %v, want unavailable", doc["code"])
+			}
+			if got := rec.Header().Get("Retry-After"); got != "2" {
+				t.Errorf("Retry-After = %q, want 2", got)
+			}
+			if strings.Contains(rec.Body.String(), "look up token") || strings.Contains(rec.Body.String(), tt.err.(*pgconn.PgError).Message) {
+				t.Errorf("body %q reveals the error", rec.Body.String())
+			}
+			if !strings.Contains(logs.String(), "look up token") {
+				t.Errorf("log %q does not carry the error", logs.String())
+			}
+		})
+	}
+	// Other database errors are still internal errors.
+	rec := render(t, discardLogger(), http.MethodGet, fmt.Errorf("insert: %w", &pgconn.PgError{Code: "23505"}))
+	if rec.Code != http.StatusInternalServerError {
+		t.Errorf("unique violation: status = %d, want 500", rec.Code)
 	}
 }

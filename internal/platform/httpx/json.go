@@ -55,7 +55,8 @@ func ReadBody(c echo.Context) ([]byte, error) {
 
 // Decode is Bind's decoder: one JSON object whose keys match dst's json tags
 // exactly (encoding/json alone would accept "SKU" for "sku" and let the last
-// of two duplicate keys win), no unknown fields, no trailing data.
+// of two duplicate keys win), no unknown fields, no trailing data, nesting
+// at most MaxNesting deep.
 func Decode(body []byte, dst any) error {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -64,6 +65,16 @@ func TestDecode(t *testing.T) {
 		{"WrongTypeString", `{"items":[{"sku":7,"quantity":1}]}`, "field items.sku: must be a string, not number"},
 		{"WrongTypeFraction", `{"items":[{"sku":"A","quantity":1.5}]}`, "field items.quantity: must be an integer"},
 		{"WrongTypeObject", `{"meta":[]}`, "field meta: must be an object, not array"},
+		{"ControlCharacterNUL", `{"items":[{"sku":"A\u0000","quantity":1}]}`, "items[0].sku: must not contain control characters"},
+		{"ControlCharacterBell", `{"meta":{"tags":["ok","a\u0007"]}}`, "meta.tags[1]: must not contain control characters"},
+		{"ControlCharacterTab", `{"note":"a\tb"}`, "note: must not contain control characters"},
+		{"ControlCharacterNewline", `{"note":"a\nb"}`, "note: must not contain control characters"},
+		{"ControlCharacterDEL", `{"note":"a\u007f"}`, "note: must not contain control characters"},
+		{"ControlCharacterC1", `{"note":"a\u0085"}`, "note: must not contain control characters"},
+		{"ControlCharacterRawC1", "{\"note\":\"a\u009fb\"}", "note: must not contain control characters"},
+		{"ControlCharacterInKey", `{"items":[],"a\u0001":1}`, "must not contain control characters"},
+		{"ControlCharacterUnknownField", `{"extra":"\u0000"}`, "extra: must not contain control characters"},
+		{"PrintableUnicode", `{"note":"caf\u00e9 \u2603 \ud83d\ude00"}`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -197,5 +208,100 @@ func TestJSON(t *testing.T) {
 	// HTML is not escaped: the API returns names as the client sent them.
 	if got, want := rec.Body.String(), "{\"name\":\"<b>&\"}\n"; got != want {
 		t.Errorf("body = %q, want %q", got, want)
+	}
+}
+
+// nested returns a JSON object whose member "a" nests arrays until the
+// whole body is depth containers deep: {"a":[[…]]}.
+func nested(depth int) string {
+	return `{"a":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + `}`
+}
+
+// A body may nest arrays and objects 32 deep, no deeper; the refusal names
+// the limit, wherever the nesting hides (a known field, an unknown one, an
+// object of objects, a body that never closes).
+func TestDecode_Nesting(t *testing.T) {
+	tests := []struct {
+		name     string
+		body     string
+		accepted bool
+	}{
+		{"AtLimit", nested(32), true},
+		{"OverLimit", nested(33), false},
+		{"Objects", strings.Repeat(`{"a":`, 33) + "1" + strings.Repeat("}", 33), false},
+		{"ObjectsAtLimit", strings.Repeat(`{"a":`, 32) + "1" + strings.Repeat("}", 32), true},
+		{"Unclosed", strings.Repeat("[", 60_000), false},
+		{"UnclosedInsideField", `{"a":` + strings.Repeat("[", 60_000), false},
+		{"AfterElements", `{"a":[1,2,{"b":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}]}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var dst map[string]any
+			err := Decode([]byte(tt.body), &dst)
+			if tt.accepted {
+				if err != nil {
+					t.Fatalf("Decode = %v, want nil", err)
+				}
+				return
+			}
+			p, ok := problem.As(err)
+			if !ok || p.Code != problem.Invalid {
+				t.Fatalf("Decode = %v, want invalid_request", err)
+			}
+			if !strings.Contains(p.Detail, "more than 32 deep") {
+				t.Errorf("detail = %q, want it to name the limit of 32", p.Detail)
+			}
+		})
+	}
+	t.Run("IntoStruct", func(t *testing.T) {
+		var dst order
+		body := `{"items":[{"sku":"A","quantity":1}],"meta":{"tags":` + strings.Repeat("[", 60_000) + `}`
+		if err := Decode([]byte(body), &dst); err == nil || !strings.Contains(err.Error(), "more than 32 deep") {
+			t.Fatalf("Decode = %v, want the nesting refused", err)
+		}
+	})
+}
+
+// Refusing a deep body costs memory bounded by the limit, not by the body:
+// the check once built a path string per level, so 60,000 '[' (a 60 KB
+// body) allocated about 10 GB and took over a minute. A syntax error
+// before the brackets, or brackets after the object, stop the decoder
+// just as early.
+func TestDecode_NestingCost(t *testing.T) {
+	deep := strings.Repeat("[", 60_000)
+	tests := []struct{ name, body string }{
+		{"1000", strings.Repeat("[", 1_000)},
+		{"10000", strings.Repeat("[", 10_000)},
+		{"60000", deep},
+		{"60000Objects", strings.Repeat(`{"":`, 15_000)},
+		{"SyntaxErrorFirst", `{"a" ` + deep},
+		{"AfterTheObject", `{} ` + deep},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := []byte(tt.body)
+			var dst order
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			const runs = 10
+			for range runs {
+				if err := Decode(body, &dst); problem.CodeOf(err) != problem.Invalid {
+					t.Fatalf("Decode = %v, want invalid_request", err)
+				}
+			}
+			runtime.ReadMemStats(&after)
+			// Less than the body itself: the refusal reads no further
+			// than the 33rd bracket or the first syntax error.
+			perRun := (after.TotalAlloc - before.TotalAlloc) / runs
+			if perRun > 64<<10 {
+				t.Errorf("Decode of %d bytes allocated %d bytes, want at most 64 KiB", len(body), perRun)
+			}
+			allocs := testing.AllocsPerRun(runs, func() { _ = Decode(body, &dst) })
+			if allocs > 500 {
+				t.Errorf("Decode of %d bytes made %.0f allocations, want at most 500", len(body), allocs)
+			}
+			t.Logf("%d bytes refused with %d bytes in %.0f allocations", len(body), perRun, allocs)
+		})
 	}
 }

@@ -44,7 +44,8 @@ type Options struct {
 }
 
 // New returns an echo instance with the shared middleware in place:
-// request id, recover, logging and metrics, body limit and request timeout.
+// standard headers, request id, recover, logging and metrics, body limit
+// and request timeout.
 func New(m *metrics.Metrics, opts Options) *echo.Echo {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -59,6 +60,7 @@ func New(m *metrics.Metrics, opts Options) *echo.Echo {
 	e.IPExtractor = clientAddress(opts.TrustedProxies)
 
 	e.Use(
+		withStandardHeaders(),
 		WithRequestID(),
 		observe(opts.Logger, newHTTPMetrics(m)),
 		middleware.RecoverWithConfig(middleware.RecoverConfig{

@@ -370,3 +370,35 @@ func TestNew_ClientAddress(t *testing.T) {
 		})
 	}
 }
+
+// Every answer of the echo instance carries nosniff and no-store: handler
+// answers, router errors, refusals and panics alike.
+func TestNew_StandardHeaders(t *testing.T) {
+	e := newEcho(t, Options{})
+	e.GET("/panic", func(c echo.Context) error { panic("boom") })
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+	}{
+		{"OK", http.MethodGet, "/things", "", http.StatusOK},
+		{"Created", http.MethodPost, "/things", `{"s":"x"}`, http.StatusCreated},
+		{"Refused", http.MethodPost, "/things", `{"t":1}`, http.StatusBadRequest},
+		{"NotFound", http.MethodGet, "/nowhere", "", http.StatusNotFound},
+		{"MethodNotAllowed", http.MethodDelete, "/things", "", http.StatusMethodNotAllowed},
+		{"Panic", http.MethodGet, "/panic", "", http.StatusInternalServerError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			e.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+			if rec.Code != tc.status {
+				t.Fatalf("status = %d, want %d", rec.Code, tc.status)
+			}
+			if got := rec.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+				t.Errorf("X-Content-Type-Options = %q, want nosniff", got)
+			}
+			if got := rec.Header().Get("Cache-Control"); got != "no-store" {
+				t.Errorf("Cache-Control = %q, want no-store", got)
+			}
+		})
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/shop-example/shop/internal/platform/httpx"
 )
 
 // fingerprint identifies the request a key was first used for: method, the
@@ -33,13 +35,19 @@ func fingerprint(method, path string, body []byte) []byte {
 	return h.Sum(nil)
 }
 
-var errDuplicateKey = errors.New("duplicate object key")
+var (
+	errDuplicateKey = errors.New("duplicate object key")
+	errTooDeep      = errors.New("nested deeper than a request body may be")
+)
 
 // canonicalJSON re-encodes body with object members sorted by key and no
 // whitespace; numbers keep their literal text. It reports false when body
-// is not one valid JSON value, or holds a duplicate object key (the strict
-// decoder refuses those, so {"a":1,"a":2} must not pass for {"a":2}); such
-// a body is fingerprinted byte for byte. An empty body is canonically empty.
+// is not one valid JSON value, holds a duplicate object key (the strict
+// decoder refuses those, so {"a":1,"a":2} must not pass for {"a":2}), or
+// nests deeper than httpx.MaxNesting (the decoder refuses that too, and
+// each level of nested objects is copied into its parent: a deep body
+// would cost the square of its size); such a body is fingerprinted byte for
+// byte. An empty body is canonically empty.
 func canonicalJSON(body []byte) ([]byte, bool) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, true
@@ -50,7 +58,7 @@ func canonicalJSON(body []byte) ([]byte, bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var out bytes.Buffer
-	if err := canonicalValue(dec, &out); err != nil {
+	if err := canonicalValue(dec, &out, 0); err != nil {
 		return nil, false
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -59,7 +67,9 @@ func canonicalJSON(body []byte) ([]byte, bool) {
 	return out.Bytes(), true
 }
 
-func canonicalValue(dec *json.Decoder, out *bytes.Buffer) error {
+// canonicalValue writes the next value of dec to out; depth is how many
+// arrays and objects enclose it.
+func canonicalValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
 	tok, err := dec.Token()
 	if err != nil {
 		return err
@@ -75,6 +85,9 @@ func canonicalValue(dec *json.Decoder, out *bytes.Buffer) error {
 		out.Write(b)
 		return nil
 	}
+	if depth >= httpx.MaxNesting {
+		return errTooDeep
+	}
 	switch delim {
 	case '[':
 		out.WriteByte('[')
@@ -82,13 +95,13 @@ func canonicalValue(dec *json.Decoder, out *bytes.Buffer) error {
 			if i > 0 {
 				out.WriteByte(',')
 			}
-			if err := canonicalValue(dec, out); err != nil {
+			if err := canonicalValue(dec, out, depth+1); err != nil {
 				return err
 			}
 		}
 		out.WriteByte(']')
 	case '{':
-		if err := canonicalObject(dec, out); err != nil {
+		if err := canonicalObject(dec, out, depth); err != nil {
 			return err
 		}
 	default:
@@ -98,7 +111,7 @@ func canonicalValue(dec *json.Decoder, out *bytes.Buffer) error {
 	return err
 }
 
-func canonicalObject(dec *json.Decoder, out *bytes.Buffer) error {
+func canonicalObject(dec *json.Decoder, out *bytes.Buffer, depth int) error {
 	type member struct {
 		key   string
 		value []byte
@@ -119,7 +132,7 @@ func canonicalObject(dec *json.Decoder, out *bytes.Buffer) error {
 		}
 		seen[key] = true
 		var value bytes.Buffer
-		if err := canonicalValue(dec, &value); err != nil {
+		if err := canonicalValue(dec, &value, depth+1); err != nil {
 			return err
 		}
 		members = append(members, member{key, value.Bytes()})

@@ -2,6 +2,8 @@ package idempotency
 
 import (
 	"bytes"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -51,11 +53,44 @@ func TestCanonicalJSON(t *testing.T) {
 		{`{"a":`, "", false},
 		{"not json", "", false},
 		{"{\"a\":\"\xff\"}", "", false},
+		// As deep as a request body may nest (httpx.MaxNesting), and deeper:
+		// the handler refuses that body, so it is fingerprinted as bytes.
+		{strings.Repeat(`{"a":`, 31) + "[1]" + strings.Repeat("}", 31), strings.Repeat(`{"a":`, 31) + "[1]" + strings.Repeat("}", 31), true},
+		{strings.Repeat(`{"a":`, 32) + "[1]" + strings.Repeat("}", 32), "", false},
 	}
 	for _, tt := range tests {
 		got, ok := canonicalJSON([]byte(tt.body))
 		if ok != tt.ok || string(got) != tt.want {
 			t.Errorf("canonicalJSON(%q) = %q, %v; want %q, %v", tt.body, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+// Fingerprinting a deep body costs memory bounded by the nesting limit:
+// nested objects were each re-encoded into their parent's buffer, so 64 KiB
+// of {"":{"":…}} allocated about 470 MB before any handler ran.
+func TestFingerprint_DeepCost(t *testing.T) {
+	const size = 64 << 10
+	levels := (size - 1) / len(`{"":}`)
+	tests := []struct{ name, body string }{
+		{"Objects", strings.Repeat(`{"":`, levels) + "1" + strings.Repeat("}", levels)},
+		{"Arrays", strings.Repeat("[", size/2) + strings.Repeat("]", size/2)},
+		{"Unclosed", strings.Repeat(`{"":`, size/4)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := []byte(tt.body)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			const runs = 5
+			for range runs {
+				fingerprint("POST", "/v1/orders", body)
+			}
+			runtime.ReadMemStats(&after)
+			if perRun := (after.TotalAlloc - before.TotalAlloc) / runs; perRun > 256<<10 {
+				t.Errorf("fingerprint of %d bytes allocated %d bytes, want at most 256 KiB", len(body), perRun)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,6 +100,28 @@ func SQLState(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// Unavailable reports whether err means the database cannot serve now,
+// rather than that the request or the code is wrong: the server could not
+// be reached (refused, unreachable, a failed handshake), it has no room
+// (53300 too many connections), it is shutting down or starting up
+// (57P01–57P03), or the connection broke (class 08). The same request may
+// succeed later, so the HTTP edge answers 503 with Retry-After, not 500.
+// A pool that waits for a free connection until the request's deadline
+// ends with context.DeadlineExceeded, which the edge already answers 503.
+func Unavailable(err error) bool {
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	switch code := SQLState(err); {
+	case strings.HasPrefix(code, "08"):
+		return true
+	case code == "53300", code == "57P01", code == "57P02", code == "57P03":
+		return true
+	}
+	return false
 }
 
 // AsyncCommitPool returns a second pool on pool's database whose sessions

@@ -412,3 +412,83 @@ func TestAsyncCommitPool(t *testing.T) {
 		t.Errorf("things has %d rows seen from the original pool, want 1", n)
 	}
 }
+
+// Unavailable tells "the database cannot serve now" (503, retry later)
+// from every other error (a bug or a refusal): real refusals of a
+// connection, and the SQLSTATEs a server answers while it cannot serve.
+func TestUnavailable(t *testing.T) {
+	ctx := context.Background()
+	connect := func(url string) error {
+		c, err := pgx.Connect(ctx, url)
+		if err == nil {
+			c.Close(ctx)
+		}
+		return err
+	}
+	t.Run("Refused", func(t *testing.T) {
+		err := connect(testenv.UnreachableDatabaseURL(t))
+		if err == nil || !postgres.Unavailable(fmt.Errorf("look up token: %w", err)) {
+			t.Errorf("Unavailable(%v) = false, want true", err)
+		}
+	})
+	t.Run("TooManyConnections", func(t *testing.T) {
+		err := connect(testenv.FullDatabaseURL(t))
+		if got := postgres.SQLState(err); got != "53300" {
+			t.Fatalf("connect past the role's limit: %v (SQLSTATE %q), want 53300", err, got)
+		}
+		if !postgres.Unavailable(fmt.Errorf("look up token: %w", err)) {
+			t.Errorf("Unavailable(%v) = false, want true", err)
+		}
+	})
+	t.Run("PoolAcquire", func(t *testing.T) {
+		pool, err := pgxpool.New(ctx, testenv.FullDatabaseURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		_, err = pool.Exec(ctx, "SELECT 1")
+		if !postgres.Unavailable(err) {
+			t.Errorf("Unavailable(%v) = false, want true", err)
+		}
+	})
+	t.Run("Terminated", func(t *testing.T) {
+		pool := mustScratch(t)
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		var pid int
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, "SELECT 1")
+		if !postgres.Unavailable(err) {
+			t.Errorf("Unavailable(%v) = false, want true (SQLSTATE %q)", err, postgres.SQLState(err))
+		}
+	})
+	for _, tt := range []struct {
+		code string
+		want bool
+	}{
+		{"08000", true}, {"08003", true}, {"08006", true}, {"08001", true},
+		{"53300", true}, {"57P01", true}, {"57P02", true}, {"57P03", true},
+		{"23505", false}, {"40001", false}, {"40P01", false}, {"22P02", false},
+		{"42P01", false}, {"57014", false}, {"53100", false},
+	} {
+		t.Run("SQLSTATE"+tt.code, func(t *testing.T) {
+			err := fmt.Errorf("query: %w", &pgconn.PgError{Code: tt.code})
+			if got := postgres.Unavailable(err); got != tt.want {
+				t.Errorf("Unavailable(SQLSTATE %s) = %v, want %v", tt.code, got, tt.want)
+			}
+		})
+	}
+	for _, err := range []error{nil, errors.New("boom"), context.Canceled, pgx.ErrNoRows} {
+		if postgres.Unavailable(err) {
+			t.Errorf("Unavailable(%v) = true, want false", err)
+		}
+	}
+}

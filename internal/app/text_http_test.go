@@ -1,0 +1,72 @@
+package app_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// controls are control characters (C0, DEL, C1) as JSON escapes; none may
+// reach a stored text, whichever field carries it.
+var controls = []string{`\u0000`, `\u0007`, `\n`, `\u001f`, `\u007f`, `\u0085`, `\u009f`}
+
+// Every text field of every request body refuses control characters with
+// 400 invalid_request naming the field; a product name with NUL once made
+// PostgreSQL fail (500).
+func TestText_ControlCharacters(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	mustCreateProduct(t, r, "TXT-1", 100, 10)
+	u := mustCreateUser(t, r, "tess")
+	o := mustCreateOrder(t, r, u.Token, line{"TXT-1", 1})
+
+	routes := []struct {
+		name, method, path, token, field string
+		body                             func(c string) string
+		header                           []string
+	}{
+		{"UserName", http.MethodPost, "/v1/users", "", "name",
+			func(c string) string { return `{"name": "a` + c + `b"}` }, nil},
+		{"ProductName", http.MethodPost, "/v1/products", testAdminToken, "name",
+			func(c string) string { return `{"sku": "TXT-2", "name": "Mug` + c + `", "price_cents": 1, "stock": 1}` }, nil},
+		{"ProductSKU", http.MethodPost, "/v1/products", testAdminToken, "sku",
+			func(c string) string { return `{"sku": "TXT-3` + c + `", "name": "Mug", "price_cents": 1, "stock": 1}` }, nil},
+		{"ProductPatchName", http.MethodPatch, "/v1/products/TXT-1", testAdminToken, "name",
+			func(c string) string { return `{"name": "Mug` + c + `"}` }, []string{"If-Match", `"1"`}},
+		{"OrderSKU", http.MethodPost, "/v1/orders", u.Token, "items[0].sku",
+			func(c string) string { return `{"items": [{"sku": "TXT-1` + c + `", "quantity": 1}]}` }, nil},
+		{"PaymentMethod", http.MethodPost, payPath(o.ID), u.Token, "payment_method",
+			func(c string) string { return `{"payment_method": "pm_card_ok` + c + `"}` }, nil},
+	}
+	for _, rt := range routes {
+		t.Run(rt.name, func(t *testing.T) {
+			for _, c := range controls {
+				hdr := append([]string{"Idempotency-Key", newKey()}, rt.header...)
+				res := r.do(t, rt.method, rt.path, rt.token, rt.body(c), hdr...)
+				if res.Status != http.StatusBadRequest || res.code() != "invalid_request" {
+					t.Errorf("%s: got %s, want 400 invalid_request", c, res)
+					continue
+				}
+				if d := res.problem().Detail; !strings.HasPrefix(d, rt.field+":") {
+					t.Errorf("%s: detail %q, want it to name %s", c, d, rt.field)
+				}
+			}
+		})
+	}
+
+	if n := e.count(t, `SELECT count(*)::int FROM users`); n != 1 {
+		t.Errorf("%d users, want 1", n)
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM products`); n != 1 {
+		t.Errorf("%d products, want 1", n)
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM products WHERE name = 'Product TXT-1' AND version = 1`); n != 1 {
+		t.Errorf("the product's name changed")
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM orders`); n != 1 {
+		t.Errorf("%d orders, want 1", n)
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM payments`); n != 0 {
+		t.Errorf("%d payments, want 0", n)
+	}
+}
