@@ -90,6 +90,7 @@ func TestPayments_Storm(t *testing.T) {
 		}
 	})
 	t.Logf("answers: %v", answers)
+	e.settleLeftovers(t)
 
 	for code := range answers {
 		switch code {
