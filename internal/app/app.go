@@ -24,6 +24,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/httpx"
 	"github.com/shop-example/shop/internal/platform/idempotency"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/postgres"
@@ -41,6 +42,11 @@ type Deps struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests move it to expire orders.
 	Now func() time.Time
+	// Layers are the defences on in every flow. The zero value, what
+	// production runs, is all of them; the layer tests take some off
+	// (layers.Off), the idempotency layer included: its routes are then
+	// registered without the middleware.
+	Layers layers.Set
 }
 
 // App is one replica of the service.
@@ -93,7 +99,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		Logger:   deps.Logger,
 		OrderTTL: cfg.OrderTTL,
 		Now:      deps.Now,
-		Defences: orders.AllDefences(),
+		Layers:   deps.Layers,
 	})
 	if err != nil {
 		bookkeeping.Close()
@@ -118,18 +124,25 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	e.GET("/readyz", a.ready)
 	e.GET("/metrics", echo.WrapHandler(m.Handler()))
 
+	// Layer 0 on the routes that take an Idempotency-Key.
+	idemFor := func(flow string) echo.MiddlewareFunc {
+		if !deps.Layers.On(layers.Idempotency) {
+			return func(next echo.HandlerFunc) echo.HandlerFunc { return next }
+		}
+		return idem.For(flow)
+	}
 	v1 := e.Group("/v1")
 	auth.Register(v1, users, authn, limit.register)
 	// The admin's routes carry no limit: one trusted operator's token,
 	// whose scripts (seed, restock) must not be throttled.
 	inventory.Register(v1, inventory.NewStore(deps.Pool, deps.Now), inventory.Guards{
-		Admin: authn.Admin, Idempotency: idem.For(inventory.FlowRestock), PublicLimit: limit.public,
+		Admin: authn.Admin, Idempotency: idemFor(inventory.FlowRestock), PublicLimit: limit.public,
 	})
 	orders.Register(v1, orderSvc, orders.Guards{
-		User: authn.User, Idempotency: idem.For(orders.FlowCreate), OrderLimit: limit.orders, WriteLimit: limit.writes,
+		User: authn.User, Idempotency: idemFor(orders.FlowCreate), OrderLimit: limit.orders, WriteLimit: limit.writes,
 	})
 	payments.Register(v1, paySvc, payments.Guards{
-		User: authn.User, Idempotency: idem.For(payments.FlowPay), WriteLimit: limit.writes,
+		User: authn.User, Idempotency: idemFor(payments.FlowPay), WriteLimit: limit.writes,
 	})
 	return a, nil
 }
@@ -212,6 +225,7 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 		// after its charge answers 202 processing, never a timeout.
 		Budget:         cfg.PaymentBudget,
 		ReconcileAfter: cfg.ReconcileAfter,
+		Layers:         deps.Layers,
 	})
 }
 

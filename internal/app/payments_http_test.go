@@ -284,8 +284,8 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 		if len(items) != 1 || items[0].ID != p.ID || items[0].Status != "processing" || items[0].ChargeID != nil {
 			t.Errorf("payments %+v, want the one processing payment", items)
 		}
-		if got := payOrderStatus(t, r, u.Token, o.ID); got != "pending_payment" {
-			t.Errorf("order is %s, want pending_payment", got)
+		if got := payOrderStatus(t, r, u.Token, o.ID); got != "paying" {
+			t.Errorf("order is %s, want paying", got)
 		}
 		payWantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
 	})
@@ -326,8 +326,8 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 		if n, err := r.app.Orders.ExpireDue(ctx); err != nil || n != 0 {
 			t.Errorf("ExpireDue = %d, %v; want 0: the order's payment is processing", n, err)
 		}
-		if got := payOrderStatus(t, r, u.Token, o.ID); got != "pending_payment" {
-			t.Errorf("order is %s, want pending_payment while its payment is processing", got)
+		if got := payOrderStatus(t, r, u.Token, o.ID); got != "paying" {
+			t.Errorf("order is %s, want paying while its payment is processing", got)
 		}
 		if got := e.stock(t, "PAY-SLOW"); got != 8 {
 			t.Errorf("stock %d, want 8 (still reserved)", got)

@@ -51,11 +51,18 @@ const (
 	sqlTakeStock = `UPDATE products SET stock_available = stock_available - $2
 		WHERE sku = $1 AND stock_available >= $2 RETURNING price_cents`
 
-	// The same without the condition, as a naive implementation would write
-	// it. Only the layer tests use it, to show the CHECK constraint alone
-	// still refuses an oversell.
+	// The same without the condition. Only the layer tests use it, to show
+	// the CHECK constraint alone still refuses an oversell.
 	sqlTakeStockUnconditional = `UPDATE products SET stock_available = stock_available - $2
 		WHERE sku = $1 RETURNING price_cents`
+
+	// Read, check in Go, write back: the naive code the conditional
+	// decrement replaces. Two buyers who read the same stock both write
+	// their own difference, and one sale is lost from the count (a lost
+	// update) without the count ever going below zero. Only the layer
+	// tests use it.
+	sqlReadStock  = `SELECT stock_available, price_cents FROM products WHERE sku = $1`
+	sqlWriteStock = `UPDATE products SET stock_available = $2 WHERE sku = $1`
 
 	sqlReturnStock = `UPDATE products SET stock_available = stock_available + $2 WHERE sku = $1`
 
@@ -165,17 +172,35 @@ func (s *Store) Restock(ctx context.Context, sku string, quantity int) (Product,
 	return p, nil
 }
 
+// Take is how TakeStock changes a product's stock.
+type Take uint8
+
+// The ways of taking stock. The zero value is the service's.
+const (
+	// TakeConditional is the atomic conditional decrement: the check and
+	// the change in one statement (layer 3 for a counter).
+	TakeConditional Take = iota
+	// TakeUnconditional decrements without the check: only the CHECK
+	// constraint refuses an oversell. Layer tests only.
+	TakeUnconditional
+	// TakeReadCheckWrite reads, checks in Go and writes the difference
+	// back: the race the conditional decrement exists to prevent. Layer
+	// tests only.
+	TakeReadCheckWrite
+)
+
 // TakeStock takes every line from stock inside tx, all or nothing, and
 // returns the unit price of each SKU. Lines are taken in SKU order, so two
 // orders sharing SKUs lock the rows in the same order and cannot deadlock.
-// All statements go in one round trip.
-//
-// When conditional is false the naive unconditional decrement is used; only
-// the layer tests turn it off.
-func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, conditional bool) (map[string]int64, error) {
+// All statements go in one round trip. A product with too little fails
+// the whole order with ErrOutOfStock, naming every short line.
+func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, how Take) (map[string]int64, error) {
 	sorted := bySKU(lines)
+	if how == TakeReadCheckWrite {
+		return readCheckWrite(ctx, tx, sorted)
+	}
 	query := sqlTakeStock
-	if !conditional {
+	if how == TakeUnconditional {
 		query = sqlTakeStockUnconditional
 	}
 	batch := &pgx.Batch{}
@@ -194,8 +219,7 @@ func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, conditional bool) (
 		case postgres.ConstraintViolated(err) == constraintStockNonNegative:
 			// Layer 4: the CHECK refused what the condition should have.
 			_ = results.Close()
-			return nil, fmt.Errorf("%w: %w", problem.Errorf(problem.OutOfStock,
-				"%s: not enough stock for %d", l.SKU, l.Quantity), ErrStockConstraint)
+			return nil, stockConstraint(l)
 		case err != nil:
 			_ = results.Close()
 			return nil, fmt.Errorf("take stock of %s: %w", l.SKU, err)
@@ -210,6 +234,40 @@ func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, conditional bool) (
 		return nil, shortfall(ctx, tx, short)
 	}
 	return prices, nil
+}
+
+// readCheckWrite is TakeStock as naive code writes it (TakeReadCheckWrite).
+func readCheckWrite(ctx context.Context, tx pgx.Tx, sorted []Line) (map[string]int64, error) {
+	prices := make(map[string]int64, len(sorted))
+	var short []Line
+	for _, l := range sorted {
+		var stock int
+		var price int64
+		if err := tx.QueryRow(ctx, sqlReadStock, l.SKU).Scan(&stock, &price); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read stock of %s: %w", l.SKU, err)
+		}
+		if stock < l.Quantity {
+			short = append(short, l)
+			continue
+		}
+		_, err := tx.Exec(ctx, sqlWriteStock, l.SKU, stock-l.Quantity)
+		if postgres.ConstraintViolated(err) == constraintStockNonNegative {
+			return nil, stockConstraint(l)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("write stock of %s: %w", l.SKU, err)
+		}
+		prices[l.SKU] = price
+	}
+	if len(short) > 0 {
+		return nil, shortfall(ctx, tx, short)
+	}
+	return prices, nil
+}
+
+func stockConstraint(l Line) error {
+	return fmt.Errorf("%w: %w", problem.Errorf(problem.OutOfStock,
+		"%s: not enough stock for %d", l.SKU, l.Quantity), ErrStockConstraint)
 }
 
 // ReturnStock puts every line back on the shelf inside tx, in SKU order.

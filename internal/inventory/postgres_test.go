@@ -39,7 +39,7 @@ func take(db *pgxpool.Pool, lines ...inventory.Line) (map[string]int64, error) {
 	var prices map[string]int64
 	err := postgres.InTx(context.Background(), db, func(tx pgx.Tx) error {
 		var err error
-		prices, err = inventory.TakeStock(context.Background(), tx, lines, true)
+		prices, err = inventory.TakeStock(context.Background(), tx, lines, inventory.TakeConditional)
 		return err
 	})
 	return prices, err

@@ -16,10 +16,11 @@ const expiryBatch = 100
 // many it expired. Every replica runs it; FOR UPDATE SKIP LOCKED splits the
 // due orders between concurrent runs, the version bump makes a racing
 // cancel lose cleanly, and stock_releases admits one release per order.
+// An order being paid is not pending, and waits for its payment.
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := s.store.ExpireDue(ctx, s.now().UTC().Truncate(time.Microsecond), expiryBatch)
+		n, err := s.store.ExpireDue(ctx, s.now().UTC().Truncate(time.Microsecond), expiryBatch, s.layers)
 		if errors.Is(err, ErrAlreadyReleased) {
 			// Only reachable if a release slipped past the status check:
 			// the whole batch rolled back; count it and try the next run.

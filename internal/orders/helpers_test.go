@@ -12,6 +12,7 @@ import (
 
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/redisx"
@@ -56,12 +57,13 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// service builds an order service with the given locker and defences.
-func (f *fixture) service(t *testing.T, locker orders.Locker, d orders.Defences) *orders.Service {
+// service builds an order service with the layers on, locking over the
+// test's Redis nodes.
+func (f *fixture) service(t *testing.T, on layers.Set) *orders.Service {
 	t.Helper()
 	svc, err := orders.NewService(orders.Config{
-		Store: orders.NewStore(f.pool), Locker: locker, Metrics: metrics.New(),
-		OrderTTL: 15 * time.Minute, Now: f.clock.Now, Defences: d,
+		Store: orders.NewStore(f.pool), Locker: f.redis(), Metrics: metrics.New(),
+		OrderTTL: 15 * time.Minute, Now: f.clock.Now, Layers: on,
 	})
 	if err != nil {
 		t.Fatalf("NewService: %v", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/platform/auth"
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -100,8 +101,15 @@ func (h handlers) create(c echo.Context) error {
 	if key == "" {
 		return problem.New(problem.IdempotencyRequired, "Idempotency-Key: required on this route")
 	}
-	p, _ := auth.PrincipalFrom(c.Request().Context())
-	o, err := h.svc.Create(c.Request().Context(), p.UserID, key, lines)
+	ctx := c.Request().Context()
+	p, _ := auth.PrincipalFrom(ctx)
+	// Behind the idempotency middleware its claim on (user, key) is the
+	// lock of layer 1; a route registered without it takes the lock.
+	claim := NoClaim
+	if idempotency.Holds(ctx, p.Scope(), key) {
+		claim = HeldByIdempotencyKey
+	}
+	o, err := h.svc.Create(ctx, p.UserID, key, lines, claim)
 	if err != nil {
 		return err
 	}

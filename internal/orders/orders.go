@@ -12,14 +12,20 @@ import (
 
 // Status is where an order is in its life.
 //
-//	pending_payment ──pay──▶ paid
-//	       │ ├─cancel─▶ cancelled   (stock returned once)
-//	       │ └─expire─▶ expired     (stock returned once)
+//	pending_payment ──begin payment──▶ paying ──charged──▶ paid
+//	  │  │     ▲                          │ │
+//	  │  │     └───declined or refused────┘ │
+//	  │  ├─cancel─▶ cancelled ◀───cancel────┘  (the charge in flight is refunded)
+//	  │  └─expire─▶ expired                    (never while paying)
+//
+// paying is how an order says "a payment of mine is in flight": the expiry
+// job and a second payment ask the order's own row, not the payments.
 type Status string
 
 // The states of an order.
 const (
 	StatusPendingPayment Status = "pending_payment"
+	StatusPaying         Status = "paying"
 	StatusPaid           Status = "paid"
 	StatusCancelled      Status = "cancelled"
 	StatusExpired        Status = "expired"
@@ -113,12 +119,14 @@ func (o *Order) Lines() []inventory.Line {
 	return lines
 }
 
-// Cancel moves a pending order to cancelled. Cancelling a cancelled order
-// changes nothing and is not an error (changed is false); a paid or expired
-// order cannot be cancelled.
+// Cancel moves a pending order, or one being paid, to cancelled.
+// Cancelling a cancelled order changes nothing and is not an error
+// (changed is false); a paid or expired order cannot be cancelled. A cancel
+// does not wait for a payment in flight: it wins on the order row, and the
+// charge, if it goes through, finds the order cancelled and is refunded.
 func (o *Order) Cancel(now time.Time) (changed bool, err error) {
 	switch o.Status {
-	case StatusPendingPayment:
+	case StatusPendingPayment, StatusPaying:
 		o.Status, o.UpdatedAt = StatusCancelled, now
 		return true, nil
 	case StatusCancelled:
@@ -128,10 +136,18 @@ func (o *Order) Cancel(now time.Time) (changed bool, err error) {
 	}
 }
 
-// Payable reports whether a payment for the order may begin now: it must
-// be pending, not past its expiry time, and have something to charge.
-func (o *Order) Payable(now time.Time) error {
-	if o.Status != StatusPendingPayment {
+// ErrPaymentInFlight means the order is being paid by another payment.
+var ErrPaymentInFlight = problem.New(problem.ResourceBusy, "a payment of this order is in flight")
+
+// BeginPayment moves a pending order to paying, when a payment of it may
+// begin now: it must be pending (ErrPaymentInFlight if another payment is
+// in flight), not past its expiry time, and have something to charge.
+func (o *Order) BeginPayment(now time.Time) error {
+	switch o.Status {
+	case StatusPendingPayment:
+	case StatusPaying:
+		return ErrPaymentInFlight
+	default:
 		return problem.Errorf(problem.InvalidState, "order is %s and cannot be paid", o.Status)
 	}
 	if o.TotalCents <= 0 {
@@ -140,24 +156,37 @@ func (o *Order) Payable(now time.Time) error {
 	if !now.Before(o.ExpiresAt) {
 		return problem.Errorf(problem.InvalidState, "order expired at %s and cannot be paid", o.ExpiresAt.UTC().Format(time.RFC3339))
 	}
+	o.Status, o.UpdatedAt = StatusPaying, now
 	return nil
 }
 
-// Pay moves a pending order to paid, once its charge has succeeded. The
-// expiry time is not checked again: a payment that began in time may
-// settle late, and the expiry job leaves an order alone while a payment
-// for it is in flight.
+// Pay moves an order being paid to paid, once its charge has succeeded.
+// The expiry time is not checked again: a payment that began in time may
+// settle late, and the expiry job never expires an order being paid.
 func (o *Order) Pay(now time.Time) error {
-	if o.Status != StatusPendingPayment {
+	if o.Status != StatusPaying {
 		return problem.Errorf(problem.InvalidState, "order is %s and cannot be paid", o.Status)
 	}
 	o.Status, o.UpdatedAt = StatusPaid, now
 	return nil
 }
 
+// PaymentEnded moves an order being paid back to pending when its payment
+// ended without a charge (declined, or refused as invalid): it can be paid
+// again. An order that moved on meanwhile (cancelled) stays as it is
+// (changed is false).
+func (o *Order) PaymentEnded(now time.Time) (changed bool) {
+	if o.Status != StatusPaying {
+		return false
+	}
+	o.Status, o.UpdatedAt = StatusPendingPayment, now
+	return true
+}
+
 // Expire moves a pending order whose time is up to expired. The expiry job
 // applies the same rule in SQL (sqlExpireDue), to a batch of orders at once;
-// this is the rule stated for one order.
+// this is the rule stated for one order. An order being paid does not
+// expire: its payment began in time.
 func (o *Order) Expire(now time.Time) error {
 	if o.Status != StatusPendingPayment {
 		return problem.Errorf(problem.InvalidState, "order is %s and cannot expire", o.Status)

@@ -60,6 +60,8 @@ func TestOrder_Transitions(t *testing.T) {
 		expireAfter orders.Status // status after Expire past the deadline; "" when refused
 	}{
 		{orders.StatusPendingPayment, orders.StatusCancelled, false, orders.StatusExpired},
+		// A cancel wins over a payment in flight; expiry never does.
+		{orders.StatusPaying, orders.StatusCancelled, false, ""},
 		{orders.StatusCancelled, orders.StatusCancelled, true, ""},
 		{orders.StatusPaid, "", false, ""},
 		{orders.StatusExpired, "", false, ""},
@@ -115,5 +117,65 @@ func TestValidID(t *testing.T) {
 		if got := orders.ValidID(tt.id); got != tt.want {
 			t.Errorf("ValidID(%q) = %v, want %v", tt.id, got, tt.want)
 		}
+	}
+}
+
+// The payment's side of the state machine: pending_payment → paying when a
+// payment begins (only in time, only with something to charge), → paid
+// when it is charged, back to pending_payment when it ends uncharged.
+func TestOrder_Payment(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	order := func(s orders.Status) orders.Order {
+		return orders.Order{Status: s, TotalCents: 500, ExpiresAt: now.Add(time.Minute)}
+	}
+	for _, tt := range []struct {
+		name string
+		o    orders.Order
+		want error // nil: the order moves to paying
+	}{
+		{"Pending", order(orders.StatusPendingPayment), nil},
+		{"AlreadyPaying", order(orders.StatusPaying), orders.ErrPaymentInFlight},
+		{"Paid", order(orders.StatusPaid), orders.ErrInvalidState},
+		{"Cancelled", order(orders.StatusCancelled), orders.ErrInvalidState},
+		{"Expired", order(orders.StatusExpired), orders.ErrInvalidState},
+		{"NothingToCharge", orders.Order{Status: orders.StatusPendingPayment, ExpiresAt: now.Add(time.Minute)}, orders.ErrInvalidState},
+		{"PastItsTime", orders.Order{Status: orders.StatusPendingPayment, TotalCents: 500, ExpiresAt: now}, orders.ErrInvalidState},
+	} {
+		t.Run("BeginPayment/"+tt.name, func(t *testing.T) {
+			o := tt.o
+			err := o.BeginPayment(now)
+			switch {
+			case tt.want == nil && (err != nil || o.Status != orders.StatusPaying):
+				t.Errorf("BeginPayment: status %s, %v; want paying", o.Status, err)
+			case tt.want != nil && (!errors.Is(err, tt.want) || o.Status != tt.o.Status):
+				t.Errorf("BeginPayment: status %s, %v; want %v and no move", o.Status, err, tt.want)
+			}
+		})
+	}
+	for _, from := range []orders.Status{orders.StatusPendingPayment, orders.StatusPaying, orders.StatusPaid, orders.StatusCancelled, orders.StatusExpired} {
+		t.Run("Pay/"+string(from), func(t *testing.T) {
+			o := order(from)
+			err := o.Pay(now.Add(time.Hour)) // late is fine: the payment began in time
+			if from == orders.StatusPaying {
+				if err != nil || o.Status != orders.StatusPaid {
+					t.Errorf("Pay from paying: status %s, %v; want paid", o.Status, err)
+				}
+				return
+			}
+			if !errors.Is(err, orders.ErrInvalidState) || o.Status != from {
+				t.Errorf("Pay from %s: status %s, %v; want invalid_state and no move", from, o.Status, err)
+			}
+		})
+		t.Run("PaymentEnded/"+string(from), func(t *testing.T) {
+			o := order(from)
+			changed := o.PaymentEnded(now)
+			want := from
+			if from == orders.StatusPaying {
+				want = orders.StatusPendingPayment
+			}
+			if o.Status != want || changed != (from == orders.StatusPaying) {
+				t.Errorf("PaymentEnded from %s: status %s, changed %v; want %s", from, o.Status, changed, want)
+			}
+		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -39,9 +40,7 @@ const (
 		SELECT o.id, i.sku, i.quantity, i.price
 		FROM o, unnest($7::text[], $8::integer[], $9::bigint[]) AS i (sku, quantity, price)`
 
-	sqlGetOrder   = orderSelect + `WHERE o.id = $1 GROUP BY o.id`
-	sqlShareOrder = `SELECT id, user_id, request_key, status, total_cents, version, created_at, updated_at, expires_at
-		FROM orders WHERE id = $1 FOR SHARE`
+	sqlGetOrder          = orderSelect + `WHERE o.id = $1 GROUP BY o.id`
 	sqlGetByRequestKey   = orderSelect + `WHERE o.user_id = $1 AND o.request_key = $2 GROUP BY o.id`
 	sqlListOrdersForUser = orderSelect + `WHERE o.user_id = $1 AND (o.created_at, o.id) < ($2, $3)
 		GROUP BY o.id ORDER BY o.created_at DESC, o.id DESC LIMIT $4`
@@ -62,12 +61,13 @@ const (
 	// Expiry claims due orders with SKIP LOCKED: jobs in several replicas
 	// each take different rows instead of queueing behind each other, and a
 	// row a user is cancelling right now is simply left for the next run.
-	// An order with a payment in flight is not expired: the payment began
-	// in time, and the reconciler settles it (migrations/000004_payments).
+	// Layer 2 is the status the job may expire: pending_payment only, never
+	// paying, whose payment began in time and settles it either way.
+	// Without it ($3 false, layer tests only) every unpaid order past its
+	// time expires, the in-flight one too.
 	sqlExpireDue = `WITH due AS (
-			SELECT id FROM orders o
-			WHERE status = 'pending_payment' AND expires_at <= $1
-				AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = o.id AND p.status = 'processing')
+			SELECT id FROM orders
+			WHERE (status = 'pending_payment' OR (NOT $3 AND status = 'paying')) AND expires_at <= $1
 			ORDER BY expires_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED)
@@ -92,13 +92,11 @@ func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
 
 // Create reserves the stock of every line and inserts the order, in one
 // transaction: all lines or none. It fills in items and total from the
-// prices read while taking the stock.
-//
-// conditionalStock selects the atomic conditional decrement; only the layer
-// tests turn it off.
-func (s *Store) Create(ctx context.Context, o Order, lines []inventory.Line, conditionalStock bool) (Order, error) {
+// prices read while taking the stock, the way take says (the service's is
+// inventory.TakeConditional).
+func (s *Store) Create(ctx context.Context, o Order, lines []inventory.Line, take inventory.Take) (Order, error) {
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		prices, err := inventory.TakeStock(ctx, tx, lines, conditionalStock)
+		prices, err := inventory.TakeStock(ctx, tx, lines, take)
 		if err != nil {
 			return err
 		}
@@ -177,13 +175,11 @@ func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]O
 // version read, in one transaction (see UpdateTx). It returns
 // ErrVersionConflict when another writer got there first; the caller
 // re-reads and decides again.
-//
-// versioned selects the version check; only the layer tests turn it off.
-func (s *Store) Update(ctx context.Context, id string, versioned bool, change func(*Order) (write bool, err error)) (Order, error) {
+func (s *Store) Update(ctx context.Context, id string, on layers.Set, change func(*Order) (write bool, err error)) (Order, error) {
 	var o Order
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
-		o, err = UpdateTx(ctx, tx, id, versioned, change)
+		o, err = UpdateTx(ctx, tx, id, on, change)
 		return err
 	})
 	if err != nil {
@@ -193,10 +189,11 @@ func (s *Store) Update(ctx context.Context, id string, versioned bool, change fu
 }
 
 // UpdateTx is Update inside the caller's transaction, for flows that move
-// an order together with rows of their own (a payment settling). Moving
-// into cancelled or expired returns the stock in the same transaction,
-// recorded once in stock_releases.
-func UpdateTx(ctx context.Context, tx pgx.Tx, id string, versioned bool, change func(*Order) (write bool, err error)) (Order, error) {
+// an order together with rows of their own (a payment beginning or
+// settling). Moving into cancelled or expired returns the stock in the
+// same transaction, recorded once in stock_releases. The write is checked
+// against the version read (layer 3) unless on has Version off.
+func UpdateTx(ctx context.Context, tx pgx.Tx, id string, on layers.Set, change func(*Order) (write bool, err error)) (Order, error) {
 	o, err := scanOrder(tx.QueryRow(ctx, sqlGetOrder, id))
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -209,7 +206,7 @@ func UpdateTx(ctx context.Context, tx pgx.Tx, id string, versioned bool, change 
 		return o, err
 	}
 	var tag pgconn.CommandTag
-	if versioned {
+	if on.On(layers.Version) {
 		tag, err = tx.Exec(ctx, sqlUpdateStatus, o.ID, o.Version, o.Status, o.UpdatedAt)
 	} else {
 		tag, err = tx.Exec(ctx, sqlUpdateStatusUnversioned, o.ID, o.Status, o.UpdatedAt)
@@ -234,32 +231,13 @@ func UpdateTx(ctx context.Context, tx pgx.Tx, id string, versioned bool, change 
 	return o, inventory.ReturnStock(ctx, tx, o.Lines())
 }
 
-// GetForShare reads the order, without its items, and holds a share lock
-// on its row until tx ends. Nothing can change the order's status
-// meanwhile: a cancel waits, and the expiry job, which claims rows
-// FOR UPDATE SKIP LOCKED, passes it by. A payment begins under this lock,
-// so it never begins on an order that is expiring.
-func GetForShare(ctx context.Context, tx pgx.Tx, id string) (Order, error) {
-	var o Order
-	var status string
-	err := tx.QueryRow(ctx, sqlShareOrder, id).Scan(&o.ID, &o.UserID, &o.RequestKey, &status, &o.TotalCents,
-		&o.Version, &o.CreatedAt, &o.UpdatedAt, &o.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Order{}, ErrNotFound
-	}
-	if err != nil {
-		return Order{}, fmt.Errorf("read order %s: %w", id, err)
-	}
-	o.Status = Status(status)
-	return o, nil
-}
-
 // ExpireDue expires up to limit pending orders whose time is up and returns
-// their stock, in one transaction. It returns how many it expired.
-func (s *Store) ExpireDue(ctx context.Context, now time.Time, limit int) (int, error) {
+// their stock, in one transaction. It returns how many it expired. The
+// state rule (pending only, never paying) holds unless on has State off.
+func (s *Store) ExpireDue(ctx context.Context, now time.Time, limit int, on layers.Set) (int, error) {
 	var n int
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, sqlExpireDue, now, limit)
+		rows, err := tx.Query(ctx, sqlExpireDue, now, limit, on.On(layers.State))
 		if err != nil {
 			return fmt.Errorf("expire due orders: %w", err)
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
-	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -21,13 +21,13 @@ func TestCreate_FlashSaleLayers(t *testing.T) {
 	const stock, buyers = 50, 200
 	tests := []struct {
 		name       string
-		defences   orders.Defences
+		layers     layers.Set
 		dropCheck  bool
 		wantBroken bool
 	}{
-		{name: "all layers", defences: orders.AllDefences()},
-		{name: "conditional decrement off, CHECK holds", defences: orders.Defences{State: true, Version: true}},
-		{name: "conditional decrement and CHECK off, oversells", defences: orders.Defences{State: true, Version: true},
+		{name: "all layers"},
+		{name: "conditional decrement off, CHECK holds", layers: layers.Off(layers.Version)},
+		{name: "conditional decrement and CHECK off, oversells", layers: layers.Off(layers.Version, layers.Constraint),
 			dropCheck: true, wantBroken: true},
 	}
 	for _, tt := range tests {
@@ -38,12 +38,12 @@ func TestCreate_FlashSaleLayers(t *testing.T) {
 			if tt.dropCheck {
 				f.mustExec(t, "ALTER TABLE products DROP CONSTRAINT products_stock_nonnegative")
 			}
-			svc := f.service(t, f.redis(), tt.defences)
+			svc := f.service(t, tt.layers)
 			users := f.mustCreateUsers(t, buyers)
 
 			var sold, refused atomic.Int64
 			race(buyers, 32, func(i int) {
-				_, err := svc.Create(context.Background(), users[i], key(i), line("HOT", 1))
+				_, err := svc.Create(context.Background(), users[i], key(i), line("HOT", 1), orders.NoClaim)
 				switch {
 				case err == nil:
 					sold.Add(1)
@@ -95,17 +95,17 @@ func TestCreate_SameRequestLayers(t *testing.T) {
 			if tt.dropUnique {
 				f.mustExec(t, "ALTER TABLE orders DROP CONSTRAINT orders_user_request_key")
 			}
-			var locker orders.Locker = lock.None{}
+			on := layers.Off(layers.Lock)
 			if tt.lock {
-				locker = f.redis()
+				on = layers.Set{}
 			}
-			svc := f.service(t, locker, orders.AllDefences())
+			svc := f.service(t, on)
 			user := f.mustCreateUsers(t, 1)[0]
 
 			var mu sync.Mutex
 			ids := map[string]int{}
 			race(copies, copies, func(int) {
-				o, err := svc.Create(context.Background(), user, "the-key", line("SKU-1", 2))
+				o, err := svc.Create(context.Background(), user, "the-key", line("SKU-1", 2), orders.NoClaim)
 				if err != nil {
 					t.Errorf("create: %v", err)
 					return
@@ -137,18 +137,17 @@ func TestCancel_Layers(t *testing.T) {
 	const cancels, qty, initial = 20, 3, 100
 	tests := []struct {
 		name       string
-		lock       bool
-		defences   orders.Defences
+		layers     layers.Set
 		dropPK     bool
 		wantBroken bool
 	}{
-		{name: "all layers", lock: true, defences: orders.AllDefences()},
-		{name: "lock off", defences: orders.AllDefences()},
-		{name: "lock and constraint off, state and version hold", defences: orders.AllDefences(), dropPK: true},
-		{name: "only the constraint", defences: orders.Defences{ConditionalStock: true}},
-		{name: "only the lock, returns stock repeatedly", lock: true, defences: orders.Defences{ConditionalStock: true},
+		{name: "all layers"},
+		{name: "lock off", layers: layers.Off(layers.Lock)},
+		{name: "lock and constraint off, state and version hold", layers: layers.Off(layers.Lock, layers.Constraint), dropPK: true},
+		{name: "only the constraint", layers: layers.Off(layers.Lock, layers.State, layers.Version)},
+		{name: "only the lock, returns stock repeatedly", layers: layers.Off(layers.State, layers.Version, layers.Constraint),
 			dropPK: true, wantBroken: true},
-		{name: "no layer, returns stock repeatedly", defences: orders.Defences{ConditionalStock: true},
+		{name: "no layer, returns stock repeatedly", layers: layers.Off(layers.Lock, layers.State, layers.Version, layers.Constraint),
 			dropPK: true, wantBroken: true},
 	}
 	for _, tt := range tests {
@@ -159,13 +158,9 @@ func TestCancel_Layers(t *testing.T) {
 			if tt.dropPK {
 				f.mustExec(t, "ALTER TABLE stock_releases DROP CONSTRAINT stock_releases_pkey")
 			}
-			var locker orders.Locker = lock.None{}
-			if tt.lock {
-				locker = f.redis()
-			}
-			svc := f.service(t, locker, tt.defences)
+			svc := f.service(t, tt.layers)
 			user := f.mustCreateUsers(t, 1)[0]
-			o, err := svc.Create(context.Background(), user, "k", line("SKU-1", qty))
+			o, err := svc.Create(context.Background(), user, "k", line("SKU-1", qty), orders.NoClaim)
 			if err != nil {
 				t.Fatalf("create: %v", err)
 			}
@@ -210,15 +205,15 @@ func TestExpiry_ConcurrentJobsAndCancels(t *testing.T) {
 	f.mustCreateProduct(t, "SKU-1", initial)
 	f.mustCreateProduct(t, "SKU-2", initial)
 	replicas := []*orders.Service{
-		f.service(t, f.redis(), orders.AllDefences()),
-		f.service(t, f.redis(), orders.AllDefences()),
-		f.service(t, f.redis(), orders.AllDefences()),
+		f.service(t, layers.Set{}),
+		f.service(t, layers.Set{}),
+		f.service(t, layers.Set{}),
 	}
 	users := f.mustCreateUsers(t, n)
 	placed := make([]orders.Order, n)
 	for i := range n {
 		o, err := replicas[i%3].Create(context.Background(), users[i], key(i),
-			[]inventory.Line{{SKU: "SKU-1", Quantity: 1 + i%3}, {SKU: "SKU-2", Quantity: 2}})
+			[]inventory.Line{{SKU: "SKU-1", Quantity: 1 + i%3}, {SKU: "SKU-2", Quantity: 2}}, orders.NoClaim)
 		if err != nil {
 			t.Fatalf("create %d: %v", i, err)
 		}
@@ -276,9 +271,9 @@ func TestCancel_Refusals(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.mustCreateProduct(t, "SKU-1", 10)
-	svc := f.service(t, f.redis(), orders.AllDefences())
+	svc := f.service(t, layers.Set{})
 	users := f.mustCreateUsers(t, 2)
-	o, err := svc.Create(context.Background(), users[0], "k", line("SKU-1", 1))
+	o, err := svc.Create(context.Background(), users[0], "k", line("SKU-1", 1), orders.NoClaim)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,31 +10,27 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/inventory"
-	"github.com/shop-example/shop/internal/platform/idempotency"
-	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
-// Locker runs work under a distributed lock (platform/lock.Locker), or
-// under none (lock.None) when a test switches layer 1 off.
+// The layers of the order flows, where each one is in this package:
+//
+//	layer           create                           cancel                      expire
+//	0 idempotency   the route's middleware (http.go) —                           —
+//	1 lock          order:{user}:{key}, or the       order:{id}                  none: SKIP LOCKED
+//	                idempotency claim (Create)       (Cancel)                    (sqlExpireDue)
+//	2 state         —                                Order.Cancel                pending_payment only
+//	                                                                             (sqlExpireDue)
+//	3 version       inventory.TakeStock:             UpdateTx: sqlUpdateStatus   the version bump
+//	                the conditional decrement
+//	4 constraint    orders_user_request_key,         stock_releases_pkey         stock_releases_pkey
+//	                products_stock_nonnegative
+
+// Locker runs work under a distributed lock (platform/lock.Locker).
 type Locker interface {
 	Do(ctx context.Context, key string, fn func(ctx context.Context) error) error
-}
-
-// Defences switches the layers of the order flows on and off. Production
-// runs with all of them (AllDefences); the layer tests switch single layers
-// off to show that the others still hold the invariant, and switch the
-// database layers off to show the invariant can break.
-type Defences struct {
-	State            bool // layer 2: the state machine's rules
-	Version          bool // layer 3: version-checked status writes
-	ConditionalStock bool // layer 3 for counters: the atomic conditional decrement
-}
-
-// AllDefences is what production runs with.
-func AllDefences() Defences {
-	return Defences{State: true, Version: true, ConditionalStock: true}
 }
 
 // Flow names, the "flow" label of the conflict counter.
@@ -58,18 +54,25 @@ type Config struct {
 	Logger   *slog.Logger
 	OrderTTL time.Duration
 	Now      func() time.Time
-	Defences Defences
+	// Layers are the defences on. The zero value is all of them; only the
+	// layer tests take some off.
+	Layers layers.Set
+	// NaiveStock is how stock is taken when a layer test takes layer 3
+	// off: inventory.TakeUnconditional unless it says
+	// inventory.TakeReadCheckWrite. With layer 3 on it is not used.
+	NaiveStock inventory.Take
 }
 
 // Service runs the order flows. Each reads top to bottom in layer order.
 type Service struct {
-	store    *Store
-	locker   Locker
-	metrics  *metrics.Metrics
-	logger   *slog.Logger
-	ttl      time.Duration
-	now      func() time.Time
-	defences Defences
+	store      *Store
+	locker     Locker
+	metrics    *metrics.Metrics
+	logger     *slog.Logger
+	ttl        time.Duration
+	now        func() time.Time
+	layers     layers.Set
+	naiveStock inventory.Take
 }
 
 // NewService returns the order service.
@@ -86,14 +89,30 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.NaiveStock == inventory.TakeConditional {
+		cfg.NaiveStock = inventory.TakeUnconditional
+	}
 	return &Service{store: cfg.Store, locker: cfg.Locker, metrics: cfg.Metrics, logger: cfg.Logger,
-		ttl: cfg.OrderTTL, now: cfg.Now, defences: cfg.Defences}, nil
+		ttl: cfg.OrderTTL, now: cfg.Now, layers: cfg.Layers, naiveStock: cfg.NaiveStock}, nil
 }
+
+// Claim says what already serialises the requests of one (user, key).
+type Claim uint8
+
+const (
+	// NoClaim: nothing does; Create takes the lock in Redis.
+	NoClaim Claim = iota
+	// HeldByIdempotencyKey: the caller runs under the idempotency
+	// middleware's claim on this very (user, key) (idempotency.Holds), a
+	// lease in PostgreSQL that admits one request at a time.
+	HeldByIdempotencyKey
+)
 
 // Create places an order for userID: every line's stock is reserved, or
 // none is. requestKey is the client's Idempotency-Key; placing the same
-// request twice returns the first order.
-func (s *Service) Create(ctx context.Context, userID, requestKey string, lines []inventory.Line) (Order, error) {
+// request twice returns the first order. claim says whether the caller
+// already holds the (user, key) through the idempotency layer.
+func (s *Service) Create(ctx context.Context, userID, requestKey string, lines []inventory.Line, claim Claim) (Order, error) {
 	if err := ValidateLines(lines); err != nil {
 		return Order{}, err
 	}
@@ -102,14 +121,10 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 	// a lock on a hot SKU would queue every buyer of a flash sale behind
 	// Redis; the stock row itself serialises them, far more cheaply.
 	// Through the HTTP route, the idempotency middleware already holds a
-	// claim on this very (user, key), a lease in PostgreSQL that admits one
-	// request at a time; a Redis lock on the same key would add six round
-	// trips and guard nothing more. Without that claim, Redis it is.
-	var locker Locker = s.locker
-	if idempotency.Holds(ctx, userID, requestKey) {
-		locker = lock.None{}
-	}
-	err := locker.Do(ctx, "order:"+userID+":"+requestKey, func(ctx context.Context) error {
+	// claim on this very (user, key); a Redis lock on the same key would
+	// add six round trips and guard nothing more. Without that claim,
+	// Redis it is.
+	err := s.lock(ctx, claim == NoClaim, "order:"+userID+":"+requestKey, func(ctx context.Context) error {
 		id, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("new order id: %w", err)
@@ -121,7 +136,7 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 		// Layer 3: the atomic conditional decrement of each line's stock,
 		// with layer 4 behind it: CHECK (stock_available >= 0) refuses an
 		// oversell, and UNIQUE (user_id, request_key) a second order.
-		out, err = s.store.Create(ctx, o, lines, s.defences.ConditionalStock)
+		out, err = s.store.Create(ctx, o, lines, s.stockTake())
 		switch {
 		case errors.Is(err, ErrDuplicateRequest):
 			s.metrics.Stopped(FlowCreate, metrics.LayerConstraint)
@@ -138,6 +153,24 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 	return out, err
 }
 
+// lock runs fn under the lock on key when want is set and layer 1 is on;
+// otherwise it runs fn as it is.
+func (s *Service) lock(ctx context.Context, want bool, key string, fn func(ctx context.Context) error) error {
+	if !want || !s.layers.On(layers.Lock) {
+		return fn(ctx)
+	}
+	return s.locker.Do(ctx, key, fn)
+}
+
+// stockTake is how stock is taken: the conditional decrement (layer 3),
+// or the naive way a layer test asked for.
+func (s *Service) stockTake() inventory.Take {
+	if s.layers.On(layers.Version) {
+		return inventory.TakeConditional
+	}
+	return s.naiveStock
+}
+
 // Cancel cancels one of userID's orders and returns its stock, once.
 // Cancelling a cancelled order returns it unchanged.
 func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) {
@@ -146,17 +179,17 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 	}
 	var out Order
 	// Layer 1: one cancel of this order at a time, across replicas.
-	err := s.locker.Do(ctx, "order:"+id, func(ctx context.Context) error {
+	err := s.lock(ctx, true, "order:"+id, func(ctx context.Context) error {
 		for attempt := 1; ; attempt++ {
 			// Layer 3: Update writes only if the order is still at the
 			// version read; layer 4: stock_releases admits one release.
-			o, err := s.store.Update(ctx, id, s.defences.Version, func(o *Order) (bool, error) {
+			o, err := s.store.Update(ctx, id, s.layers, func(o *Order) (bool, error) {
 				if o.UserID != userID {
 					return false, ErrNotFound // someone else's order does not exist for this user
 				}
 				now := s.now().UTC().Truncate(time.Microsecond)
 				// Layer 2: the state machine decides what cancel means now.
-				if !s.defences.State {
+				if !s.layers.On(layers.State) {
 					o.Status, o.UpdatedAt = StatusCancelled, now
 					return true, nil
 				}

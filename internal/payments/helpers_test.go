@@ -16,6 +16,7 @@ import (
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/redisx"
@@ -70,7 +71,7 @@ func newFixtureWith(t *testing.T, opts gateway.Options) *fixture {
 	f.gateway, f.gwURL = gw, srv.URL
 	f.orders, err = orders.NewService(orders.Config{
 		Store: orders.NewStore(f.pool), Locker: lock.None{}, OrderTTL: 15 * time.Minute,
-		Now: f.clock.Now, Defences: orders.AllDefences(),
+		Now: f.clock.Now,
 	})
 	if err != nil {
 		t.Fatalf("orders.NewService: %v", err)
@@ -90,23 +91,24 @@ func (f *fixture) redisLock(t *testing.T) payments.Locker {
 	return l
 }
 
-// service builds a payment service with the given locker.
-func (f *fixture) service(t *testing.T, locker payments.Locker) *payments.Service {
+// service builds a payment service with the layers on, locking over the
+// test's Redis nodes.
+func (f *fixture) service(t *testing.T, on layers.Set) *payments.Service {
 	t.Helper()
-	return f.serviceAt(t, locker, f.clock.Now)
+	return f.serviceAt(t, on, f.clock.Now)
 }
 
 // serviceAt is service on its own clock: another replica, whose
 // reconciler finds due what the first has only just begun.
-func (f *fixture) serviceAt(t *testing.T, locker payments.Locker, now func() time.Time) *payments.Service {
+func (f *fixture) serviceAt(t *testing.T, on layers.Set, now func() time.Time) *payments.Service {
 	t.Helper()
 	gw, err := payments.NewGateway(f.gwURL, payments.GatewayOptions{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("NewGateway: %v", err)
 	}
 	svc, err := payments.NewService(payments.Config{
-		Store: payments.NewStore(f.pool), Orders: f.orders, Gateway: gw, Locker: locker,
-		Metrics: metrics.New(), Now: now, Budget: 20 * time.Second, ReconcileAfter: time.Minute,
+		Store: payments.NewStore(f.pool), Orders: f.orders, Gateway: gw, Locker: f.redisLock(t),
+		Metrics: metrics.New(), Now: now, Budget: 20 * time.Second, ReconcileAfter: time.Minute, Layers: on,
 	})
 	if err != nil {
 		t.Fatalf("payments.NewService: %v", err)
@@ -150,7 +152,7 @@ func (f *fixture) mustCreateBuyers(t *testing.T, n int) []string {
 // mustPlaceOrder places an order of one unit of SKU-PAY for user.
 func (f *fixture) mustPlaceOrder(t *testing.T, user string) string {
 	t.Helper()
-	o, err := f.orders.Create(context.Background(), user, "order-"+user, []inventory.Line{{SKU: "SKU-PAY", Quantity: 1}})
+	o, err := f.orders.Create(context.Background(), user, "order-"+user, []inventory.Line{{SKU: "SKU-PAY", Quantity: 1}}, orders.NoClaim)
 	if err != nil {
 		t.Fatalf("create order: %v", err)
 	}

@@ -51,6 +51,9 @@ var (
 	// ErrVersionConflict means another settler changed the payment between
 	// read and write. It never reaches a client: the flow re-reads.
 	ErrVersionConflict = fmt.Errorf("payment changed since it was read")
+	// ErrChargeSettled means a settlement named a charge that already
+	// settles another payment (payments_charge_id_key said so).
+	ErrChargeSettled = fmt.Errorf("charge already settles another payment")
 	// ErrOutcomeUnknown means the gateway did not say whether it charged:
 	// the payment stays processing and the reconciler settles it.
 	ErrOutcomeUnknown = fmt.Errorf("payment outcome unknown")

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
@@ -38,9 +39,15 @@ const (
 			version = version + 1, updated_at = $7
 		WHERE id = $1 AND version = $2`
 
+	// The same without the version check. Only the layer tests use it.
+	sqlSettlePaymentUnversioned = `UPDATE payments
+		SET status = $3, charge_id = NULLIF($4, ''), refund_id = NULLIF($5, ''), failure_reason = NULLIF($6, ''),
+			version = version + 1, updated_at = $7
+		WHERE id = $1 AND $2::bigint IS NOT NULL`
+
 	// A payment the gateway refused as invalid never charged anything:
 	// it is removed, if no settler has recorded an outcome meanwhile.
-	sqlDiscardPayment = `DELETE FROM payments WHERE id = $1 AND version = $2 AND status = 'processing'`
+	sqlDiscardPayment = `DELETE FROM payments WHERE id = $1 AND status = 'processing'`
 
 	sqlGetPayment       = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
 	sqlActivePayment    = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND status IN ('processing', 'succeeded')`
@@ -59,19 +66,22 @@ func NewStore(db *pgxpool.Pool) *Store {
 	return &Store{db: db}
 }
 
-// Begin opens a processing payment for an order, in one transaction that
-// holds a share lock on the order row (orders.GetForShare): start, given
-// the order as it stands, applies the rules and returns the payment to
-// insert. It returns ErrActivePayment when the order already has a
-// payment processing or succeeded.
-func (s *Store) Begin(ctx context.Context, orderID string, start func(orders.Order) (Payment, error)) (Payment, error) {
+// Begin opens a processing payment of an order and moves the order to
+// paying, in one transaction: start, given the order as it stands, applies
+// the order's rules (orders.Order.BeginPayment moves it to paying) and
+// returns the payment to insert. The order is written at the version read
+// (orders.UpdateTx), so a cancel that got in between makes Begin return
+// orders.ErrVersionConflict. It returns ErrActivePayment when the order
+// already has a payment processing or succeeded.
+func (s *Store) Begin(ctx context.Context, orderID string, on layers.Set, start func(*orders.Order) (Payment, error)) (Payment, error) {
 	var p Payment
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		o, err := orders.GetForShare(ctx, tx, orderID)
+		_, err := orders.UpdateTx(ctx, tx, orderID, on, func(o *orders.Order) (bool, error) {
+			var err error
+			p, err = start(o)
+			return err == nil, err
+		})
 		if err != nil {
-			return err
-		}
-		if p, err = start(o); err != nil {
 			return err
 		}
 		// Layer 4: the partial unique index admits one processing-or-
@@ -101,36 +111,33 @@ func (s *Store) Begin(ctx context.Context, orderID string, start func(orders.Ord
 // (the request, a reconciler on another replica, one whose lock lapsed)
 // has recorded an outcome since p was read. Only a settler whose payment
 // is still processing asks the order anything, so when moveOrder finds
-// the order no longer waiting, it left pending_payment for a reason other
-// than this payment: the payment and its order move together, in one
+// the order no longer being paid, it was cancelled for a reason other than
+// this payment: the payment and its order move together, in one
 // transaction.
 //
-// Locks are taken payment row, then order row. Begin holds a share lock
-// on the order and inserts a new payment; the payment lock is a lock
-// only, which the insert's unique check does not wait on, so the two
-// cannot each hold what the other waits for.
-func (s *Store) Settle(ctx context.Context, p Payment, moveOrder func(*orders.Order) (bool, error)) (Payment, error) {
+// Locks are taken payment row, then order row. Begin writes the order row
+// and then inserts a payment; the payment lock is a lock only, which the
+// insert's unique check does not wait on, so the two cannot each hold
+// what the other waits for. With layer 3 off (on), neither row is checked
+// against the version read.
+func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error)) (Payment, error) {
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		var version int64
-		err := tx.QueryRow(ctx, sqlLockPayment, p.ID).Scan(&version)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return fmt.Errorf("lock payment %s: %w", p.ID, err)
-		}
-		if version != p.Version {
-			return ErrVersionConflict
+		if err := lockAtVersion(ctx, tx, p, on); err != nil {
+			return err
 		}
 		if moveOrder != nil {
-			if _, err := orders.UpdateTx(ctx, tx, p.OrderID, true, moveOrder); err != nil {
+			if _, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder); err != nil {
 				return err
 			}
 		}
-		tag, err := tx.Exec(ctx, sqlSettlePayment, p.ID, p.Version, string(p.Status),
+		query := sqlSettlePayment
+		if !on.On(layers.Version) {
+			query = sqlSettlePaymentUnversioned
+		}
+		tag, err := tx.Exec(ctx, query, p.ID, p.Version, string(p.Status),
 			p.ChargeID, p.RefundID, p.FailureReason, p.UpdatedAt)
 		if postgres.ConstraintViolated(err) == constraintChargeID {
-			return fmt.Errorf("settle payment %s: charge %s already settles another payment: %w", p.ID, p.ChargeID, err)
+			return fmt.Errorf("settle payment %s: charge %s already settles another payment: %w", p.ID, p.ChargeID, ErrChargeSettled)
 		}
 		if err != nil {
 			return fmt.Errorf("settle payment %s: %w", p.ID, err)
@@ -147,18 +154,45 @@ func (s *Store) Settle(ctx context.Context, p Payment, moveOrder func(*orders.Or
 	return p, nil
 }
 
-// Discard removes a processing payment at p.Version: one whose request
-// the gateway refused as invalid, so that nothing of it remains. It
-// returns ErrVersionConflict when another settler got there first.
-func (s *Store) Discard(ctx context.Context, p Payment) error {
-	tag, err := s.db.Exec(ctx, sqlDiscardPayment, p.ID, p.Version)
-	if err != nil {
-		return fmt.Errorf("discard payment %s: %w", p.ID, err)
+// lockAtVersion locks p's row and, with layer 3 on, returns
+// ErrVersionConflict unless the row is still at p.Version.
+func lockAtVersion(ctx context.Context, tx pgx.Tx, p Payment, on layers.Set) error {
+	var version int64
+	err := tx.QueryRow(ctx, sqlLockPayment, p.ID).Scan(&version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
 	}
-	if tag.RowsAffected() == 0 {
+	if err != nil {
+		return fmt.Errorf("lock payment %s: %w", p.ID, err)
+	}
+	if on.On(layers.Version) && version != p.Version {
 		return ErrVersionConflict
 	}
 	return nil
+}
+
+// Discard removes a processing payment at p.Version, one whose request
+// the gateway refused as invalid, so that nothing of it remains, and
+// applies moveOrder to its order (back to pending) in the same
+// transaction. It returns ErrVersionConflict when another settler got
+// there first.
+func (s *Store) Discard(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error)) error {
+	return postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		if err := lockAtVersion(ctx, tx, p, on); err != nil {
+			return err
+		}
+		if _, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, sqlDiscardPayment, p.ID)
+		if err != nil {
+			return fmt.Errorf("discard payment %s: %w", p.ID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrVersionConflict
+		}
+		return nil
+	})
 }
 
 // Get returns one payment.

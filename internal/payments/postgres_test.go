@@ -12,6 +12,7 @@ import (
 
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestStore_SettleOnce(t *testing.T) {
 			t.Errorf("Succeed: %v", err)
 			return
 		}
-		_, err := store.Settle(context.Background(), paid, func(o *orders.Order) (bool, error) {
+		_, err := store.Settle(context.Background(), paid, layers.Set{}, func(o *orders.Order) (bool, error) {
 			return true, o.Pay(now)
 		})
 		switch {
@@ -58,8 +59,8 @@ func TestStore_SettleOnce(t *testing.T) {
 	if n := f.mustInt(t, `SELECT version FROM payments WHERE id = $1`, p.ID); n != 2 {
 		t.Errorf("payment version %d, want 2: settled once", n)
 	}
-	if n := f.mustInt(t, `SELECT version FROM orders WHERE id = $1`, ids[0]); n != 2 {
-		t.Errorf("order version %d, want 2: moved to paid once", n)
+	if n := f.mustInt(t, `SELECT version FROM orders WHERE id = $1`, ids[0]); n != 3 {
+		t.Errorf("order version %d, want 3: moved to paying by the payment's begin, to paid once", n)
 	}
 	if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE id = $1 AND status = 'succeeded' AND charge_id LIKE 'ch_settler_%'`, p.ID); n != 1 {
 		t.Errorf("%d succeeded payments, want 1", n)
@@ -82,7 +83,7 @@ func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 		if err := p.Succeed("ch_shared", now); err != nil {
 			return err
 		}
-		_, err := store.Settle(context.Background(), p, func(o *orders.Order) (bool, error) { return true, o.Pay(now) })
+		_, err := store.Settle(context.Background(), p, layers.Set{}, func(o *orders.Order) (bool, error) { return true, o.Pay(now) })
 		return err
 	}
 
@@ -96,7 +97,7 @@ func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 	if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE charge_id = 'ch_shared'`); n != 1 {
 		t.Errorf("%d payments carry the charge, want 1", n)
 	}
-	if n := f.mustInt(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'pending_payment'`, ids[1]); n != 1 {
+	if n := f.mustInt(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'paying'`, ids[1]); n != 1 {
 		t.Error("the second order moved although its settlement failed")
 	}
 	if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE id = $1 AND status = 'processing'`, second.ID); n != 1 {
@@ -107,7 +108,10 @@ func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 // mustBegin opens a processing payment for an order.
 func mustBegin(t *testing.T, store *payments.Store, orderID string, now time.Time) payments.Payment {
 	t.Helper()
-	p, err := store.Begin(context.Background(), orderID, func(o orders.Order) (payments.Payment, error) {
+	p, err := store.Begin(context.Background(), orderID, layers.Set{}, func(o *orders.Order) (payments.Payment, error) {
+		if err := o.BeginPayment(now); err != nil {
+			return payments.Payment{}, err
+		}
 		return payments.Payment{ID: uuid.NewString(), OrderID: o.ID, Status: payments.StatusProcessing,
 			AmountCents: o.TotalCents, Method: "pm_card_ok", Version: 1, CreatedAt: now, UpdatedAt: now}, nil
 	})

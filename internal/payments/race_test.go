@@ -9,7 +9,7 @@ import (
 
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/payments"
-	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/problem"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -100,30 +100,28 @@ func TestPay_Storm(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name       string
-		lock       bool
-		dropIndex  bool
+		layers     layers.Set
 		wantBroken bool
 	}{
 		// Every layer in place.
-		{name: "AllLayers", lock: true},
-		// Layer 1 off: the state check and the partial unique index hold.
-		{name: "WithoutLock", lock: false},
-		// Lock and index off: clicks begin payments side by side, the
-		// gateway sees several keys, and the customer is charged more than
-		// once (the extra charges are refunded, but they happened). This
-		// is the failure the two layers prevent; the check must see it.
-		{name: "WithoutLockAndIndex", lock: false, dropIndex: true, wantBroken: true},
+		{name: "AllLayers"},
+		// Layer 1 off: the order's state (paying) and the partial unique
+		// index hold.
+		{name: "WithoutLock", layers: layers.Off(layers.Lock)},
+		// Layers 1 and 4 off: the order's state alone holds.
+		{name: "WithoutLockAndIndex", layers: layers.Off(layers.Lock, layers.Constraint)},
+		// Lock, state and index off: clicks begin payments side by side,
+		// the gateway sees several keys, and the customer is charged more
+		// than once. This is the failure the layers prevent; the check
+		// must see it.
+		{name: "WithoutLockStateAndIndex", layers: layers.Off(layers.Lock, layers.State, layers.Constraint), wantBroken: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			if tc.dropIndex {
+			if !tc.layers.On(layers.Constraint) {
 				f.mustExec(t, `DROP INDEX payments_one_active_per_order`)
 			}
-			var locker payments.Locker = lock.None{}
-			if tc.lock {
-				locker = f.redisLock(t)
-			}
-			svc := f.service(t, locker)
+			svc := f.service(t, tc.layers)
 			users, ids := f.mustCreateOrders(t, stormOrders)
 
 			codes := storm(t, svc, users, ids)
@@ -170,7 +168,7 @@ func TestPay_ExpiryWhileCharging(t *testing.T) {
 		}
 		expired <- n
 	}})
-	svc := f.service(t, f.redisLock(t))
+	svc := f.service(t, layers.Set{})
 	users := f.mustCreateBuyers(t, stormOrders)
 
 	// One order at a time, each placed just before it is paid, so the
@@ -207,7 +205,7 @@ func TestPay_CancelRace(t *testing.T) {
 		t.Skip("races real PostgreSQL, Redis and a gateway")
 	}
 	f := newFixture(t)
-	svc := f.service(t, f.redisLock(t))
+	svc := f.service(t, layers.Set{})
 	users, ids := f.mustCreateOrders(t, stormOrders)
 
 	testenv.Together(2*len(ids), func(i int) {

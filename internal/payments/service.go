@@ -10,12 +10,27 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
-// Locker runs work under a distributed lock (platform/lock.Locker), or
-// under none (lock.None) when a test switches layer 1 off.
+// The layers of the pay flow, where each one is:
+//
+//	layer           where                                       backed by
+//	0 idempotency   the route's middleware (http.go)            idempotency_keys
+//	1 lock          payment:{order}, held across the gateway    Pay, reconcileOne
+//	                call under the watchdog
+//	2 state         the order: pending_payment → paying → paid  orders.Order.BeginPayment, Pay,
+//	                (begin), the payment: processing → settled  PaymentEnded; Payment.settle
+//	3 version       the payment's row asked first, then both    Store.Settle: sqlLockPayment,
+//	                rows written WHERE version = $read          sqlSettlePayment, orders.UpdateTx
+//	4 constraint    one processing-or-succeeded payment per     payments_one_active_per_order,
+//	                order; a charge settles one payment         payments_charge_id_key
+//	+ gateway key   the payment id is the gateway's             gateway.Charge, Refund
+//	                Idempotency-Key: one charge per payment
+
+// Locker runs work under a distributed lock (platform/lock.Locker).
 type Locker interface {
 	Do(ctx context.Context, key string, fn func(ctx context.Context) error) error
 }
@@ -45,6 +60,9 @@ type Config struct {
 	// reconciler asks the gateway about it; longer than Budget, so it
 	// leaves alone the payments whose requests are still running.
 	ReconcileAfter time.Duration
+	// Layers are the defences on. The zero value is all of them; only the
+	// layer tests take some off.
+	Layers layers.Set
 }
 
 // Service runs the pay flow and the reconciler.
@@ -59,6 +77,7 @@ type Service struct {
 	now            func() time.Time
 	budget         time.Duration
 	reconcileAfter time.Duration
+	layers         layers.Set
 }
 
 // NewService returns the payment service.
@@ -77,7 +96,7 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	return &Service{store: cfg.Store, orders: cfg.Orders, gateway: cfg.Gateway, locker: cfg.Locker,
 		metrics: cfg.Metrics, counts: newCounters(cfg.Metrics), logger: cfg.Logger, now: cfg.Now,
-		budget: cfg.Budget, reconcileAfter: cfg.ReconcileAfter}, nil
+		budget: cfg.Budget, reconcileAfter: cfg.ReconcileAfter, layers: cfg.Layers}, nil
 }
 
 // Pay charges one of userID's orders with method and, once the charge has
@@ -106,7 +125,7 @@ func (s *Service) Pay(ctx context.Context, userID, orderID, method string) (Paym
 	// Layer 1: one payment of this order at a time, across replicas. The
 	// lock is held across the gateway call; its watchdog extends the lease
 	// while the call runs, and cancels the call if the lease is lost.
-	err := s.locker.Do(ctx, "payment:"+orderID, func(ctx context.Context) error {
+	err := s.lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
 		ran = true
 		p, err := s.begin(ctx, userID, orderID, method)
 		if err != nil {
@@ -121,45 +140,82 @@ func (s *Service) Pay(ctx context.Context, userID, orderID, method string) (Paym
 	return out, err
 }
 
-// begin opens the processing payment that the charge will settle.
+// lock runs fn under the lock on key, unless layer 1 is off.
+func (s *Service) lock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
+	if !s.layers.On(layers.Lock) {
+		return fn(ctx)
+	}
+	return s.locker.Do(ctx, key, fn)
+}
+
+// begin opens the processing payment that the charge will settle, and
+// moves its order to paying, in one transaction.
 func (s *Service) begin(ctx context.Context, userID, orderID, method string) (Payment, error) {
-	p, err := s.store.Begin(ctx, orderID, func(o orders.Order) (Payment, error) {
-		if o.UserID != userID {
-			return Payment{}, ErrNotFound // someone else's order does not exist for this user
+	for attempt := 1; ; attempt++ {
+		p, err := s.store.Begin(ctx, orderID, s.layers, func(o *orders.Order) (Payment, error) {
+			if o.UserID != userID {
+				return Payment{}, ErrNotFound // someone else's order does not exist for this user
+			}
+			now := s.stamp()
+			// Layer 2: the order's state machine: only a pending order
+			// within its time begins a payment, and it says so by moving
+			// to paying (a second payment finds it paying).
+			if err := s.beginPayment(o, now); err != nil {
+				s.metrics.Stopped(FlowPay, metrics.LayerState)
+				return Payment{}, err
+			}
+			id, err := uuid.NewV7()
+			if err != nil {
+				return Payment{}, fmt.Errorf("new payment id: %w", err)
+			}
+			return Payment{ID: id.String(), OrderID: o.ID, Status: StatusProcessing, AmountCents: o.TotalCents,
+				Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}, nil
+		})
+		switch {
+		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
+			// Layer 3: the order moved between read and write (a cancel).
+			s.metrics.Stopped(FlowPay, metrics.LayerVersion)
+			continue
+		case errors.Is(err, ErrActivePayment):
+			// Layer 4: the partial unique index admits one processing-or-
+			// succeeded payment per order; whatever got past the lock and
+			// the state stops here.
+			s.metrics.Stopped(FlowPay, metrics.LayerConstraint)
+			return Payment{}, s.inFlight(ctx, orderID)
+		case errors.Is(err, orders.ErrPaymentInFlight):
+			return Payment{}, s.inFlight(ctx, orderID)
+		case errors.Is(err, orders.ErrVersionConflict):
+			return Payment{}, &problem.Error{Code: problem.ResourceBusy, RetryAfter: time.Second, Detail: "the order keeps changing; try again"}
+		case err == nil:
+			s.counts.attempts.Inc()
 		}
-		now := s.now().UTC().Truncate(time.Microsecond)
-		// Layer 2: the order's state machine, asked under a share lock on
-		// the order row, so no cancel or expiry moves it meanwhile.
-		if err := o.Payable(now); err != nil {
-			s.metrics.Stopped(FlowPay, metrics.LayerState)
-			return Payment{}, err
-		}
-		id, err := uuid.NewV7()
-		if err != nil {
-			return Payment{}, fmt.Errorf("new payment id: %w", err)
-		}
-		return Payment{ID: id.String(), OrderID: o.ID, Status: StatusProcessing, AmountCents: o.TotalCents,
-			Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}, nil
-	})
-	// Layer 4: the partial unique index admits one processing-or-succeeded
-	// payment per order; whatever got past the lock stops here.
-	if errors.Is(err, ErrActivePayment) {
-		s.metrics.Stopped(FlowPay, metrics.LayerConstraint)
-		active, aerr := s.store.Active(ctx, orderID)
-		if aerr != nil && !errors.Is(aerr, ErrNotFound) {
-			return Payment{}, fmt.Errorf("%w (and reading it: %w)", err, aerr)
-		}
-		// Not found: the other payment failed or was refunded meanwhile;
-		// busy tells the client to try again.
-		if active.Status == StatusSucceeded {
-			return Payment{}, problem.New(problem.InvalidState, "order is paid and cannot be paid")
-		}
-		return Payment{}, s.busy(orderID, active)
+		return p, err
 	}
-	if err == nil {
-		s.counts.attempts.Inc()
+}
+
+// beginPayment applies the order's rule for a payment beginning (layer 2),
+// or, with the layer off, only marks it as being paid.
+func (s *Service) beginPayment(o *orders.Order, now time.Time) error {
+	if s.layers.On(layers.State) {
+		return o.BeginPayment(now)
 	}
-	return p, err
+	o.Status, o.UpdatedAt = orders.StatusPaying, now
+	return nil
+}
+
+// inFlight is the answer to a payment of an order whose other payment is
+// processing, or has just succeeded.
+func (s *Service) inFlight(ctx context.Context, orderID string) error {
+	active, err := s.store.Active(ctx, orderID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("read the payment in flight of %s: %w", orderID, err)
+	}
+	if active.Status == StatusSucceeded {
+		return problem.New(problem.InvalidState, "order is paid and cannot be paid")
+	}
+	// Not found: the other payment failed or was refunded meanwhile;
+	// busy tells the client to try again.
+	return s.busy(orderID, active)
 }
 
 // busy is the answer to a payment while another of the order is in flight
@@ -200,10 +256,12 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 		return s.discard(ctx, p, refused)
 	case errors.As(err, &declined):
 		failed := p
-		if err := failed.Fail(declined.Reason, s.stamp()); err != nil {
+		now := s.stamp()
+		if err := failed.Fail(declined.Reason, now); err != nil {
 			return p, err
 		}
-		return s.record(ctx, p, failed, nil, outcomeFailed)
+		// The order can be paid again.
+		return s.record(ctx, p, failed, s.paymentEnded(now), outcomeFailed)
 	case err != nil:
 		s.counts.outcome(outcomeUnknown)
 		s.logger.WarnContext(ctx, "payment outcome unknown; the reconciler will settle it", "payment", p.ID, "err", err)
@@ -222,7 +280,11 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 			return p, err
 		}
 		out, err := s.record(ctx, p, paid, func(o *orders.Order) (bool, error) {
-			// Layer 2: the order must still be waiting for its payment.
+			// Layer 2: the order must still be waiting for this payment.
+			if !s.layers.On(layers.State) {
+				o.Status, o.UpdatedAt = orders.StatusPaid, now
+				return true, nil
+			}
 			return true, o.Pay(now)
 		}, outcomeSucceeded)
 		switch {
@@ -246,11 +308,24 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 	}
 }
 
+// paymentEnded is the order's move when its payment ended without a
+// charge: back to pending, so it can be paid again (layer 2 leaves an
+// order that moved on meanwhile, a cancelled one, as it is).
+func (s *Service) paymentEnded(now time.Time) func(*orders.Order) (bool, error) {
+	return func(o *orders.Order) (bool, error) {
+		if !s.layers.On(layers.State) {
+			o.Status, o.UpdatedAt = orders.StatusPendingPayment, now
+			return true, nil
+		}
+		return o.PaymentEnded(now), nil
+	}
+}
+
 // discard removes a payment whose request the gateway refused as invalid:
 // nothing was charged, so nothing is kept, and the client is told what
 // was wrong with its request.
 func (s *Service) discard(ctx context.Context, p Payment, refused *RefusedError) (Payment, error) {
-	err := s.store.Discard(ctx, p)
+	err := s.store.Discard(ctx, p, s.layers, s.paymentEnded(s.stamp()))
 	if errors.Is(err, ErrVersionConflict) {
 		return s.recorded(ctx, p)
 	}
@@ -287,7 +362,7 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge) (Payment, err
 // left it is the answer. When the database does not answer (within the
 // budget), nothing is recorded: p stays processing for the reconciler.
 func (s *Service) record(ctx context.Context, p, settled Payment, moveOrder func(*orders.Order) (bool, error), outcome string) (Payment, error) {
-	out, err := s.store.Settle(ctx, settled, moveOrder)
+	out, err := s.store.Settle(ctx, settled, s.layers, moveOrder)
 	switch {
 	case errors.Is(err, ErrVersionConflict):
 		s.metrics.Stopped(FlowPay, metrics.LayerVersion)

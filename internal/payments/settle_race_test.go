@@ -10,7 +10,7 @@ import (
 
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/payments"
-	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -37,7 +37,7 @@ func TestSettle_ConcurrentSettlers(t *testing.T) {
 			// reconcilers find the payment processing and send its key
 			// too; the gateway answers them all with the one charge.
 			f := newFixtureWith(t, gateway.Options{AfterCharge: func(gateway.Charge) { time.Sleep(20 * time.Millisecond) }})
-			request := f.service(t, lock.None{})
+			request := f.service(t, layers.Off(layers.Lock))
 			reconcilers := f.reconcilers(t, settlers-1)
 			users, ids := f.mustCreateOrders(t, settlerPayments)
 
@@ -93,7 +93,7 @@ func (f *fixture) reconcilers(t *testing.T, n int) []*payments.Service {
 	ahead := func() time.Time { return f.clock.Now().Add(time.Hour) }
 	out := make([]*payments.Service, n)
 	for i := range out {
-		out[i] = f.serviceAt(t, lock.None{}, ahead)
+		out[i] = f.serviceAt(t, layers.Off(layers.Lock), ahead)
 	}
 	return out
 }
