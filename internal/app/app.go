@@ -6,7 +6,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -50,6 +49,7 @@ type App struct {
 	locker      *lock.Locker
 	idem        *idempotency.Store
 	bookkeeping *pgxpool.Pool
+	readiness   *readyProbe
 }
 
 // New builds the service on deps with the settings in cfg. Close releases
@@ -99,11 +99,17 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 
+	readiness, err := newReadyProbe(deps.Pool, locker, deps.Logger, m)
+	if err != nil {
+		bookkeeping.Close()
+		return nil, err
+	}
+
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem, bookkeeping: bookkeeping}
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem, bookkeeping: bookkeeping, readiness: readiness}
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
-	e.GET("/readyz", a.ready)
+	e.GET("/readyz", readiness.handle)
 	e.GET("/metrics", echo.WrapHandler(m.Handler()))
 
 	v1 := e.Group("/v1")
@@ -143,30 +149,15 @@ func (a *App) Close() {
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
-// expiry, payment reconciliation and idempotency-key sweeping. Every replica runs them; each is
-// safe to run concurrently with its twins elsewhere.
+// expiry, payment reconciliation, idempotency-key sweeping, and the
+// readiness check that keeps shop_ready and shop_degraded current. Every
+// replica runs them; each is safe to run concurrently with its twins
+// elsewhere.
 func (a *App) RunJobs(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Orders.RunExpiry(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.Payments.RunReconciler(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.idem.RunSweeper(ctx, time.Hour) })
+	wg.Go(func() { a.readiness.run(ctx, a.cfg.JobInterval) })
 	wg.Wait()
-}
-
-func (a *App) ready(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
-	defer cancel()
-	var errs []error
-	if err := a.deps.Pool.Ping(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("postgres: %w", err))
-	}
-	if err := a.locker.Ready(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("lock quorum: %w", err))
-	}
-	if err := errors.Join(errs...); err != nil {
-		a.deps.Logger.WarnContext(ctx, "not ready", "err", err)
-		c.Response().Header().Set("Retry-After", "2")
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
-	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

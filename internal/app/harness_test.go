@@ -134,6 +134,17 @@ func newGateway(t *testing.T, slowDelay time.Duration, afterCharge func(gateway.
 	return testGateway{server: gw, url: srv.URL}
 }
 
+// scrape returns the replica's metrics in the Prometheus text format.
+func scrape(t testing.TB, r *replica) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	r.app.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("metrics: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
+}
+
 // r returns replica i modulo their number, so loops spread requests.
 func (e *env) r(i int) *replica { return e.replicas[i%len(e.replicas)] }
 
