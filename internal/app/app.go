@@ -110,7 +110,6 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", readiness.handle)
-	e.GET("/metrics", echo.WrapHandler(m.Handler()))
 
 	v1 := e.Group("/v1")
 	auth.Register(v1, users, authn)
@@ -120,6 +119,15 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	orders.Register(v1, orderSvc, orders.Guards{User: authn.User, Idempotency: idem.For(orders.FlowCreate)})
 	payments.Register(v1, paySvc, payments.Guards{User: authn.User, Idempotency: idem.For(payments.FlowPay)})
 	return a, nil
+}
+
+// MetricsHandler serves GET /metrics, in the Prometheus text format, for a
+// listener of its own (SHOP_METRICS_ADDR): the scraper's port, not the
+// API's, where /metrics is an unknown route like any other.
+func (a *App) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.Metrics.Handler())
+	return mux
 }
 
 // newPayments builds the pay flow on the gateway at cfg.GatewayURL.

@@ -168,9 +168,11 @@ func (p *readyProbe) logChange(ctx context.Context, r readiness, pgErr error) {
 	if state == "ready" {
 		level = slog.LevelInfo
 	}
-	p.log.Log(ctx, level, "readiness: "+state,
-		"postgres", r.Checks[depPostgres].Status, "postgres_err", pgErr,
-		"lock_quorum", r.Checks[depLockQuorum].Detail)
+	attrs := []any{"postgres", r.Checks[depPostgres].Status, "lock_quorum", r.Checks[depLockQuorum].Detail}
+	if pgErr != nil {
+		attrs = append(attrs, "postgres_err", pgErr)
+	}
+	p.log.Log(ctx, level, "readiness: "+state, attrs...)
 }
 
 // handle answers /readyz: 200 with the checks when the replica can serve,

@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -57,9 +56,7 @@ func newLinkedReplica(t *testing.T, lockMode string) linkedReplica {
 		t.Fatalf("app.New: %v", err)
 	}
 	t.Cleanup(a.Close)
-	srv := httptest.NewServer(a.Echo)
-	t.Cleanup(srv.Close)
-	lr.replica = &replica{app: a, url: srv.URL, client: &http.Client{}}
+	lr.replica = serveReplica(t, a, &http.Client{})
 	return lr
 }
 

@@ -24,6 +24,7 @@ func env(vars map[string]string, asked map[string]bool) func(string) string {
 // allVars names every variable FromEnv reads.
 var allVars = []string{
 	"SHOP_HTTP_ADDR",
+	"SHOP_METRICS_ADDR",
 	"SHOP_DATABASE_URL",
 	"SHOP_REDIS_ADDRS",
 	"SHOP_ADMIN_TOKEN",
@@ -52,6 +53,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 	}
 	want := Config{
 		HTTPAddr:    ":8080",
+		MetricsAddr: ":9090",
 		DatabaseURL: "postgres://shop:shop@localhost:5432/shop?sslmode=disable",
 		RedisAddrs:  []string{"localhost:6379"},
 		AdminToken:  "",
@@ -90,6 +92,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 func TestFromEnv_EveryVariable(t *testing.T) {
 	vars := map[string]string{
 		"SHOP_HTTP_ADDR":               "127.0.0.1:9000",
+		"SHOP_METRICS_ADDR":            "127.0.0.1:9100",
 		"SHOP_DATABASE_URL":            "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
 		"SHOP_REDIS_ADDRS":             " r1:6379, r2:6379 ,,r3:6379,",
 		"SHOP_ADMIN_TOKEN":             "admin-secret",
@@ -116,6 +119,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 	}
 	want := Config{
 		HTTPAddr:         "127.0.0.1:9000",
+		MetricsAddr:      "127.0.0.1:9100",
 		DatabaseURL:      "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
 		RedisAddrs:       []string{"r1:6379", "r2:6379", "r3:6379"},
 		AdminToken:       "admin-secret",
@@ -179,6 +183,11 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"DBMaxConnsNotANumber", "SHOP_DB_MAX_CONNS", "many"},
 		{"DBMaxConnsOverflow", "SHOP_DB_MAX_CONNS", "4294967296"},
 		{"GatewayURLNoScheme", "SHOP_GATEWAY_URL", "localhost:8081"},
+		{"MetricsAddrNoPort", "SHOP_METRICS_ADDR", "localhost"},
+		{"MetricsAddrEmptyPort", "SHOP_METRICS_ADDR", "localhost:"},
+		// The API's default port: /metrics would be on the API's port again.
+		{"MetricsAddrIsAPIPort", "SHOP_METRICS_ADDR", ":8080"},
+		{"MetricsAddrIsAPIPortOnAHost", "SHOP_METRICS_ADDR", "127.0.0.1:8080"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,6 +221,7 @@ func TestFromEnv_AllErrors(t *testing.T) {
 		"SHOP_MIGRATE":        "maybe",
 		"SHOP_DB_MAX_CONNS":   "0",
 		"SHOP_GATEWAY_URL":    "gateway",
+		"SHOP_METRICS_ADDR":   "9090",
 	}
 	_, err := FromEnv(env(bad, nil))
 	if err == nil {
@@ -267,6 +277,7 @@ func TestLogValue(t *testing.T) {
 	}
 	want := map[string]any{
 		"http_addr":       ":8080",
+		"metrics_addr":    ":9090",
 		"database_url":    "postgres://app:xxxxx@db:5432/shop?sslmode=disable",
 		"admin_token_set": true,
 		"gateway_url":     "http://localhost:8081",
@@ -327,5 +338,32 @@ func TestFromEnv_DatabaseURLErrorMasked(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cr3t-pw") {
 		t.Errorf("error %q reveals the password", err)
+	}
+}
+
+// The metrics take a port of their own; only a clash with the API's is
+// refused.
+func TestFromEnv_MetricsAddr(t *testing.T) {
+	tests := []struct {
+		name, http, metrics string
+		ok                  bool
+	}{
+		{"Defaults", "", "", true},
+		{"OwnPort", ":8080", "127.0.0.1:9100", true},
+		{"SamePortOtherHost", "10.0.0.1:8080", "127.0.0.1:8080", true},
+		{"SamePortWildcardAPI", "0.0.0.0:8080", "127.0.0.1:8080", false},
+		{"SamePort", ":9000", ":9000", false},
+		{"EphemeralBoth", "127.0.0.1:0", "127.0.0.1:0", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := FromEnv(env(map[string]string{"SHOP_HTTP_ADDR": tt.http, "SHOP_METRICS_ADDR": tt.metrics}, nil))
+			if (err == nil) != tt.ok {
+				t.Errorf("SHOP_HTTP_ADDR=%q SHOP_METRICS_ADDR=%q: %v, want ok=%t", tt.http, tt.metrics, err, tt.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), "SHOP_METRICS_ADDR") {
+				t.Errorf("error %q does not name SHOP_METRICS_ADDR", err)
+			}
+		})
 	}
 }
