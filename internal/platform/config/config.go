@@ -15,6 +15,13 @@ import (
 	"time"
 )
 
+// DefaultGatewayJournal is where `shop gateway` keeps its journal unless
+// SHOP_GATEWAY_JOURNAL says otherwise: a data directory under the working
+// directory (the repository's, for a developer; ignored by git), created
+// when missing, rather than a file among the sources. The compose file
+// puts it on a volume.
+const DefaultGatewayJournal = "data/gateway-journal.jsonl"
+
 // Config is everything the binary reads from its environment.
 type Config struct {
 	HTTPAddr string // SHOP_HTTP_ADDR
@@ -80,7 +87,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		AdminToken:       str("SHOP_ADMIN_TOKEN", ""),
 		GatewayURL:       str("SHOP_GATEWAY_URL", "http://localhost:8081"),
 		GatewayAddr:      str("SHOP_GATEWAY_ADDR", ":8081"),
-		GatewayJournal:   str("SHOP_GATEWAY_JOURNAL", "gateway-journal.jsonl"),
+		GatewayJournal:   str("SHOP_GATEWAY_JOURNAL", DefaultGatewayJournal),
 		GatewaySlowDelay: dur("SHOP_GATEWAY_SLOW_DELAY", 10*time.Second),
 		GatewayTimeout:   dur("SHOP_GATEWAY_TIMEOUT", 3*time.Second),
 		ReconcileAfter:   dur("SHOP_PAYMENT_RECONCILE_AFTER", 30*time.Second),

@@ -63,7 +63,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 		OrderTTL:    15 * time.Minute,
 		SeatHoldTTL: 5 * time.Minute,
 
-		GatewayJournal:   "gateway-journal.jsonl",
+		GatewayJournal:   "data/gateway-journal.jsonl",
 		GatewaySlowDelay: 10 * time.Second,
 		GatewayTimeout:   3 * time.Second,
 		ReconcileAfter:   30 * time.Second,
