@@ -118,10 +118,10 @@ func (p *readyProbe) check(ctx context.Context) readiness {
 		postgres = check{Status: checkDown, Detail: "no answer to a ping"}
 	}
 	r := readiness{
+		Ready:    true,
 		Degraded: []string{},
 		Checks:   map[string]check{depPostgres: postgres, depLockQuorum: quorumCheck(quorum)},
 	}
-	r.Ready = true
 	for _, dep := range []string{depPostgres, depLockQuorum} {
 		switch r.Checks[dep].Status {
 		case checkDown:
