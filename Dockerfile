@@ -26,6 +26,6 @@ COPY --from=build /out/shop /usr/local/bin/shop
 COPY --from=build --chown=10001:10001 /out/data /var/lib/shop
 USER 10001:10001
 WORKDIR /var/lib/shop
-EXPOSE 8080 8081
+EXPOSE 8080 8081 9090
 ENTRYPOINT ["/usr/local/bin/shop"]
 CMD ["serve"]

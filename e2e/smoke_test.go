@@ -47,6 +47,7 @@ func TestStack(t *testing.T) {
 		run  func(context.Context, *testing.T)
 	}{
 		{"SeededCatalogue", sc.seededCatalogue},
+		{"BalancerEdge", sc.balancerEdge},
 		{"ProductsAndRestockOnce", sc.productsAndRestockOnce},
 		{"FlashSaleWithDuplicateKeys", sc.flashSale},
 		{"PayOnce", sc.payOnce},

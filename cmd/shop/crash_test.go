@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,8 +31,11 @@ const childEnv = "SHOP_TEST_RUN_AS_SHOP"
 
 func TestMain(m *testing.M) {
 	if args := os.Getenv(childEnv); args != "" {
+		// Signals as main takes them, so a test can stop the child cleanly.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
 		logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-		if err := run(context.Background(), strings.Fields(args), logger); err != nil {
+		if err := run(ctx, strings.Fields(args), logger); err != nil {
 			logger.Error("shop", "err", err)
 			os.Exit(1)
 		}
@@ -147,29 +151,37 @@ func paymentStatus(t *testing.T, db *pgxpool.Pool, orderID string) string {
 
 // server is `shop serve` running as a child process.
 type server struct {
-	cmd  *exec.Cmd
-	url  string
-	logs *bytes.Buffer
-	done chan struct{}
+	cmd        *exec.Cmd
+	url        string // the API
+	metricsURL string
+	logs       *bytes.Buffer
+	done       chan struct{}
+	exitErr    error // how the process ended, once done is closed
 }
 
-func startServer(t *testing.T, environ []string) *server {
+// freeAddr returns a loopback address nothing listens on now.
+func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	defer ln.Close()
+	return ln.Addr().String()
+}
 
-	s := &server{url: "http://" + addr, logs: &bytes.Buffer{}, done: make(chan struct{})}
+func startServer(t *testing.T, environ []string) *server {
+	t.Helper()
+	addr, metricsAddr := freeAddr(t), freeAddr(t)
+	s := &server{url: "http://" + addr, metricsURL: "http://" + metricsAddr, logs: &bytes.Buffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	s.cmd.Env = append(os.Environ(), append(environ, childEnv+"=serve", "SHOP_HTTP_ADDR="+addr)...)
+	s.cmd.Env = append(os.Environ(), append(environ, childEnv+"=serve",
+		"SHOP_HTTP_ADDR="+addr, "SHOP_METRICS_ADDR="+metricsAddr)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("start server: %v", err)
 	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	go func() { s.exitErr = s.cmd.Wait(); close(s.done) }()
 	t.Cleanup(func() {
 		s.kill(t)
 		if t.Failed() {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 
@@ -47,10 +49,44 @@ func serve(ctx context.Context, logger *slog.Logger) error {
 	defer jobs.Wait()
 	defer stopJobs()
 
-	logger.Info("listening", "addr", cfg.HTTPAddr)
-	err = httpx.Serve(ctx, nil, cfg.HTTPAddr, a.Echo, cfg.ShutdownDrain)
+	logger.Info("listening", "addr", cfg.HTTPAddr, "metrics_addr", cfg.MetricsAddr)
+	err = serveAPIAndMetrics(ctx, cfg, a)
 	logger.Info("stopped", "err", err)
 	return err
+}
+
+// serveAPIAndMetrics runs the API and the metrics, each on its own port,
+// until ctx ends; then both stop accepting and drain. Both ports are taken
+// before either serves, so a port that is in use stops the start, and a
+// server that fails stops the other.
+func serveAPIAndMetrics(ctx context.Context, cfg config.Config, a *app.App) error {
+	apiLn, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	metricsLn, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		apiLn.Close() //nolint:errcheck // the listen error is the one to report
+		return fmt.Errorf("listen for metrics %s: %w", cfg.MetricsAddr, err)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		wg                 sync.WaitGroup
+		apiErr, metricsErr error
+	)
+	wg.Go(func() {
+		defer stop()
+		apiErr = httpx.Serve(ctx, apiLn, cfg.HTTPAddr, a.Echo, cfg.ShutdownDrain)
+	})
+	wg.Go(func() {
+		defer stop()
+		if err := httpx.Serve(ctx, metricsLn, cfg.MetricsAddr, a.MetricsHandler(), cfg.ShutdownDrain); err != nil {
+			metricsErr = fmt.Errorf("metrics: %w", err)
+		}
+	})
+	wg.Wait()
+	return errors.Join(apiErr, metricsErr)
 }
 
 func migrateCmd(direction string, logger *slog.Logger) error {

@@ -62,6 +62,7 @@ type App struct {
 	idem        *idempotency.Store
 	bookkeeping *pgxpool.Pool
 	limits      limits
+	readiness   *readyProbe
 }
 
 // New builds the service on deps with the settings in cfg. Close releases
@@ -116,13 +117,19 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 
+	readiness, err := newReadyProbe(deps.Pool, locker, deps.Logger, m)
+	if err != nil {
+		limit.close()
+		bookkeeping.Close()
+		return nil, err
+	}
+
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies})
 	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
-		bookkeeping: bookkeeping, limits: limit}
+		bookkeeping: bookkeeping, limits: limit, readiness: readiness}
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
-	e.GET("/readyz", a.ready)
-	e.GET("/metrics", echo.WrapHandler(m.Handler()))
+	e.GET("/readyz", readiness.handle)
 
 	// Layer 0 on the routes that take an Idempotency-Key.
 	idemFor := func(flow string) echo.MiddlewareFunc {
@@ -205,6 +212,15 @@ func (l limits) close() {
 	}
 }
 
+// MetricsHandler serves GET /metrics, in the Prometheus text format, for a
+// listener of its own (SHOP_METRICS_ADDR): the scraper's port, not the
+// API's, where /metrics is an unknown route like any other.
+func (a *App) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.Metrics.Handler())
+	return mux
+}
+
 // newPayments builds the pay flow on the gateway at cfg.GatewayURL.
 func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker *lock.Locker, m *metrics.Metrics) (*payments.Service, error) {
 	const attempts = 2
@@ -236,30 +252,15 @@ func (a *App) Close() {
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
-// expiry, payment reconciliation and idempotency-key sweeping. Every replica runs them; each is
-// safe to run concurrently with its twins elsewhere.
+// expiry, payment reconciliation, idempotency-key sweeping, and the
+// readiness check that keeps shop_ready and shop_degraded current. Every
+// replica runs them; each is safe to run concurrently with its twins
+// elsewhere.
 func (a *App) RunJobs(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Orders.RunExpiry(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.Payments.RunReconciler(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.idem.RunSweeper(ctx, time.Hour) })
+	wg.Go(func() { a.readiness.run(ctx, a.cfg.JobInterval) })
 	wg.Wait()
-}
-
-func (a *App) ready(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
-	defer cancel()
-	var errs []error
-	if err := a.deps.Pool.Ping(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("postgres: %w", err))
-	}
-	if err := a.locker.Ready(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("lock quorum: %w", err))
-	}
-	if err := errors.Join(errs...); err != nil {
-		a.deps.Logger.WarnContext(ctx, "not ready", "err", err)
-		c.Response().Header().Set("Retry-After", "2")
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
-	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -56,11 +56,24 @@ type env struct {
 	replicas []*replica
 }
 
-// replica is one app.New with its own pool, Redis clients and HTTP server.
+// replica is one app.New with its own pool, Redis clients and HTTP
+// servers: the API's and the metrics'.
 type replica struct {
-	app    *app.App
-	url    string
-	client *http.Client
+	app        *app.App
+	url        string
+	metricsURL string
+	client     *http.Client
+}
+
+// serveReplica serves a's API and metrics on servers of their own, as
+// `shop serve` does, closed when the test ends.
+func serveReplica(t testing.TB, a *app.App, client *http.Client) *replica {
+	t.Helper()
+	srv := httptest.NewServer(a.Echo)
+	t.Cleanup(srv.Close)
+	metrics := httptest.NewServer(a.MetricsHandler())
+	t.Cleanup(metrics.Close)
+	return &replica{app: a, url: srv.URL, metricsURL: metrics.URL, client: client}
 }
 
 // newEnv builds replicas of the service on a fresh database, and a
@@ -106,9 +119,7 @@ func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 			t.Fatalf("app.New: %v", err)
 		}
 		t.Cleanup(a.Close)
-		srv := httptest.NewServer(a.Echo)
-		t.Cleanup(srv.Close)
-		e.replicas = append(e.replicas, &replica{app: a, url: srv.URL, client: client})
+		e.replicas = append(e.replicas, serveReplica(t, a, client))
 	}
 	return e
 }
@@ -171,6 +182,21 @@ func newGateway(t *testing.T, slowDelay time.Duration, afterCharge func(gateway.
 		_ = gw.Close()
 	})
 	return testGateway{server: gw, url: srv.URL}
+}
+
+// scrape returns the replica's metrics, from its metrics listener.
+func scrape(t testing.TB, r *replica) string {
+	t.Helper()
+	res, err := r.client.Get(r.metricsURL + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %d %s (%v)", res.StatusCode, b, err)
+	}
+	return string(b)
 }
 
 // r returns replica i modulo their number, so loops spread requests.

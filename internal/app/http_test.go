@@ -884,12 +884,11 @@ func TestOperations(t *testing.T) {
 			t.Errorf("Allow %q, want it to list GET", allow)
 		}
 	})
+	t.Run("NoMetricsOnTheAPIPort", func(t *testing.T) {
+		wantProblem(t, r.do(t, http.MethodGet, "/metrics", "", nil), http.StatusNotFound, "not_found")
+	})
 	t.Run("Metrics", func(t *testing.T) {
-		metrics := func() string {
-			res := r.do(t, http.MethodGet, "/metrics", "", nil)
-			wantStatus(t, res, http.StatusOK)
-			return string(res.Body)
-		}
+		metrics := func() string { return scrape(t, r) }
 		if m := metrics(); !strings.Contains(m, "shop_http_requests_total{") {
 			t.Errorf("/metrics has no shop_http_requests_total")
 		}
@@ -963,9 +962,7 @@ func TestOrders_LockUse(t *testing.T) {
 	mustCreateProduct(t, r, "LOCKS", 100, 10)
 	u := mustCreateUser(t, r, "lena")
 	acquired := func() string {
-		res := r.do(t, http.MethodGet, "/metrics", "", nil)
-		wantStatus(t, res, http.StatusOK)
-		m := regexp.MustCompile(`(?m)^shop_lock_acquisitions_total\{outcome="acquired"\} (\d+)$`).FindStringSubmatch(string(res.Body))
+		m := regexp.MustCompile(`(?m)^shop_lock_acquisitions_total\{outcome="acquired"\} (\d+)$`).FindStringSubmatch(scrape(t, r))
 		if m == nil {
 			return "0"
 		}

@@ -55,12 +55,11 @@ func payWantCharges(t testing.TB, e *env, orderID string, n int) []gateway.Charg
 // payWantMetric fails unless the replica's /metrics has the sample line.
 func payWantMetric(t testing.TB, r *replica, sample string) {
 	t.Helper()
-	res := r.do(t, http.MethodGet, "/metrics", "", nil)
-	wantStatus(t, res, http.StatusOK)
-	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + `$`).Match(res.Body) {
+	m := scrape(t, r)
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + `$`).MatchString(m) {
 		name, _, _ := strings.Cut(sample, "{")
 		name, _, _ = strings.Cut(name, " ")
-		t.Errorf("/metrics lacks %q; it has:\n%s", sample, grepLines(string(res.Body), name))
+		t.Errorf("/metrics lacks %q; it has:\n%s", sample, grepLines(m, name))
 	}
 }
 
@@ -315,8 +314,7 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 		}
 		// Not only settled none: looked at none, so it did not ask the
 		// gateway about a payment whose request may still be running.
-		res := r.do(t, http.MethodGet, "/metrics", "", nil)
-		if m := string(res.Body); strings.Contains(m, "shop_payment_reconciliations_total{") {
+		if m := scrape(t, r); strings.Contains(m, "shop_payment_reconciliations_total{") {
 			t.Errorf("the reconciler looked at a payment before its delay:\n%s", grepLines(m, "shop_payment_reconciliations_total"))
 		}
 	})

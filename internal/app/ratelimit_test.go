@@ -238,8 +238,7 @@ func TestRateLimit_SharedByReplicas(t *testing.T) {
 	// Each replica counts what it decided; together, every attempt.
 	allowed := 0
 	for i := range 2 {
-		res := e.r(i).do(t, http.MethodGet, "/metrics", "", nil)
-		m := regexp.MustCompile(`(?m)^shop_rate_limit_requests_total\{decision="allowed",limit="orders"\} (\d+)$`).FindSubmatch(res.Body)
+		m := regexp.MustCompile(`(?m)^shop_rate_limit_requests_total\{decision="allowed",limit="orders"\} (\d+)$`).FindSubmatch([]byte(scrape(t, e.r(i))))
 		if m == nil {
 			t.Fatalf("replica %d: no allowed count for orders", i)
 		}

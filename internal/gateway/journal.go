@@ -29,6 +29,9 @@ var errJournalClosed = errors.New("journal closed")
 // into apply, and cuts off a torn last line so the next append starts on a
 // line of its own.
 func openJournal(path string, apply func(record), logger *slog.Logger) (*journal, error) {
+	if err := makeDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
@@ -127,6 +130,20 @@ func (j *journal) close() error {
 	}
 	j.err = errJournalClosed
 	return j.f.Close()
+}
+
+// makeDir creates the journal's directory when it is missing (the default
+// path starts out without one), readable by the gateway's user only, like
+// the file, and makes its entry durable: a journal whose directory a crash
+// forgot would be forgotten with it.
+func makeDir(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create dir: %w", err)
+	}
+	return syncDir(filepath.Dir(dir))
 }
 
 func syncDir(dir string) error {

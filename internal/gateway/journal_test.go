@@ -103,6 +103,31 @@ func TestNew_NeedsAJournal(t *testing.T) {
 	}
 }
 
+// The journal's directory is created when missing (the default,
+// data/gateway-journal.jsonl, starts out without data/), private to the
+// gateway's user, and a restart finds the charges in it.
+func TestNew_CreatesTheJournalDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data", "gateway")
+	path := filepath.Join(dir, "journal.jsonl")
+	s1, ts1 := newGateway(t, gateway.Options{JournalPath: path})
+	ch := mustCharge(t, ts1, "c", chargeJSON(500, gateway.MethodOK, "o1"))
+	ts1.Close()
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		t.Fatalf("journal directory: %v", err)
+	}
+	if perm := info.Mode().Perm(); perm != 0o700 {
+		t.Errorf("journal directory mode %o, want 700", perm)
+	}
+	s2, _ := newGateway(t, gateway.Options{JournalPath: path})
+	if got := s2.Charges("o1"); len(got) != 1 || got[0].ID != ch.ID {
+		t.Errorf("after the restart: charges %+v, want %s", got, ch.ID)
+	}
+}
+
 func TestClose_LaterWritesFail(t *testing.T) {
 	s, err := gateway.New(gateway.Options{JournalPath: filepath.Join(t.TempDir(), "j"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -16,9 +16,20 @@ import (
 	"time"
 )
 
+// DefaultGatewayJournal is where `shop gateway` keeps its journal unless
+// SHOP_GATEWAY_JOURNAL says otherwise: a data directory under the working
+// directory (the repository's, for a developer; ignored by git), created
+// when missing, rather than a file among the sources. The compose file
+// puts it on a volume.
+const DefaultGatewayJournal = "data/gateway-journal.jsonl"
+
 // Config is everything the binary reads from its environment.
 type Config struct {
-	HTTPAddr    string   // SHOP_HTTP_ADDR
+	HTTPAddr string // SHOP_HTTP_ADDR
+	// MetricsAddr is where `shop serve` answers GET /metrics
+	// (SHOP_METRICS_ADDR): a port of its own, for the scraper, so the
+	// metrics are not public on the API's port.
+	MetricsAddr string
 	DatabaseURL string   // SHOP_DATABASE_URL
 	RedisAddrs  []string // SHOP_REDIS_ADDRS, comma-separated
 	AdminToken  string   // SHOP_ADMIN_TOKEN; empty: admin routes answer 403
@@ -134,11 +145,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 
 	c := Config{
 		HTTPAddr:         str("SHOP_HTTP_ADDR", ":8080"),
+		MetricsAddr:      str("SHOP_METRICS_ADDR", ":9090"),
 		DatabaseURL:      str("SHOP_DATABASE_URL", "postgres://shop:shop@localhost:5432/shop?sslmode=disable"),
 		AdminToken:       str("SHOP_ADMIN_TOKEN", ""),
 		GatewayURL:       str("SHOP_GATEWAY_URL", "http://localhost:8081"),
 		GatewayAddr:      str("SHOP_GATEWAY_ADDR", ":8081"),
-		GatewayJournal:   str("SHOP_GATEWAY_JOURNAL", "gateway-journal.jsonl"),
+		GatewayJournal:   str("SHOP_GATEWAY_JOURNAL", DefaultGatewayJournal),
 		GatewaySlowDelay: dur("SHOP_GATEWAY_SLOW_DELAY", 10*time.Second),
 		GatewayTimeout:   dur("SHOP_GATEWAY_TIMEOUT", 3*time.Second),
 		RequestTimeout:   dur("SHOP_REQUEST_TIMEOUT", 10*time.Second),
@@ -227,6 +239,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		errs = append(errs, errors.New("SHOP_ADMIN_TOKEN: at most 256 characters"))
 	}
 	errs = append(errs, c.checkTimings()...)
+	if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil || port == "" {
+		errs = append(errs, fmt.Errorf("SHOP_METRICS_ADDR: want host:port or :port, got %q", c.MetricsAddr))
+	} else if sameListener(c.MetricsAddr, c.HTTPAddr) {
+		errs = append(errs, fmt.Errorf("SHOP_METRICS_ADDR: %q is SHOP_HTTP_ADDR's port; the metrics need a port of their own", c.MetricsAddr))
+	}
 	if u, err := url.Parse(c.GatewayURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("SHOP_GATEWAY_URL: want an http:// URL, got %q", c.GatewayURL))
 	}
@@ -265,10 +282,23 @@ func (c Config) checkTimings() []error {
 	return errs
 }
 
+// sameListener reports whether two listen addresses would take the same
+// port: the same port on the same host, or on a wildcard host.
+func sameListener(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wildcard(ha) || wildcard(hb)
+}
+
 // LogValue masks the secrets when the config is logged.
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("http_addr", c.HTTPAddr),
+		slog.String("metrics_addr", c.MetricsAddr),
 		slog.String("database_url", maskURL(c.DatabaseURL)),
 		slog.Any("redis_addrs", c.RedisAddrs),
 		slog.Bool("admin_token_set", c.AdminToken != ""),

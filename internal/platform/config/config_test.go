@@ -25,6 +25,7 @@ func env(vars map[string]string, asked map[string]bool) func(string) string {
 // allVars names every variable FromEnv reads.
 var allVars = []string{
 	"SHOP_HTTP_ADDR",
+	"SHOP_METRICS_ADDR",
 	"SHOP_DATABASE_URL",
 	"SHOP_REDIS_ADDRS",
 	"SHOP_ADMIN_TOKEN",
@@ -63,6 +64,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 	}
 	want := Config{
 		HTTPAddr:    ":8080",
+		MetricsAddr: ":9090",
 		DatabaseURL: "postgres://shop:shop@localhost:5432/shop?sslmode=disable",
 		RedisAddrs:  []string{"localhost:6379"},
 		AdminToken:  "",
@@ -72,7 +74,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 		OrderTTL:    15 * time.Minute,
 		SeatHoldTTL: 5 * time.Minute,
 
-		GatewayJournal:   "gateway-journal.jsonl",
+		GatewayJournal:   "data/gateway-journal.jsonl",
 		GatewaySlowDelay: 10 * time.Second,
 		GatewayTimeout:   3 * time.Second,
 		RequestTimeout:   10 * time.Second,
@@ -111,6 +113,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 func TestFromEnv_EveryVariable(t *testing.T) {
 	vars := map[string]string{
 		"SHOP_HTTP_ADDR":               "127.0.0.1:9000",
+		"SHOP_METRICS_ADDR":            "127.0.0.1:9100",
 		"SHOP_DATABASE_URL":            "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
 		"SHOP_REDIS_ADDRS":             " r1:6379, r2:6379 ,,r3:6379,",
 		"SHOP_ADMIN_TOKEN":             "admin-secret",
@@ -147,6 +150,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 	}
 	want := Config{
 		HTTPAddr:         "127.0.0.1:9000",
+		MetricsAddr:      "127.0.0.1:9100",
 		DatabaseURL:      "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
 		RedisAddrs:       []string{"r1:6379", "r2:6379", "r3:6379"},
 		AdminToken:       "admin-secret",
@@ -248,6 +252,11 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"TrustedProxyBadBits", "SHOP_TRUSTED_PROXIES", "10.0.0.0/33"},
 		{"TrustedProxyOneBadOfTwo", "SHOP_TRUSTED_PROXIES", "10.0.0.0/8,172.16.0.0/x"},
 		{"TrustedProxyZone", "SHOP_TRUSTED_PROXIES", "fe80::1%eth0"},
+		{"MetricsAddrNoPort", "SHOP_METRICS_ADDR", "localhost"},
+		{"MetricsAddrEmptyPort", "SHOP_METRICS_ADDR", "localhost:"},
+		// The API's default port: /metrics would be on the API's port again.
+		{"MetricsAddrIsAPIPort", "SHOP_METRICS_ADDR", ":8080"},
+		{"MetricsAddrIsAPIPortOnAHost", "SHOP_METRICS_ADDR", "127.0.0.1:8080"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -321,6 +330,7 @@ func TestFromEnv_AllErrors(t *testing.T) {
 		"SHOP_RATE_LIMIT_PUBLIC":   "x/s",
 		"SHOP_RATE_LIMIT_WRITES":   "0/m",
 		"SHOP_RATE_LIMIT_ORDERS":   "30/week",
+		"SHOP_METRICS_ADDR":        "9090",
 	}
 	_, err := FromEnv(env(bad, nil))
 	if err == nil {
@@ -376,6 +386,7 @@ func TestLogValue(t *testing.T) {
 	}
 	want := map[string]any{
 		"http_addr":       ":8080",
+		"metrics_addr":    ":9090",
 		"database_url":    "postgres://app:xxxxx@db:5432/shop?sslmode=disable",
 		"admin_token_set": true,
 		"gateway_url":     "http://localhost:8081",
@@ -464,5 +475,32 @@ func TestFromEnv_RateLimitSwitch(t *testing.T) {
 		if err != nil || got.RateLimit.Off != off {
 			t.Errorf("SHOP_RATE_LIMIT=%q: Off = %v, %v; want %v, nil", value, got.RateLimit.Off, err, off)
 		}
+	}
+}
+
+// The metrics take a port of their own; only a clash with the API's is
+// refused.
+func TestFromEnv_MetricsAddr(t *testing.T) {
+	tests := []struct {
+		name, http, metrics string
+		ok                  bool
+	}{
+		{"Defaults", "", "", true},
+		{"OwnPort", ":8080", "127.0.0.1:9100", true},
+		{"SamePortOtherHost", "10.0.0.1:8080", "127.0.0.1:8080", true},
+		{"SamePortWildcardAPI", "0.0.0.0:8080", "127.0.0.1:8080", false},
+		{"SamePort", ":9000", ":9000", false},
+		{"EphemeralBoth", "127.0.0.1:0", "127.0.0.1:0", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := FromEnv(env(map[string]string{"SHOP_HTTP_ADDR": tt.http, "SHOP_METRICS_ADDR": tt.metrics}, nil))
+			if (err == nil) != tt.ok {
+				t.Errorf("SHOP_HTTP_ADDR=%q SHOP_METRICS_ADDR=%q: %v, want ok=%t", tt.http, tt.metrics, err, tt.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), "SHOP_METRICS_ADDR") {
+				t.Errorf("error %q does not name SHOP_METRICS_ADDR", err)
+			}
+		})
 	}
 }

@@ -206,12 +206,25 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 	}
 }
 
-// Ready reports whether a quorum of nodes answers (for /readyz).
-func (l *Locker) Ready(ctx context.Context) error {
-	if n := redisx.Ping(ctx, l.clients); n < l.quorum {
-		return fmt.Errorf("lock quorum: %d of %d redis nodes answer, %d needed", n, len(l.clients), l.quorum)
+// Quorum is the state of the lock's Redis nodes as one ping found it.
+type Quorum struct {
+	Answering int  // nodes that answered
+	Nodes     int  // nodes of the quorum
+	Needed    int  // nodes a lock needs: a majority
+	Mode      Mode // what Do does while a lock cannot be had
+}
+
+// Reachable reports whether a lock can be taken.
+func (q Quorum) Reachable() bool { return q.Answering >= q.Needed }
+
+// Ping asks every node once (for /readyz).
+func (l *Locker) Ping(ctx context.Context) Quorum {
+	return Quorum{
+		Answering: redisx.Ping(ctx, l.clients),
+		Nodes:     len(l.clients),
+		Needed:    l.quorum,
+		Mode:      l.mode,
 	}
-	return nil
 }
 
 // None is a Locker-shaped value that takes no lock, for tests that switch

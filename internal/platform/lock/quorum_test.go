@@ -70,10 +70,11 @@ func TestLocker_QuorumUnreachable(t *testing.T) {
 		}
 	})
 
-	t.Run("Ready", func(t *testing.T) {
-		l := mustLocker(t, deadNodes, Options{})
-		if err := l.Ready(context.Background()); err == nil {
-			t.Error("Ready with every node down = nil, want an error")
+	t.Run("Ping", func(t *testing.T) {
+		l := mustLocker(t, deadNodes, Options{Mode: Strict})
+		want := Quorum{Answering: 0, Nodes: 3, Needed: 2, Mode: Strict}
+		if q := l.Ping(context.Background()); q != want || q.Reachable() {
+			t.Errorf("Ping with every node down = %+v (reachable %t), want %+v, unreachable", q, q.Reachable(), want)
 		}
 	})
 }
@@ -86,8 +87,8 @@ func TestLocker_QuorumWithOneNodeDown(t *testing.T) {
 	l := mustLocker(t, addrs, Options{Mode: Strict, WaitBudget: 100 * time.Millisecond, Metrics: m})
 	key := uniqueKey(t)
 
-	if err := l.Ready(context.Background()); err != nil {
-		t.Errorf("Ready with 2 of 3 nodes = %v, want nil", err)
+	if q := l.Ping(context.Background()); q.Answering != 2 || !q.Reachable() {
+		t.Errorf("Ping with 2 of 3 nodes = %+v, want 2 answering, reachable", q)
 	}
 	release := holdLock(t, l, key)
 	err := l.Do(context.Background(), key, func(context.Context) error {
@@ -110,10 +111,11 @@ func TestLocker_QuorumWithOneNodeDown(t *testing.T) {
 	}
 }
 
-func TestLocker_Ready(t *testing.T) {
+func TestLocker_Ping(t *testing.T) {
 	l := mustLocker(t, testenv.RedisAddrs(t), Options{})
-	if err := l.Ready(context.Background()); err != nil {
-		t.Errorf("Ready = %v, want nil", err)
+	want := Quorum{Answering: 3, Nodes: 3, Needed: 2, Mode: Degrade}
+	if q := l.Ping(context.Background()); q != want || !q.Reachable() {
+		t.Errorf("Ping = %+v, want %+v, reachable", q, want)
 	}
 }
 

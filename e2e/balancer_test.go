@@ -1,0 +1,45 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// What the balancer answers itself, and what the API port no longer
+// serves: a body over the service's 64 KiB is refused by nginx with a
+// problem document like the service's; /metrics is not on the API port;
+// /readyz reports its checks.
+func (sc *scenario) balancerEdge(ctx context.Context, t *testing.T) {
+	resp, err := sc.c.once(ctx, request{method: http.MethodPost, path: "/v1/users",
+		body: map[string]string{"name": strings.Repeat("x", 64<<10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.status != http.StatusRequestEntityTooLarge || resp.problem().Code != "payload_too_large" ||
+		resp.header.Get("Content-Type") != "application/problem+json" || resp.header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("POST over 64 KiB: %s (%s), want nginx's 413 payload_too_large problem document with nosniff",
+			resp, resp.header.Get("Content-Type"))
+	}
+
+	resp, err = sc.c.once(ctx, request{method: http.MethodGet, path: "/metrics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.status != http.StatusNotFound || resp.problem().Code != "not_found" {
+		t.Errorf("GET /metrics through the balancer: %s, want 404 not_found: the metrics have a port of their own", resp)
+	}
+
+	ready := expect[struct {
+		Ready  bool `json:"ready"`
+		Checks map[string]struct {
+			Status string `json:"status"`
+		} `json:"checks"`
+	}](ctx, t, sc.c, request{method: http.MethodGet, path: "/readyz"}, http.StatusOK)
+	if !ready.Ready || ready.Checks["postgres"].Status != "ok" || ready.Checks["lock_quorum"].Status != "ok" {
+		t.Errorf("/readyz: %+v, want ready with postgres and lock_quorum ok", ready)
+	}
+}
