@@ -12,7 +12,8 @@
 //     claim on that same (user, key), a lease in PostgreSQL, is the lock;
 //     other callers, and cancel, take a redsync lock over the Redis quorum.
 //   - Layer 2, the state machine in orders.go: pending_payment can become
-//     paid, cancelled or expired, and nothing else moves.
+//     paying (a payment in flight), cancelled or expired; paying can become
+//     paid, cancelled, or pending_payment again; nothing else moves.
 //   - Layer 3, the version column: a status is written with
 //     "WHERE id = $1 AND version = $2", so a writer that read a stale order
 //     (a slow replica, a lock that expired under it) changes nothing. For
@@ -23,12 +24,14 @@
 //
 // Any one layer can fail alone (Redis down, a lease expiring in a GC pause,
 // a client that sends no key) and the outcome stays correct; the layer
-// tests switch layers off one by one to show it (Defences).
+// tests take layers off one by one to show it (Config.Layers, whose zero
+// value is every layer on).
 //
 // The expiry job runs in every replica. It claims due orders with
 // FOR UPDATE SKIP LOCKED, so concurrent runs split the work instead of
 // repeating it, and its status change goes through the same version bump as
 // a user's cancel, so whichever commits first wins and the other changes
-// nothing. An order whose payment is in flight (package payments) is not
-// expired: the payment began in time, and it settles the order either way.
+// nothing. An order being paid (paying) is not pending and is not
+// expired: its payment began in time, and it settles the order either way.
+// The order says so itself; this package reads no other package's tables.
 package orders

@@ -12,9 +12,11 @@
 //     gateway call under a watchdog: one payment of an order at a time,
 //     across replicas, so a storm of clicks makes one call to the outside
 //     world, not fifteen.
-//   - Layer 2, the order's state machine (orders.Order.Payable and Pay),
-//     asked under a share lock on the order row when the payment begins,
-//     and again when it settles.
+//   - Layer 2, the order's state machine: a payment begins by moving its
+//     order pending_payment → paying (orders.Order.BeginPayment) in the
+//     transaction that opens it, so a second payment finds the order
+//     paying and the expiry job leaves it alone; it settles paying → paid
+//     (Pay), or back to pending_payment when declined (PaymentEnded).
 //   - Layer 3, version-checked writes: the outcome and the order's move to
 //     paid are written in one transaction, each row only at the version
 //     read, so the request and the reconciler cannot both settle one
