@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/shop-example/shop/internal/bench"
 )
 
 const usage = `usage: shop <command>
@@ -63,7 +65,11 @@ func run(ctx context.Context, args []string, logger *slog.Logger) error {
 	case "seed":
 		return seed(ctx, logger)
 	case "bench":
-		return bench(ctx, args[1:], logger)
+		err := bench.Run(ctx, args[1:], logger)
+		if errors.Is(err, bench.ErrUsage) {
+			return errUsage
+		}
+		return err
 	case "gateway":
 		return gateway(ctx, logger)
 	case "health":

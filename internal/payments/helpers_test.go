@@ -179,6 +179,15 @@ func (f *fixture) mustInt(t *testing.T, sql string, args ...any) int {
 	return n
 }
 
+func (f *fixture) mustString(t *testing.T, sql string, args ...any) string {
+	t.Helper()
+	var s string
+	if err := f.pool.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
 func (f *fixture) mustExec(t *testing.T, sql string, args ...any) {
 	t.Helper()
 	if _, err := f.pool.Exec(context.Background(), sql, args...); err != nil {

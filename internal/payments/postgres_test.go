@@ -69,39 +69,63 @@ func TestStore_SettleOnce(t *testing.T) {
 
 // TestStore_ChargeSettlesOnePayment is layer 4 behind the settlement: one
 // gateway charge can settle one payment, never two. A second settlement
-// that names the same charge fails, and takes its order move down with
-// it: the other order stays unpaid, its payment processing.
+// that names the same charge fails with ErrChargeSettled, and takes its
+// order move down with it: the other order stays paying, its payment
+// processing. Without payments_charge_id_key both settle.
 func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs PostgreSQL")
 	}
-	f := newFixture(t)
-	store := payments.NewStore(f.pool)
-	_, ids := f.mustCreateOrders(t, 2)
-	now := f.clock.Now().Truncate(time.Microsecond)
-	pay := func(p payments.Payment) error {
-		if err := p.Succeed("ch_shared", now); err != nil {
-			return err
-		}
-		_, err := store.Settle(context.Background(), p, layers.Set{}, func(o *orders.Order) (bool, error) { return true, o.Pay(now) })
-		return err
-	}
+	for _, tc := range []struct {
+		name       string
+		drop       bool
+		wantBroken bool
+	}{
+		{name: "Constraint"},
+		{name: "WithoutConstraint", drop: true, wantBroken: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			if tc.drop {
+				f.mustExec(t, `ALTER TABLE payments DROP CONSTRAINT payments_charge_id_key`)
+			}
+			store := payments.NewStore(f.pool)
+			_, ids := f.mustCreateOrders(t, 2)
+			now := f.clock.Now().Truncate(time.Microsecond)
+			pay := func(p payments.Payment) error {
+				if err := p.Succeed("ch_shared", now); err != nil {
+					return err
+				}
+				_, err := store.Settle(context.Background(), p, layers.Set{}, func(o *orders.Order) (bool, error) { return true, o.Pay(now) })
+				return err
+			}
 
-	first, second := mustBegin(t, store, ids[0], now), mustBegin(t, store, ids[1], now)
-	if err := pay(first); err != nil {
-		t.Fatalf("first settlement: %v", err)
-	}
-	if err := pay(second); err == nil {
-		t.Fatal("a second payment was settled with the charge of the first")
-	}
-	if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE charge_id = 'ch_shared'`); n != 1 {
-		t.Errorf("%d payments carry the charge, want 1", n)
-	}
-	if n := f.mustInt(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'paying'`, ids[1]); n != 1 {
-		t.Error("the second order moved although its settlement failed")
-	}
-	if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE id = $1 AND status = 'processing'`, second.ID); n != 1 {
-		t.Error("the second payment left processing although its settlement failed")
+			first, second := mustBegin(t, store, ids[0], now), mustBegin(t, store, ids[1], now)
+			if err := pay(first); err != nil {
+				t.Fatalf("first settlement: %v", err)
+			}
+			err := pay(second)
+			carrying := f.mustInt(t, `SELECT count(*) FROM payments WHERE charge_id = 'ch_shared'`)
+			if tc.wantBroken {
+				if err != nil || carrying != 2 {
+					t.Fatalf("without the constraint: second settlement %v, %d payments carry the charge; want both settled", err, carrying)
+				}
+				t.Log("without payments_charge_id_key one charge settled two payments and paid two orders")
+				return
+			}
+			if !errors.Is(err, payments.ErrChargeSettled) {
+				t.Fatalf("second settlement = %v, want ErrChargeSettled", err)
+			}
+			if carrying != 1 {
+				t.Errorf("%d payments carry the charge, want 1", carrying)
+			}
+			if n := f.mustInt(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'paying'`, ids[1]); n != 1 {
+				t.Error("the second order moved although its settlement failed")
+			}
+			if n := f.mustInt(t, `SELECT count(*) FROM payments WHERE id = $1 AND status = 'processing'`, second.ID); n != 1 {
+				t.Error("the second payment left processing although its settlement failed")
+			}
+		})
 	}
 }
 

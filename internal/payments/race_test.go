@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/problem"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -150,49 +152,75 @@ func TestPay_Storm(t *testing.T) {
 
 // TestPay_ExpiryWhileCharging runs the order expiry job at the worst
 // moment: the gateway has charged, the order's time is up, and the outcome
-// is not recorded yet. The job must leave the order alone, and the payment
-// must settle it as paid. (Without the job's in-flight check, the order
-// expires and the charge has to be refunded: the customer paid in time and
-// gets nothing.)
+// is not recorded yet. The job must leave the order alone (it is paying,
+// not pending), and the payment must settle it as paid. Without the job's
+// state rule the order expires and the charge has to be refunded: the
+// customer paid in time and gets nothing.
 func TestPay_ExpiryWhileCharging(t *testing.T) {
 	if testing.Short() {
 		t.Skip("races real PostgreSQL and a gateway")
 	}
-	var f *fixture
-	expired := make(chan int, stormOrders)
-	f = newFixtureWith(t, gateway.Options{AfterCharge: func(gateway.Charge) {
-		f.clock.Advance(time.Hour) // far past every order's time
-		n, err := f.orders.ExpireDue(context.Background())
-		if err != nil {
-			t.Errorf("ExpireDue: %v", err)
-		}
-		expired <- n
-	}})
-	svc := f.service(t, layers.Set{})
-	users := f.mustCreateBuyers(t, stormOrders)
+	for _, tc := range []struct {
+		name       string
+		job        layers.Set // the expiry job's layers
+		wantBroken bool
+	}{
+		{name: "StateRule"},
+		{name: "WithoutStateRule", job: layers.Off(layers.State), wantBroken: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f *fixture
+			var job *orders.Service
+			expired := make(chan int, stormOrders)
+			f = newFixtureWith(t, gateway.Options{AfterCharge: func(gateway.Charge) {
+				f.clock.Advance(time.Hour) // far past every order's time
+				n, err := job.ExpireDue(context.Background())
+				if err != nil {
+					t.Errorf("ExpireDue: %v", err)
+				}
+				expired <- n
+			}})
+			var err error
+			job, err = orders.NewService(orders.Config{Store: orders.NewStore(f.pool), Locker: lock.None{},
+				OrderTTL: 15 * time.Minute, Now: f.clock.Now, Layers: tc.job})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc := f.service(t, layers.Set{})
+			users := f.mustCreateBuyers(t, stormOrders)
 
-	// One order at a time, each placed just before it is paid, so the
-	// only pending order is the one whose charge is in flight.
-	var ids []string
-	for i, u := range users {
-		id := f.mustPlaceOrder(t, u)
-		ids = append(ids, id)
-		if _, err := svc.Pay(context.Background(), u, id, gateway.MethodOK); err != nil {
-			t.Errorf("pay order %d: %v", i, err)
-		}
-		f.clock.Advance(-time.Hour)
-	}
-	close(expired)
-	for n := range expired {
-		if n != 0 {
-			t.Errorf("the expiry job expired %d orders while their payments were in flight", n)
-		}
-	}
-	for _, b := range f.doubleCharges(t, ids) {
-		t.Error(b)
-	}
-	if n := f.mustInt(t, `SELECT count(*) FROM stock_releases`); n != 0 {
-		t.Errorf("%d orders gave their stock back, want none: all were paid", n)
+			// One order at a time, each placed just before it is paid, so
+			// the only order due is the one whose charge is in flight.
+			var ids []string
+			for _, u := range users {
+				id := f.mustPlaceOrder(t, u)
+				ids = append(ids, id)
+				_, _ = svc.Pay(context.Background(), u, id, gateway.MethodOK)
+				f.clock.Advance(-time.Hour)
+			}
+			close(expired)
+			total := 0
+			for n := range expired {
+				total += n
+			}
+			refunded := f.mustInt(t, `SELECT count(*) FROM payments WHERE status = 'refunded'`)
+			if tc.wantBroken {
+				if total == 0 || refunded == 0 {
+					t.Fatalf("without the state rule the job expired %d orders and %d charges were refunded: this case cannot fail", total, refunded)
+				}
+				t.Logf("without the state rule: %d of %d orders expired while being paid, %d charges refunded", total, len(ids), refunded)
+				return
+			}
+			if total != 0 {
+				t.Errorf("the expiry job expired %d orders while their payments were in flight", total)
+			}
+			for _, b := range f.doubleCharges(t, ids) {
+				t.Error(b)
+			}
+			if n := f.mustInt(t, `SELECT count(*) FROM stock_releases`); n != 0 {
+				t.Errorf("%d orders gave their stock back, want none: all were paid", n)
+			}
+		})
 	}
 }
 

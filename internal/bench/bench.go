@@ -1,5 +1,7 @@
-package main
-
+// Package bench is `shop bench`: each flow measured through the layered
+// HTTP service against a raw SQL baseline, in one run, on one machine.
+// cmd/shop only dispatches to Run; docs/BENCHMARKS.md has the figures.
+//
 // `shop bench orders` measures order creation through the layered HTTP
 // service against the raw SQL baseline, in one run, with -clients concurrent
 // clients, for one hot SKU and for orders spread over -skus SKUs.
@@ -27,6 +29,7 @@ package main
 //
 // It works in a scratch database that it creates on the -db server and drops
 // at the end; it never reads or writes the data of the database in -db.
+package bench
 
 import (
 	"context"
@@ -75,9 +78,15 @@ type benchOptions struct {
 	serviceConns int
 }
 
-func bench(ctx context.Context, args []string, logger *slog.Logger) error {
+// ErrUsage means the command line was not one Run understands; the caller
+// prints the usage.
+var ErrUsage = errors.New("usage: shop bench orders|payments [flags]")
+
+// Run runs `shop bench <args>`: args[0] is what to measure (orders or
+// payments), the rest its flags.
+func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 	if len(args) == 0 {
-		return errUsage
+		return ErrUsage
 	}
 	var run func(context.Context, benchOptions, *slog.Logger) error
 	switch args[0] {
@@ -86,7 +95,7 @@ func bench(ctx context.Context, args []string, logger *slog.Logger) error {
 	case "payments":
 		run = benchPayments
 	default:
-		return errUsage
+		return ErrUsage
 	}
 	o, err := parseBenchFlags(args[0], args[1:])
 	if errors.Is(err, errHelpShown) {
@@ -127,7 +136,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, errHelpShown
 		}
-		return o, errUsage
+		return o, ErrUsage
 	}
 	if o.dbURL == "" {
 		o.dbURL = cfg.DatabaseURL

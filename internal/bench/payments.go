@@ -1,4 +1,4 @@
-package main
+package bench
 
 // `shop bench payments` measures the pay flow (internal/payments) through
 // the layered HTTP service against a raw baseline that makes the same
@@ -58,10 +58,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/books"
 	gw "github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/config"
 )
@@ -210,29 +212,29 @@ func outOfOrders() string {
 	return "out of orders"
 }
 
-// sqlSeedPendingOrders inserts orders that wait for payment, each with one
-// unit of the bench product, as the order store would have left them.
-const sqlSeedPendingOrders = `WITH o AS (
-		INSERT INTO orders (id, user_id, request_key, status, total_cents, version, created_at, updated_at, expires_at)
-		SELECT s.id, s.user_id, s.id::text, 'pending_payment', $3, 1, now(), now(), now() + interval '1 day'
-		FROM unnest($1::uuid[], $2::uuid[]) AS s (id, user_id)
-		RETURNING id)
-	INSERT INTO order_items (order_id, sku, quantity, unit_price_cents)
-	SELECT o.id, $4, 1, $3 FROM o`
-
-// seedPendingOrders creates n pending orders, owned by the users in turn.
+// seedPendingOrders creates n pending orders, owned by the users in turn,
+// each with one unit of the bench product, with the order store's own
+// insert (orders.Insert), in one transaction.
 func seedPendingOrders(ctx context.Context, pool *pgxpool.Pool, userIDs []string, n int) (*pendingOrders, error) {
 	p := &pendingOrders{ids: make([]string, n), owners: make([]int, n)}
-	users := make([]string, n)
-	for i := range n {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("seed orders: %w", err)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for i := range n {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return err
+			}
+			p.ids[i], p.owners[i] = id.String(), i%len(userIDs)
+			err = orders.Insert(ctx, tx, orders.Order{ID: p.ids[i], UserID: userIDs[p.owners[i]], RequestKey: p.ids[i],
+				Status: orders.StatusPendingPayment, TotalCents: payPrice, Version: 1, CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour),
+				Items: []orders.Item{{SKU: payPrefix + "1", Quantity: 1, UnitPriceCents: payPrice}}})
+			if err != nil {
+				return err
+			}
 		}
-		p.ids[i], p.owners[i] = id.String(), i%len(userIDs)
-		users[i] = userIDs[p.owners[i]]
-	}
-	if _, err := pool.Exec(ctx, sqlSeedPendingOrders, p.ids, users, payPrice, payPrefix+"1"); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("seed orders: %w", err)
 	}
 	return p, nil

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
@@ -121,19 +123,9 @@ type rawFlow struct {
 	users []string // user id of each client
 }
 
-// The same statements the order store runs for a one-line order: the
-// conditional decrement, and the order with its item in one statement.
-const (
-	sqlRawTakeStock = `UPDATE products SET stock_available = stock_available - 1
-		WHERE sku = $1 AND stock_available >= 1 RETURNING price_cents`
-	sqlRawInsertOrder = `WITH o AS (
-			INSERT INTO orders (id, user_id, request_key, status, total_cents, version, created_at, updated_at, expires_at)
-			VALUES ($1, $2, $3, 'pending_payment', $4, 1, $5, $5, $6)
-			RETURNING id)
-		INSERT INTO order_items (order_id, sku, quantity, unit_price_cents)
-		SELECT o.id, $7, 1, $4 FROM o`
-)
-
+// order is the baseline: the order store's own statements for a one-line
+// order (inventory.TakeStock's conditional decrement and orders.Insert) in
+// one transaction, and nothing else.
 func (f rawFlow) order(ctx context.Context, client int, sku string) string {
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -141,18 +133,20 @@ func (f rawFlow) order(ctx context.Context, client int, sku string) string {
 	}
 	now := time.Now().UTC()
 	err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		var price int64
-		if err := tx.QueryRow(ctx, sqlRawTakeStock, sku).Scan(&price); err != nil {
+		lines := []inventory.Line{{SKU: sku, Quantity: 1}}
+		prices, err := inventory.TakeStock(ctx, tx, lines, inventory.TakeConditional)
+		if err != nil {
 			return err
 		}
 		// The order id doubles as the request key: every order is new.
-		_, err := tx.Exec(ctx, sqlRawInsertOrder, id, f.users[client], id.String(), price, now, now.Add(15*time.Minute), sku)
-		return err
+		return orders.Insert(ctx, tx, orders.Order{ID: id.String(), UserID: f.users[client], RequestKey: id.String(),
+			Status: orders.StatusPendingPayment, TotalCents: prices[sku], Version: 1, CreatedAt: now, ExpiresAt: now.Add(15 * time.Minute),
+			Items: []orders.Item{{SKU: sku, Quantity: 1, UnitPriceCents: prices[sku]}}})
 	})
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, inventory.ErrOutOfStock):
 		return "out of stock"
 	case postgres.SQLState(err) != "":
 		return "sqlstate " + postgres.SQLState(err)
