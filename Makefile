@@ -5,7 +5,7 @@ BIN     ?= bin/shop
 PKGS    ?= ./...
 FUZZTIME ?= 30s
 
-.PHONY: all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean
+.PHONY: ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean
 
 all: build
 
@@ -17,6 +17,10 @@ build:
 # SHOP_TEST_REDIS_ADDRS point at running servers.
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+# The ablation matrices, rewriting docs/ABLATION.md with what they saw.
+ablation:
+	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -run '^TestAblation_' ./internal/app/
 
 # Pure rule tests only: no database, no Redis.
 test-short:

@@ -47,6 +47,9 @@ type Deps struct {
 	// (layers.Off), the idempotency layer included: its routes are then
 	// registered without the middleware.
 	Layers layers.Set
+	// NaiveStock is how stock is taken with layer 3 off
+	// (orders.Config.NaiveStock); layer tests only.
+	NaiveStock inventory.Take
 }
 
 // App is one replica of the service.
@@ -94,13 +97,14 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	authn := auth.NewMiddleware(users, cfg.AdminToken)
 
 	orderSvc, err := orders.NewService(orders.Config{
-		Store:    orders.NewStore(deps.Pool),
-		Locker:   locker,
-		Metrics:  m,
-		Logger:   deps.Logger,
-		OrderTTL: cfg.OrderTTL,
-		Now:      deps.Now,
-		Layers:   deps.Layers,
+		Store:      orders.NewStore(deps.Pool),
+		Locker:     locker,
+		Metrics:    m,
+		Logger:     deps.Logger,
+		OrderTTL:   cfg.OrderTTL,
+		Now:        deps.Now,
+		Layers:     deps.Layers,
+		NaiveStock: deps.NaiveStock,
 	})
 	if err != nil {
 		bookkeeping.Close()

@@ -85,6 +85,13 @@ func serveReplica(t testing.TB, a *app.App, client *http.Client) *replica {
 // limits' own tests turn them on (limitedEnv).
 func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 	t.Helper()
+	return newEnvWith(t, replicas, vars, app.Deps{})
+}
+
+// newEnvWith is newEnv with the layer switches of deps (Layers,
+// NaiveStock) in every replica: the ablation matrices take layers off.
+func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app.Deps) *env {
+	t.Helper()
 	dbURL := testenv.DatabaseURL(t)
 	environ := map[string]string{
 		"SHOP_DATABASE_URL":    dbURL,
@@ -114,7 +121,8 @@ func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 		pool := testenv.PoolFor(t, dbURL)
 		clients := redisx.Clients(cfg.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
-		a, err := app.New(cfg, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.clock.Now})
+		a, err := app.New(cfg, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.clock.Now,
+			Layers: switches.Layers, NaiveStock: switches.NaiveStock})
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
 		}
