@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	cardgateway "github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -61,9 +61,7 @@ func TestCrash_MidCharge(t *testing.T) {
 	charged := make(chan cardgateway.Charge, 1)
 	serverDead := make(chan struct{})
 	var once sync.Once
-	gw, err := cardgateway.New(cardgateway.Options{
-		JournalPath: t.TempDir() + "/gateway.jsonl",
-		Logger:      slog.New(slog.DiscardHandler),
+	gw, gwURL := gatewaytest.Start(t, cardgateway.Options{
 		AfterCharge: func(c cardgateway.Charge) {
 			once.Do(func() {
 				charged <- c
@@ -71,16 +69,11 @@ func TestCrash_MidCharge(t *testing.T) {
 			})
 		},
 	})
-	if err != nil {
-		t.Fatalf("gateway.New: %v", err)
-	}
-	gwSrv := httptest.NewServer(gw.Handler())
-	t.Cleanup(func() { gwSrv.Close(); _ = gw.Close() })
 
 	environ := []string{
 		"SHOP_DATABASE_URL=" + dbURL,
 		"SHOP_REDIS_ADDRS=" + strings.Join(testenv.RedisAddrs(t), ","),
-		"SHOP_GATEWAY_URL=" + gwSrv.URL,
+		"SHOP_GATEWAY_URL=" + gwURL,
 		"SHOP_ADMIN_TOKEN=crash-admin",
 		"SHOP_JOB_INTERVAL=200ms",
 		"SHOP_PAYMENT_RECONCILE_AFTER=1s",

@@ -2,8 +2,6 @@ package app_test
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"testing"
@@ -72,7 +70,7 @@ func TestAblation_CreateOrder(t *testing.T) {
 				`ALTER TABLE products DROP CONSTRAINT products_stock_nonnegative`,
 				`ALTER TABLE orders DROP CONSTRAINT orders_user_request_key`)
 			mustCreateProduct(t, e.r(0), "ABL-HOT", 1000, stock)
-			users := e.mustCreateUsers(t, buyers)
+			users := testenv.Users(t, e.db, buyers)
 			e.warm(t, 32)
 			testenv.Together(buyers*copies, func(i int) {
 				u := users[i/copies]
@@ -112,7 +110,7 @@ func TestAblation_CancelOrder(t *testing.T) {
 			e := ablationEnv(t, row, 0, `ALTER TABLE stock_releases DROP CONSTRAINT stock_releases_pkey`)
 			const initial = 100
 			mustCreateProduct(t, e.r(0), "ABL-CANCEL", 1000, initial)
-			users := e.mustCreateUsers(t, orders)
+			users := testenv.Users(t, e.db, orders)
 			ids := make([]string, orders)
 			for i, u := range users {
 				ids[i] = mustCreateOrder(t, e.r(i), u.Token, line{"ABL-CANCEL", 1}).ID
@@ -151,7 +149,7 @@ func TestAblation_PayOrder(t *testing.T) {
 		rows, func(t *testing.T, row testenv.Row) testenv.Outcome {
 			e := ablationEnv(t, row, 0, `DROP INDEX payments_one_active_per_order`)
 			mustCreateProduct(t, e.r(0), "ABL-PAY", 1500, orders)
-			users := e.mustCreateUsers(t, orders)
+			users := testenv.Users(t, e.db, orders)
 			ids, keys := make([]string, orders), make([]string, orders)
 			for i, u := range users {
 				ids[i], keys[i] = mustCreateOrder(t, e.r(i), u.Token, line{"ABL-PAY", 1}).ID, newKey()
@@ -192,41 +190,6 @@ func TestAblation_PayOrder(t *testing.T) {
 			}
 			return testenv.Outcome{Violations: charged, Unit: "orders not paid with exactly one charge", Of: orders, OfUnit: "orders"}
 		})
-}
-
-// mustCreateUsers registers n users straight in the database, each with a
-// token of its own, as POST /v1/users would.
-func (e *env) mustCreateUsers(t *testing.T, n int) []user {
-	t.Helper()
-	users := make([]user, n)
-	names, hashes := make([]string, n), make([][]byte, n)
-	for i := range users {
-		token := "shop_" + rand.Text()
-		sum := sha256.Sum256([]byte(token))
-		users[i] = user{Name: fmt.Sprintf("buyer-%d", i), Token: token}
-		names[i], hashes[i] = users[i].Name, sum[:]
-	}
-	rows, err := e.db.Query(context.Background(), `INSERT INTO users (id, name, token_hash, created_at)
-		SELECT gen_random_uuid(), name, hash, now() FROM unnest($1::text[], $2::bytea[]) AS u (name, hash)
-		RETURNING id::text, name`, names, hashes)
-	if err != nil {
-		t.Fatalf("create users: %v", err)
-	}
-	byName := map[string]string{}
-	for rows.Next() {
-		var id, name string
-		if err := rows.Scan(&id, &name); err != nil {
-			t.Fatalf("create users: %v", err)
-		}
-		byName[name] = id
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("create users: %v", err)
-	}
-	for i := range users {
-		users[i].ID = byName[users[i].Name]
-	}
-	return users
 }
 
 func abs(n int) int {

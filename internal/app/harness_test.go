@@ -23,6 +23,7 @@ import (
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/books"
 	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/platform/testenv"
@@ -36,21 +37,12 @@ const (
 	orderTTL = 15 * time.Minute
 )
 
-// clock is the injected time every replica of an env shares: the real time
-// plus an offset the test moves forward, so timestamps still advance between
-// requests (lists sort by them) and expiry needs no sleeping.
-type clock struct{ offset atomic.Int64 }
-
-func (c *clock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
-
-func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
-
 // env is N replicas of the service on one database and one lock quorum,
 // as docker compose runs them, with a payment gateway reached over HTTP,
 // plus a direct pool for checking invariants.
 type env struct {
 	db       *pgxpool.Pool
-	clock    *clock
+	clock    *testenv.Clock // shared by every replica; it runs with real time, so lists sort by it
 	gateway  *gateway.Server
 	cfg      config.Config
 	replicas []*replica
@@ -106,9 +98,9 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	gw := newGateway(t, cfg.GatewaySlowDelay, nil)
+	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Logger: testLogger(t)})
 	if vars["SHOP_GATEWAY_URL"] == "" {
-		cfg.GatewayURL = gw.url
+		cfg.GatewayURL = gwURL
 	}
 
 	logger := testLogger(t)
@@ -116,7 +108,7 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
-	e := &env{db: testenv.PoolFor(t, dbURL), clock: &clock{}, gateway: gw.server, cfg: cfg}
+	e := &env{db: testenv.PoolFor(t, dbURL), clock: testenv.NewClock(), gateway: gw, cfg: cfg}
 	for range replicas {
 		pool := testenv.PoolFor(t, dbURL)
 		clients := redisx.Clients(cfg.RedisAddrs)
@@ -164,32 +156,6 @@ func (e *env) assertBooks(t *testing.T) {
 	default:
 		t.Log(r)
 	}
-}
-
-// testGateway is a payment gateway on a real HTTP server, as `shop gateway`
-// runs it, with its journal in the test's directory.
-type testGateway struct {
-	server *gateway.Server
-	url    string
-}
-
-func newGateway(t *testing.T, slowDelay time.Duration, afterCharge func(gateway.Charge)) testGateway {
-	t.Helper()
-	gw, err := gateway.New(gateway.Options{
-		JournalPath: t.TempDir() + "/gateway.jsonl",
-		SlowDelay:   slowDelay,
-		AfterCharge: afterCharge,
-		Logger:      testLogger(t),
-	})
-	if err != nil {
-		t.Fatalf("gateway.New: %v", err)
-	}
-	srv := httptest.NewServer(gw.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		_ = gw.Close()
-	})
-	return testGateway{server: gw, url: srv.URL}
 }
 
 // scrape returns the replica's metrics, from its metrics listener.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -144,7 +146,7 @@ func TestPayments_ReconcilersWithoutLock(t *testing.T) {
 		t.Skip("races real PostgreSQL and a gateway")
 	}
 	const orders = 40
-	gw := newGateway(t, time.Second, nil)
+	gw, _ := gatewaytest.Start(t, gateway.Options{SlowDelay: time.Second})
 	var down atomic.Bool
 	down.Store(true)
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -152,7 +154,7 @@ func TestPayments_ReconcilersWithoutLock(t *testing.T) {
 			http.Error(w, "gateway down", http.StatusBadGateway)
 			return
 		}
-		gw.server.Handler().ServeHTTP(w, req)
+		gw.Handler().ServeHTTP(w, req)
 	}))
 	t.Cleanup(proxy.Close)
 	e := newEnv(t, 2, map[string]string{
@@ -190,7 +192,7 @@ func TestPayments_ReconcilersWithoutLock(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM orders WHERE status = 'paid'`); n != orders {
 		t.Errorf("%d orders paid, want %d", n, orders)
 	}
-	if charges := gw.server.Charges(""); len(charges) != orders {
+	if charges := gw.Charges(""); len(charges) != orders {
 		t.Errorf("%d charges, want %d", len(charges), orders)
 	}
 	e.assertBooks(t)

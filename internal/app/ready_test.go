@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/platform/testenv"
@@ -48,7 +50,7 @@ func newLinkedReplica(t *testing.T, lockMode string) linkedReplica {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	cfg.GatewayURL = newGateway(t, cfg.GatewaySlowDelay, nil).url
+	_, cfg.GatewayURL = gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay})
 	clients := redisx.Clients(cfg.RedisAddrs)
 	t.Cleanup(func() { _ = redisx.Close(clients) })
 	a, err := app.New(cfg, app.Deps{Pool: testenv.PoolFor(t, cfg.DatabaseURL), Redis: clients, Logger: testLogger(t)})

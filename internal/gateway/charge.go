@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -177,12 +176,8 @@ func (s *Server) holdBack(ctx context.Context, ch Charge) error {
 	if wait <= 0 {
 		return nil
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("hold back %s: %w", ch.ID, ctx.Err())
+	if err := s.opts.Sleep(ctx, wait); err != nil {
+		return fmt.Errorf("hold back %s: %w", ch.ID, err)
 	}
+	return nil
 }

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 func TestAPI_Statuses(t *testing.T) {
@@ -192,9 +194,33 @@ func TestCharges_Flaky(t *testing.T) {
 	wantCharges(t, s, "o1", 1)
 }
 
+// holdBack stands in for the gateway's pm_card_slow hold-back: it records
+// how long the gateway asked to wait, and waits until the test lets it go
+// (or the request ends). With the gateway's clock frozen, what was asked is
+// exact, and no test waits out a real delay.
+type holdBack struct {
+	asked   chan time.Duration
+	release chan struct{}
+}
+
+func newHoldBack() *holdBack {
+	return &holdBack{asked: make(chan time.Duration, 16), release: make(chan struct{})}
+}
+
+func (h *holdBack) sleep(ctx context.Context, d time.Duration) error {
+	h.asked <- d
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func TestCharges_Slow(t *testing.T) {
-	const delay = 300 * time.Millisecond
-	s, ts := newGateway(t, gateway.Options{SlowDelay: delay})
+	const delay = 10 * time.Second
+	clock, hold := testenv.NewFrozenClock(), newHoldBack()
+	s, ts := newGateway(t, gateway.Options{SlowDelay: delay, Now: clock.Now, Sleep: hold.sleep})
 	body := chargeJSON(500, gateway.MethodSlow, "o-slow")
 	impatient := &http.Client{Timeout: 100 * time.Millisecond}
 
@@ -204,11 +230,14 @@ func TestCharges_Slow(t *testing.T) {
 		if !errors.As(err, &ne) || !ne.Timeout() {
 			t.Fatalf("attempt %d in the window: err %v, want a client timeout", attempt, err)
 		}
+		if d := <-hold.asked; d != delay {
+			t.Fatalf("attempt %d held back %v, want %v (the window from the charge's created_at)", attempt, d, delay)
+		}
 	}
 	// The charge was made at once, though nobody was told.
 	ch := wantCharges(t, s, "o-slow", 1)[0]
 
-	time.Sleep(time.Until(ch.CreatedAt.Add(delay)))
+	clock.Advance(delay)
 	// The same impatient client now hears the answer: it comes at once.
 	r, err := send(impatient, "POST", ts.URL+"/v1/charges", "k", body)
 	if err != nil {
@@ -217,41 +246,67 @@ func TestCharges_Slow(t *testing.T) {
 	if r.status != 201 || !r.replayed() || decode[gateway.Charge](t, r) != ch {
 		t.Fatalf("replay after the window: got %v, want charge %s replayed", r, ch.ID)
 	}
+	if len(hold.asked) != 0 {
+		t.Errorf("the replay after the window was held back %v", <-hold.asked)
+	}
 	wantCharges(t, s, "o-slow", 1)
 }
 
 func TestCharges_SlowPatientClient(t *testing.T) {
-	const delay = 200 * time.Millisecond
-	s, ts := newGateway(t, gateway.Options{SlowDelay: delay})
-	start := time.Now()
-	ch := mustCharge(t, ts, "k", chargeJSON(500, gateway.MethodSlow, "o1"))
-	if elapsed := time.Since(start); elapsed < delay {
-		t.Fatalf("answered after %v, want at least %v", elapsed, delay)
+	const delay = 10 * time.Second
+	clock, hold := testenv.NewFrozenClock(), newHoldBack()
+	s, ts := newGateway(t, gateway.Options{SlowDelay: delay, Now: clock.Now, Sleep: hold.sleep})
+	type answer struct {
+		r   reply
+		err error
 	}
+	answered := make(chan answer, 1)
+	go func() {
+		r, err := send(ts.Client(), "POST", ts.URL+"/v1/charges", "k", chargeJSON(500, gateway.MethodSlow, "o1"))
+		answered <- answer{r, err}
+	}()
+
+	if d := <-hold.asked; d != delay {
+		t.Fatalf("held back %v, want %v", d, delay)
+	}
+	select {
+	case a := <-answered:
+		t.Fatalf("answered %v (%v) before the hold-back ended", a.r, a.err)
+	default:
+	}
+	close(hold.release)
+	a := <-answered
+	if a.err != nil || a.r.status != http.StatusCreated {
+		t.Fatalf("after the hold-back: %v, %v; want 201", a.r, a.err)
+	}
+	ch := decode[gateway.Charge](t, a.r)
 	if got := wantCharges(t, s, "o1", 1); got[0] != ch {
 		t.Fatalf("audit %+v, answered %+v", got[0], ch)
 	}
 }
 
 func TestCharges_KeysRunInParallel(t *testing.T) {
-	const delay = 500 * time.Millisecond
-	s, ts := newGateway(t, gateway.Options{SlowDelay: delay})
+	hold := newHoldBack()
+	s, ts := newGateway(t, gateway.Options{SlowDelay: time.Hour, Sleep: hold.sleep})
 	done := make(chan error, 1)
 	go func() {
 		_, err := send(ts.Client(), "POST", ts.URL+"/v1/charges", "slow", chargeJSON(500, gateway.MethodSlow, "o-slow"))
 		done <- err
 	}()
-	for len(s.Charges("o-slow")) == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	start := time.Now()
+	<-hold.asked // the slow key is held back, holding its own key's lock
+
+	// Another key is answered while the slow one is still held.
 	mustCharge(t, ts, "fast", chargeJSON(500, gateway.MethodOK, "o-fast"))
-	if elapsed := time.Since(start); elapsed > delay/2 {
-		t.Fatalf("another key waited %v behind a slow one", elapsed)
+	select {
+	case err := <-done:
+		t.Fatalf("the slow charge answered (%v) before its hold-back ended", err)
+	default:
 	}
+	close(hold.release)
 	if err := <-done; err != nil {
 		t.Fatalf("slow charge: %v", err)
 	}
+	wantCharges(t, s, "", 2)
 }
 
 func TestCharges_AfterCharge(t *testing.T) {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,7 +63,10 @@ type Options struct {
 	JournalPath string        // required
 	SlowDelay   time.Duration // hold-back for pm_card_slow; 0 → DefaultSlowDelay
 	Now         func() time.Time
-	Logger      *slog.Logger
+	// Sleep waits d, or until ctx ends: the pm_card_slow hold-back. Tests
+	// inject one that the test's clock controls; the default is a timer.
+	Sleep  func(ctx context.Context, d time.Duration) error
+	Logger *slog.Logger
 	// AfterCharge, when set, is called after a new charge is durably journaled and
 	// before its answer is written. Tests use it to crash the caller mid-charge.
 	AfterCharge func(Charge)
@@ -92,6 +96,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Sleep == nil {
+		opts.Sleep = sleep
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -147,4 +154,16 @@ func (s *Server) commit(rec record) error {
 	}
 	s.ledger.apply(rec)
 	return nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

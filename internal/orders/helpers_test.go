@@ -3,8 +3,6 @@ package orders_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,22 +19,10 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// clock is a test clock shared by services, moved by hand.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 // fixture is one test database with the pieces of the order flow.
 type fixture struct {
 	pool  *pgxpool.Pool
-	clock *clock
+	clock *testenv.Clock
 	redis func() orders.Locker
 }
 
@@ -44,7 +30,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	pool := testenv.Pool(t)
 	addrs := testenv.RedisAddrs(t)
-	f := &fixture{pool: pool, clock: newClock()}
+	f := &fixture{pool: pool, clock: testenv.NewFrozenClock()}
 	f.redis = func() orders.Locker {
 		clients := redisx.Clients(addrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
@@ -87,23 +73,12 @@ func (f *fixture) mustInt(t *testing.T, sql string, args ...any) int {
 	return n
 }
 
-// mustCreateUsers inserts n users and returns their ids.
+// mustCreateUsers registers n users and returns their ids.
 func (f *fixture) mustCreateUsers(t *testing.T, n int) []string {
 	t.Helper()
-	rows, err := f.pool.Query(context.Background(), `INSERT INTO users (id, name, token_hash, created_at)
-		SELECT gen_random_uuid(), 'user-' || i, sha256(gen_random_uuid()::text::bytea), now()
-		FROM generate_series(1, $1) AS i RETURNING id::text`, n)
-	if err != nil {
-		t.Fatalf("create users: %v", err)
-	}
-	defer rows.Close()
 	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatalf("scan user: %v", err)
-		}
-		ids = append(ids, id)
+	for _, u := range testenv.Users(t, f.pool, n) {
+		ids = append(ids, u.ID)
 	}
 	return ids
 }
@@ -120,28 +95,6 @@ func (f *fixture) mustCreateProduct(t *testing.T, sku string, stock int) {
 func (f *fixture) stock(t *testing.T, sku string) int {
 	t.Helper()
 	return f.mustInt(t, "SELECT stock_available FROM products WHERE sku = $1", sku)
-}
-
-// race runs fn(i) for i in [0, n) on `workers` goroutines released
-// together, so the calls really overlap.
-func race(n, workers int, fn func(i int)) {
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	next := atomic.Int64{}
-	for range workers {
-		wg.Go(func() {
-			<-start
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				fn(i)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
 }
 
 func line(sku string, q int) []inventory.Line { return []inventory.Line{{SKU: sku, Quantity: q}} }

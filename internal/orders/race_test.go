@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // The layers of create and cancel, taken off one by one and together, are
@@ -43,27 +43,21 @@ func TestExpiry_ConcurrentJobsAndCancels(t *testing.T) {
 	}
 	f.clock.Advance(16 * time.Minute)
 
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for _, r := range replicas {
-		wg.Go(func() {
-			<-start
-			if _, err := r.ExpireDue(context.Background()); err != nil {
+	// The three jobs and a cancel of every other order, released at once.
+	jobs := len(replicas)
+	testenv.Together(jobs+n/2, func(i int) {
+		if i < jobs {
+			if _, err := replicas[i].ExpireDue(context.Background()); err != nil {
 				t.Errorf("expire: %v", err)
 			}
-		})
-	}
-	for i := 0; i < n; i += 2 {
-		wg.Go(func() {
-			<-start
-			_, err := replicas[i%3].Cancel(context.Background(), users[i], placed[i].ID)
-			if err != nil && !errors.Is(err, orders.ErrInvalidState) {
-				t.Errorf("cancel %d: %v", i, err)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+			return
+		}
+		o := 2 * (i - jobs)
+		_, err := replicas[o%3].Cancel(context.Background(), users[o], placed[o].ID)
+		if err != nil && !errors.Is(err, orders.ErrInvalidState) {
+			t.Errorf("cancel %d: %v", o, err)
+		}
+	})
 	// A cancel may have held an order while the jobs passed it; one more
 	// run picks up what is still due.
 	if _, err := replicas[0].ExpireDue(context.Background()); err != nil {

@@ -2,17 +2,14 @@ package payments_test
 
 import (
 	"context"
-	"log/slog"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/books"
 	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
@@ -25,23 +22,11 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// clock is a test clock shared by the services, moved by hand.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Now().UnixNano())
-	return c
-}
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 // fixture is one test database, a gateway on a real HTTP server, and the
 // order service the pay flow works on.
 type fixture struct {
 	pool    *pgxpool.Pool
-	clock   *clock
+	clock   *testenv.Clock
 	gateway *gateway.Server
 	gwURL   string
 	orders  *orders.Service
@@ -53,22 +38,13 @@ func newFixture(t *testing.T) *fixture {
 	return newFixtureWith(t, gateway.Options{})
 }
 
-// newFixtureWith is newFixture with the gateway built from opts (the
-// journal and the logger are filled in).
+// newFixtureWith is newFixture with the gateway built from opts
+// (gatewaytest.Start fills in the journal and the logger).
 func newFixtureWith(t *testing.T, opts gateway.Options) *fixture {
 	t.Helper()
-	f := &fixture{pool: testenv.Pool(t), clock: newClock(), addrs: testenv.RedisAddrs(t)}
-	opts.JournalPath, opts.Logger = t.TempDir()+"/gateway.jsonl", slog.New(slog.DiscardHandler)
-	gw, err := gateway.New(opts)
-	if err != nil {
-		t.Fatalf("gateway.New: %v", err)
-	}
-	srv := httptest.NewServer(gw.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		_ = gw.Close()
-	})
-	f.gateway, f.gwURL = gw, srv.URL
+	f := &fixture{pool: testenv.Pool(t), clock: testenv.NewFrozenClock(), addrs: testenv.RedisAddrs(t)}
+	f.gateway, f.gwURL = gatewaytest.Start(t, opts)
+	var err error
 	f.orders, err = orders.NewService(orders.Config{
 		Store: orders.NewStore(f.pool), Locker: lock.None{}, OrderTTL: 15 * time.Minute,
 		Now: f.clock.Now,
@@ -136,15 +112,9 @@ func (f *fixture) mustCreateBuyers(t *testing.T, n int) []string {
 		inventory.Product{SKU: "SKU-PAY", Name: "Payable", PriceCents: 2500, StockAvailable: n}); err != nil {
 		t.Fatalf("create product: %v", err)
 	}
-	rows, err := f.pool.Query(ctx, `INSERT INTO users (id, name, token_hash, created_at)
-		SELECT gen_random_uuid(), 'user-' || i, sha256(gen_random_uuid()::text::bytea), now()
-		FROM generate_series(1, $1) AS i RETURNING id::text`, n)
-	if err != nil {
-		t.Fatalf("create users: %v", err)
-	}
-	users, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatalf("create users: %v", err)
+	var users []string
+	for _, u := range testenv.Users(t, f.pool, n) {
+		users = append(users, u.ID)
 	}
 	return users
 }

@@ -35,30 +35,12 @@ const (
 	testDeadline = 10 * time.Second
 )
 
-// clock is the injected time; tests move it to expire leases.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // harness is an echo server with the middleware in front of a handler that
 // counts its runs and answers with a fresh random nonce, so a replay is
 // told apart from a second run by its bytes.
 type harness struct {
 	db      *pgxpool.Pool
-	clock   *clock
+	clock   *testenv.Clock
 	metrics *metrics.Metrics
 	store   *Store
 	srv     *httptest.Server
@@ -73,7 +55,7 @@ func newHarness(t *testing.T) *harness {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := &harness{
 		db:      testenv.Pool(t),
-		clock:   &clock{now: time.Now().UTC()},
+		clock:   testenv.NewFrozenClock(),
 		metrics: metrics.New(),
 		gates:   map[string]*gate{},
 	}
