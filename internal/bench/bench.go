@@ -241,16 +241,7 @@ func startProfile(path string, sc scenario) (stop func(), err error) {
 func printReport(w io.Writer, o benchOptions, results []result, lockOutcomes string) {
 	fmt.Fprintf(w, "\nshop bench orders: %d clients, %s measured after %s warmup per scenario, spread over %d SKUs; %d CPUs, GOMAXPROCS %d, %s\n\n",
 		o.clients, o.duration, o.warmup, o.skus, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| scenario\t orders/s\t p50\t p99\t errors\t")
-	fmt.Fprintln(tw, "|---\t---:\t---:\t---:\t---\t")
-	byName := make(map[string]result, len(results))
-	for _, r := range results {
-		byName[r.name] = r
-		fmt.Fprintf(tw, "| %s\t %.0f\t %s\t %s\t %s\t\n", r.name, r.rate(), millis(r.p50), millis(r.p99), r.errorSummary())
-	}
-	tw.Flush()
-	fmt.Fprintln(w)
+	byName := printScenarios(w, "orders/s", results)
 	for _, shape := range []string{"hot", "spread"} {
 		raw, layered := byName["raw/"+shape], byName["layered/"+shape]
 		if raw.orders == 0 {
@@ -265,6 +256,22 @@ func printReport(w io.Writer, o benchOptions, results []result, lockOutcomes str
 			shape, ratio, millis(layered.p99), goalRatio, goalP99, verdict)
 	}
 	fmt.Fprintf(w, "service lock: %s\n", lockOutcomes)
+}
+
+// printScenarios writes the table of the scenarios' results, rate in
+// unit, and returns the results by scenario name.
+func printScenarios(w io.Writer, unit string, results []result) map[string]result {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintf(tw, "| scenario\t %s\t p50\t p99\t errors\t\n", unit)
+	fmt.Fprintln(tw, "|---\t---:\t---:\t---:\t---\t")
+	byName := make(map[string]result, len(results))
+	for _, r := range results {
+		byName[r.name] = r
+		fmt.Fprintf(tw, "| %s\t %.0f\t %s\t %s\t %s\t\n", r.name, r.rate(), millis(r.p50), millis(r.p99), r.errorSummary())
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	return byName
 }
 
 func millis(d time.Duration) string {

@@ -54,7 +54,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
@@ -246,16 +245,7 @@ func printPaymentsReport(w io.Writer, o benchOptions, results []result, storms [
 	fmt.Fprintf(w, "\nshop bench payments: %d clients, %s measured after %s warmup per scenario; %d storms of %d orders × %d clicks (%d sharing a key); %d CPUs, GOMAXPROCS %d, %s\n\n",
 		o.clients, o.duration, o.warmup, o.storms, o.stormOrders, o.stormClicks, sharedClicks(o.stormClicks),
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| scenario\t payments/s\t p50\t p99\t errors\t")
-	fmt.Fprintln(tw, "|---\t---:\t---:\t---:\t---\t")
-	byName := make(map[string]result, len(results))
-	for _, r := range results {
-		byName[r.name] = r
-		fmt.Fprintf(tw, "| %s\t %.0f\t %s\t %s\t %s\t\n", r.name, r.rate(), millis(r.p50), millis(r.p99), r.errorSummary())
-	}
-	tw.Flush()
-	fmt.Fprintln(w)
+	byName := printScenarios(w, "payments/s", results)
 	if raw, layered := byName["raw/distinct"], byName["layered/distinct"]; raw.orders > 0 {
 		ratio := layered.rate() / raw.rate()
 		verdict := "MET"

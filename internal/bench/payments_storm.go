@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	gw "github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/platform/barrier"
 )
 
 // sharedClicks is how many of an order's clicks share its one key (a client
@@ -49,7 +49,7 @@ func runStorms(ctx context.Context, o benchOptions, svc *service, processor *gw.
 	defer transport.CloseIdleConnections()
 	storm := *svc
 	storm.client = &http.Client{Transport: transport, Timeout: svc.client.Timeout}
-	together(n, func(int) {
+	barrier.Together(n, func(int) {
 		if resp, err := storm.client.Get(storm.base + "/healthz"); err == nil {
 			io.Copy(io.Discard, resp.Body) //nolint:errcheck
 			resp.Body.Close()
@@ -89,7 +89,7 @@ func runStorm(ctx context.Context, svc *service, orders *pendingOrders, clicks i
 	}
 	begins, ends := make([]time.Time, n*clicks), make([]time.Time, n*clicks)
 	labels := make([]string, n*clicks)
-	together(n*clicks, func(i int) {
+	barrier.Together(n*clicks, func(i int) {
 		order, click := i%n, i/n
 		key := keys[order]
 		if click >= sharedClicks(clicks) {
@@ -121,24 +121,6 @@ func runStorm(ctx context.Context, svc *service, orders *pendingOrders, clicks i
 	slices.Sort(r.paidAfter)
 	r.settle = last.Sub(first)
 	return r
-}
-
-// together runs fn(0) … fn(n-1) in n goroutines released at the same
-// moment, and waits for all of them.
-func together(n int, fn func(i int)) {
-	start := make(chan struct{})
-	var ready, done sync.WaitGroup
-	ready.Add(n)
-	for i := range n {
-		done.Go(func() {
-			ready.Done()
-			<-start
-			fn(i)
-		})
-	}
-	ready.Wait()
-	close(start)
-	done.Wait()
 }
 
 func minTime(a, b time.Time) time.Time {
