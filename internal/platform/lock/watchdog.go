@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+
+	"github.com/shop-example/shop/internal/platform/problem"
 )
 
 // unlockTimeout bounds the release. The release runs after the work, on a
@@ -31,7 +33,11 @@ func (l *Locker) runHeld(ctx context.Context, mu *redsync.Mutex, key string, fn 
 
 	err := fn(workCtx)
 	if err != nil && errors.Is(context.Cause(workCtx), ErrLockLost) {
-		return fmt.Errorf("lock %s: %w: %w", key, ErrLockLost, err)
+		// The work was stopped halfway, not refused: the client may send
+		// the same request again (its key and the layers below make that
+		// safe), so it is told to, as for any dependency that failed.
+		return fmt.Errorf("%w: lock %s: %w: %w", &problem.Error{Code: problem.Unavailable, RetryAfter: unavailableRetryAfter,
+			Detail: "the lock on this resource was lost while the request ran; send it again"}, key, ErrLockLost, err)
 	}
 	return err
 }

@@ -85,6 +85,10 @@ func TestWatchdog_LostLockCancelsWork(t *testing.T) {
 	if !errors.Is(err, ErrLockLost) {
 		t.Errorf("Do = %v, want an error matching ErrLockLost", err)
 	}
+	// The client is told to send the request again, not that it failed.
+	if p, ok := problem.As(err); !ok || p.Code != problem.Unavailable || p.RetryAfter <= 0 {
+		t.Errorf("Do = %v, want a 503 unavailable with Retry-After", err)
+	}
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Do = %v, want fn's own error (context.Canceled) kept in the chain", err)
 	}
