@@ -81,7 +81,7 @@ func TestAblation_CreateOrder(t *testing.T) {
 					return e.r(i+attempt).do(t, http.MethodPost, "/v1/orders", u.Token, orderBody(line{"ABL-HOT", 1}), "Idempotency-Key", "buy-"+u.ID)
 				})
 				switch {
-				case res.Status == http.StatusCreated, res.Status == http.StatusConflict:
+				case res.Status == http.StatusCreated, res.Status == http.StatusConflict, res.code() == "unavailable":
 				default:
 					t.Errorf("buy: %s", res)
 				}
@@ -126,10 +126,21 @@ func TestAblation_CancelOrder(t *testing.T) {
 				res := retried(func(attempt int) response {
 					return e.r(i+attempt).do(t, http.MethodPost, "/v1/orders/"+ids[o]+"/cancel", users[o].Token, nil)
 				})
-				if res.Status != http.StatusOK && res.code() != "resource_busy" {
+				if res.Status != http.StatusOK && res.code() != "resource_busy" && res.code() != "unavailable" {
 					t.Errorf("cancel: %s", res)
 				}
 			})
+			// The race is over; each order is cancelled once more, so an
+			// order whose every cancel was refused is cancelled too. A
+			// second cancel of a cancelled order returns nothing.
+			for o := range ids {
+				res := retried(func(attempt int) response {
+					return e.r(attempt).do(t, http.MethodPost, "/v1/orders/"+ids[o]+"/cancel", users[o].Token, nil)
+				})
+				if res.Status != http.StatusOK {
+					t.Errorf("cancel after the race: %s", res)
+				}
+			}
 			returned := e.stock(t, "ABL-CANCEL") - (initial - orders)
 			return testenv.Outcome{Violations: abs(returned - orders), Unit: "units returned more (or less) than once",
 				Of: orders, OfUnit: "orders"}
@@ -173,10 +184,19 @@ func TestAblation_PayOrder(t *testing.T) {
 					return e.r(i+attempt).do(t, http.MethodPost, payPath(ids[o]), users[o].Token,
 						map[string]string{"payment_method": "pm_card_ok"}, "Idempotency-Key", key)
 				})
-				if res.Status >= 500 {
+				if res.Status >= 500 && res.code() != "unavailable" {
 					t.Errorf("pay: %s", res)
 				}
 			})
+			// The race is over; each order is paid once more with its
+			// shared key, so an order whose every click was refused is
+			// paid too. A pay of a paid order changes nothing.
+			for o := range ids {
+				retried(func(attempt int) response {
+					return e.r(attempt).do(t, http.MethodPost, payPath(ids[o]), users[o].Token,
+						map[string]string{"payment_method": "pm_card_ok"}, "Idempotency-Key", keys[o])
+				})
+			}
 			e.settleLeftovers(t)
 			r, err := books.Check(context.Background(), e.db, nil, e.cfg.GatewayURL)
 			if err != nil {
@@ -197,15 +217,15 @@ func TestAblation_PayOrder(t *testing.T) {
 
 // retried sends a request as a well-behaved client does: again, with the
 // same key, when the answer says when to come back (Retry-After: a busy
-// resource, a request in progress, a lock lost on a loaded machine), a
-// few times at most. It returns the last answer.
+// resource, a request in progress, a lock quorum a loaded machine's Redis
+// did not answer in time), within a bound. It returns the last answer.
 func retried(send func(attempt int) response) response {
 	for attempt := 1; ; attempt++ {
 		res := send(attempt)
-		if res.Header.Get("Retry-After") == "" || attempt == 4 {
+		if res.Header.Get("Retry-After") == "" || attempt == 20 {
 			return res
 		}
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
