@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -156,8 +157,15 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 			}
 		}
 	})
-	if problem.CodeOf(err) == problem.ResourceBusy {
+	switch {
+	case problem.CodeOf(err) == problem.ResourceBusy:
 		s.metrics.Stopped(FlowLike, metrics.LayerLock)
+	case errors.Is(err, lock.ErrLockLost):
+		// The lease could not be extended (Redis slow or gone) and the
+		// write was cancelled: it may or may not have happened. Sending
+		// the same PUT or DELETE again is safe, which is what to say.
+		return Result{}, &problem.Error{Code: problem.Unavailable,
+			Detail: "the like's lock was lost while it was written; send the request again", RetryAfter: time.Second}
 	}
 	return out, err
 }
