@@ -15,7 +15,10 @@ package bench
 //     those numbers of counter rows; one counter row is the single-row
 //     baseline of the whole flow;
 //   - the spread case: each like is of a post picked at random from -posts,
-//     with likes.DefaultShards counter rows each, in both.
+//     with likes.DefaultShards counter rows each, in both;
+//   - what the counter rows cost a reader: GET of a post as the store
+//     reads it (its count summed from its counter rows, and liked_by_me),
+//     in SQL, for each number of counter rows.
 //
 // Each of -clients clients (64 by default) is a user of its own; each
 // request flips that user's like of the post (like, unlike, like, ...),
@@ -38,6 +41,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -89,10 +93,18 @@ func benchLikes(ctx context.Context, o benchOptions, logger *slog.Logger) (err e
 	}
 	sqlFlow := func() *sqlLikeFlow { return newSQLLikeFlow(pool, userIDs) }
 	add("sql/single-row", seed(1, 1), sqlFlow().toggleSingle, false, true)
+	hot := map[int][]string{}
 	for _, n := range o.shardCounts {
-		add("sql/shards="+strconv.Itoa(n), seed(1, n), sqlFlow().toggle, false, false)
+		hot[n] = seed(1, n)
+		add("sql/shards="+strconv.Itoa(n), hot[n], sqlFlow().toggle, false, false)
 	}
 	add("sql/spread", seed(o.posts, likes.DefaultShards), sqlFlow().toggle, false, false)
+	// The reads run on the hot posts the sql scenarios left liked by
+	// about half the clients; they check no count (they change none).
+	for _, n := range o.shardCounts {
+		scenarios = append(scenarios, likeScenario{scenario: scenario{name: "read/shards=" + strconv.Itoa(n),
+			skus: hot[n], order: sqlFlow().read}})
+	}
 	if err != nil {
 		return err
 	}
@@ -124,6 +136,10 @@ func benchLikes(ctx context.Context, o benchOptions, logger *slog.Logger) (err e
 	exact := make([]string, len(scenarios))
 	allExact := true
 	for i, sc := range scenarios {
+		if sc.posts == nil {
+			exact[i] = "—"
+			continue
+		}
 		drifted, err := driftedPosts(ctx, pool, sc.posts, sc.single)
 		if err != nil {
 			return err
@@ -145,16 +161,25 @@ func benchLikes(ctx context.Context, o benchOptions, logger *slog.Logger) (err e
 func printLikesReport(w io.Writer, o benchOptions, results []result, exact []string, lockOutcomes string) {
 	fmt.Fprintf(w, "\nshop bench likes: %d clients, each a user flipping its like; %s measured after %s warmup per scenario; spread over %d posts of %d counter rows; %d CPUs, GOMAXPROCS %d, %s\n\n",
 		o.clients, o.duration, o.warmup, o.posts, likes.DefaultShards, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| scenario\t likes/s\t p50\t p99\t errors\t exact\t")
-	fmt.Fprintln(tw, "|---\t---:\t---:\t---:\t---\t---\t")
 	byName := make(map[string]result, len(results))
-	for i, r := range results {
-		byName[r.name] = r
-		fmt.Fprintf(tw, "| %s\t %.0f\t %s\t %s\t %s\t %s\t\n", r.name, r.rate(), millis(r.p50), millis(r.p99), r.errorSummary(), exact[i])
+	for _, reads := range []bool{false, true} {
+		unit := "likes/s"
+		if reads {
+			unit = "reads/s"
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+		fmt.Fprintf(tw, "| scenario\t %s\t p50\t p99\t errors\t exact\t\n", unit)
+		fmt.Fprintln(tw, "|---\t---:\t---:\t---:\t---\t---\t")
+		for i, r := range results {
+			if strings.HasPrefix(r.name, "read/") != reads {
+				continue
+			}
+			byName[r.name] = r
+			fmt.Fprintf(tw, "| %s\t %.0f\t %s\t %s\t %s\t %s\t\n", r.name, r.rate(), millis(r.p50), millis(r.p99), r.errorSummary(), exact[i])
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
 	}
-	tw.Flush()
-	fmt.Fprintln(w)
 	def := "shards=" + strconv.Itoa(likes.DefaultShards)
 	if base, ours := byName["sql/single-row"], byName["sql/"+def]; base.orders > 0 {
 		ratio := ours.rate() / base.rate()

@@ -58,6 +58,15 @@ func (f *sqlLikeFlow) toggle(ctx context.Context, client int, post string) strin
 	return ""
 }
 
+// read gets the post as the client sees it, as the store reads it for
+// GET /v1/posts/{id}: its count summed from its counter rows.
+func (f *sqlLikeFlow) read(ctx context.Context, client int, post string) string {
+	if _, err := f.store.Post(ctx, f.users[client], post); err != nil {
+		return failureOf(ctx, err)
+	}
+	return ""
+}
+
 // The single-row baseline: the same read and the same one-statement write
 // as likes.Store.Update, with the count kept in one row per post,
 // posts.like_count (a column the bench adds to its scratch database),

@@ -114,11 +114,13 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 		return Result{}, ErrNotFound
 	}
 	var out Result
+	ran := false // whether the lock let the work run
 	// Layer 1: lock this user's like of this post, across replicas. A
 	// double click waits for the first (briefly: the locker's budget) and
 	// then finds it done; other users never wait on this key. The post
 	// itself is not locked: its counter rows serialise what must be.
 	err := s.lock(ctx, "like:"+userID+":"+postID, func(ctx context.Context) error {
+		ran = true
 		for attempt := 1; ; attempt++ {
 			var wrote bool
 			// Layers 3 and 4: Update writes the like only at the version
@@ -152,13 +154,20 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 				out = Result{PostID: postID, State: l.State, LikeCount: n}
 				return nil
 			}
-			if !retry {
+			switch {
+			case retry:
+			case errors.Is(err, ErrCountBelowZero):
+				// Still refused after re-reading: not a race but a
+				// counter row that lost a like. A bug, for the log and
+				// the reconciler, not for the client to retry.
+				return fmt.Errorf("like of %s by %s: %w", postID, userID, err)
+			default:
 				return &problem.Error{Code: problem.ResourceBusy, Detail: "the like keeps changing; try again", RetryAfter: time.Second}
 			}
 		}
 	})
 	switch {
-	case problem.CodeOf(err) == problem.ResourceBusy:
+	case problem.CodeOf(err) == problem.ResourceBusy && !ran:
 		s.metrics.Stopped(FlowLike, metrics.LayerLock)
 	case errors.Is(err, lock.ErrLockLost):
 		// The lease could not be extended (Redis slow or gone) and the
