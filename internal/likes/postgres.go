@@ -177,8 +177,8 @@ func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
 // for: a write that changes nothing counts nothing. A like is counted in
 // a counter row picked at random, so that concurrent likes of one post
 // spread over its rows; an unlike takes it back from the row it was
-// counted in. With Version off in on (layer tests only) the write is not
-// version-checked.
+// counted in. When on has Version off (layer tests only) the write is
+// not version-checked.
 func (s *Store) Update(ctx context.Context, postID, userID string, on layers.Set, now time.Time,
 	change func(*Like) (write bool, err error)) (Like, int64, error) {
 	before, shards, err := s.read(ctx, postID, userID)
