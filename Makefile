@@ -48,10 +48,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime $(FUZZTIME) ./internal/orders/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/platform/httpx/
 
-# Order creation: layered HTTP flow against the raw SQL baseline.
+# Each flow measured against its baseline (docs/BENCHMARKS.md).
 bench: build
 	./$(BIN) bench orders
 	./$(BIN) bench payments
+	./$(BIN) bench likes
 
 # Local stand-ins for every image compose and the tests need, built from
 # Debian packages, for a Docker engine that cannot pull (README, "No

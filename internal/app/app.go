@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/auth"
@@ -50,6 +51,10 @@ type Deps struct {
 	// NaiveStock is how stock is taken with layer 3 off
 	// (orders.Config.NaiveStock); layer tests only.
 	NaiveStock inventory.Take
+	// LikeShards is how many counter rows a new post's like count is
+	// spread over; 0 means likes.DefaultShards. The bench sets 1 for its
+	// single-row baseline.
+	LikeShards int
 }
 
 // App is one replica of the service.
@@ -58,6 +63,7 @@ type App struct {
 	Metrics  *metrics.Metrics
 	Orders   *orders.Service
 	Payments *payments.Service
+	Likes    *likes.Service
 
 	cfg         config.Config
 	deps        Deps
@@ -115,6 +121,11 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		bookkeeping.Close()
 		return nil, err
 	}
+	likeSvc, err := newLikes(deps, locker, m)
+	if err != nil {
+		bookkeeping.Close()
+		return nil, err
+	}
 	limit, err := newLimits(cfg, deps, m)
 	if err != nil {
 		bookkeeping.Close()
@@ -129,7 +140,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	}
 
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
 		bookkeeping: bookkeeping, limits: limit, readiness: readiness}
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
@@ -155,6 +166,11 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	payments.Register(v1, paySvc, payments.Guards{
 		User: authn.User, Idempotency: idemFor(payments.FlowPay), WriteLimit: limit.writes,
 	})
+	// No idempotency middleware on the like routes: PUT and DELETE are
+	// idempotent by meaning (package likes).
+	likes.Register(v1, likeSvc, likes.Guards{
+		User: authn.User, Admin: authn.Admin, WriteLimit: limit.writes, LikeLimit: limit.likes,
+	})
 	return a, nil
 }
 
@@ -164,6 +180,7 @@ type limits struct {
 	public   echo.MiddlewareFunc // the product reads, per client address
 	writes   echo.MiddlewareFunc // a user's writes other than creating an order, per user
 	orders   echo.MiddlewareFunc // creating an order, per user
+	likes    echo.MiddlewareFunc // likes and unlikes, per user
 	// rdb is the limiter's client; nil with the limits off. It is its own
 	// even on a lock node: its own connections, so a limiter call never
 	// waits for a lock's connection nor a lock for the limiter's, and its
@@ -201,6 +218,7 @@ func newLimits(cfg config.Config, deps Deps, m *metrics.Metrics) (limits, error)
 		{&l.public, ratelimit.Policy{Name: "public", Rate: ratelimit.Rate(cfg.RateLimit.Public), Per: ratelimit.PerAddress}},
 		{&l.writes, ratelimit.Policy{Name: "writes", Rate: ratelimit.Rate(cfg.RateLimit.Writes), Per: ratelimit.PerUser}},
 		{&l.orders, ratelimit.Policy{Name: "orders", Rate: ratelimit.Rate(cfg.RateLimit.Orders), Per: ratelimit.PerUser}},
+		{&l.likes, ratelimit.Policy{Name: "likes", Rate: ratelimit.Rate(cfg.RateLimit.Likes), Per: ratelimit.PerUser}},
 	} {
 		if *p.mw, err = limiter.Limit(p.policy); err != nil {
 			l.close()
@@ -249,6 +267,34 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 	})
 }
 
+// likeLockBudget is how long a like waits for the lock on its (user,
+// post) before 409 resource_busy: only that user's own earlier click on
+// that post holds it, for a few milliseconds; a like is worth less than a
+// long wait.
+const likeLockBudget = 500 * time.Millisecond
+
+// likeReconcileInterval is how often each replica checks the like counts
+// against the likes: a read of every like, so not every job interval.
+const likeReconcileInterval = time.Hour
+
+// newLikes builds posts and likes, locking with a shorter wait than the
+// other flows.
+func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Service, error) {
+	likeLocker, err := locker.WithWaitBudget(likeLockBudget)
+	if err != nil {
+		return nil, err
+	}
+	return likes.NewService(likes.Config{
+		Store:   likes.NewStore(deps.Pool),
+		Locker:  likeLocker,
+		Metrics: m,
+		Logger:  deps.Logger,
+		Now:     deps.Now,
+		Shards:  deps.LikeShards,
+		Layers:  deps.Layers,
+	})
+}
+
 // Close releases the connections New opened (not those in Deps).
 func (a *App) Close() {
 	a.bookkeeping.Close()
@@ -256,15 +302,16 @@ func (a *App) Close() {
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
-// expiry, payment reconciliation, idempotency-key sweeping, and the
-// readiness check that keeps shop_ready and shop_degraded current. Every
-// replica runs them; each is safe to run concurrently with its twins
-// elsewhere.
+// expiry, payment reconciliation, idempotency-key sweeping, the check of
+// the like counts, and the readiness check that keeps shop_ready and
+// shop_degraded current. Every replica runs them; each is safe to run
+// concurrently with its twins elsewhere.
 func (a *App) RunJobs(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Orders.RunExpiry(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.Payments.RunReconciler(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.idem.RunSweeper(ctx, time.Hour) })
+	wg.Go(func() { a.Likes.RunReconciler(ctx, likeReconcileInterval) })
 	wg.Go(func() { a.readiness.run(ctx, a.cfg.JobInterval) })
 	wg.Wait()
 }

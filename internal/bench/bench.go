@@ -1,6 +1,8 @@
 // Package bench is `shop bench`: each flow measured through the layered
 // HTTP service against a raw SQL baseline, in one run, on one machine.
 // cmd/shop only dispatches to Run; docs/BENCHMARKS.md has the figures.
+// `shop bench payments` is described in payments.go, `shop bench likes`
+// in likes.go.
 //
 // `shop bench orders` measures order creation through the layered HTTP
 // service against the raw SQL baseline, in one run, with -clients concurrent
@@ -42,12 +44,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/config"
 )
 
@@ -61,7 +65,7 @@ const (
 // errHelpShown means -h was asked for and the flag set has printed it.
 var errHelpShown = errors.New("help shown")
 
-// benchOptions are the flags of `shop bench orders` and `shop bench payments`.
+// benchOptions are the flags of `shop bench orders`, `payments` and `likes`.
 type benchOptions struct {
 	clients    int
 	duration   time.Duration
@@ -73,6 +77,10 @@ type benchOptions struct {
 	// payments only: each storm pays stormOrders orders, each clicked
 	// stormClicks times at once; storms are run one after the other.
 	stormOrders, stormClicks, storms int
+	// likes only: the spread scenarios like posts picked from posts; the
+	// hot ones run once per count of counter rows in shardCounts.
+	posts       int
+	shardCounts []int
 	// serviceConns is what the service's pools may hold: SHOP_DB_MAX_CONNS
 	// plus half as many for idempotency bookkeeping, as app.New opens them.
 	serviceConns int
@@ -80,10 +88,10 @@ type benchOptions struct {
 
 // ErrUsage means the command line was not one Run understands; the caller
 // prints the usage.
-var ErrUsage = errors.New("usage: shop bench orders|payments [flags]")
+var ErrUsage = errors.New("usage: shop bench orders|payments|likes [flags]")
 
-// Run runs `shop bench <args>`: args[0] is what to measure (orders or
-// payments), the rest its flags.
+// Run runs `shop bench <args>`: args[0] is what to measure (orders,
+// payments or likes), the rest its flags.
 func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 	if len(args) == 0 {
 		return ErrUsage
@@ -94,6 +102,8 @@ func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 		run = benchOrders
 	case "payments":
 		run = benchPayments
+	case "likes":
+		run = benchLikes
 	default:
 		return ErrUsage
 	}
@@ -115,9 +125,13 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		return benchOptions{}, fmt.Errorf("config: %w", err)
 	}
 	// The counts of the other command stay at 1, so the checks below pass.
-	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1}
+	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1}
 	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
-	fs.IntVar(&o.clients, "clients", 32, "concurrent clients, each a user of its own")
+	clients := 32
+	if what == "likes" {
+		clients = 64 // a viral post: more users at once than buyers of one SKU
+	}
+	fs.IntVar(&o.clients, "clients", clients, "concurrent clients, each a user of its own")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each scenario")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each scenario's measurement")
 	fs.StringVar(&o.dbURL, "db", "", "PostgreSQL server to create the scratch database on (default $SHOP_DATABASE_URL)")
@@ -131,6 +145,14 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.IntVar(&o.stormClicks, "storm-clicks", 15, "pay requests fired at once at each order of a storm")
 		fs.IntVar(&o.storms, "storms", 3, "duplicate storms, one after the other, each on fresh orders")
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the layered throughput and of the storms to this file, suffixed -distinct / -storm")
+	case "likes":
+		fs.IntVar(&o.posts, "posts", 1000, "posts the spread scenarios pick from at random")
+		fs.Func("shards", "comma-separated counts of counter rows of the hot post, one scenario each (default 1,4,16,64)", func(v string) error {
+			counts, err := parseShardCounts(v)
+			o.shardCounts = counts
+			return err
+		})
+		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered scenario to this file, suffixed with the scenario's shape")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -141,6 +163,9 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	if o.dbURL == "" {
 		o.dbURL = cfg.DatabaseURL
 	}
+	if what == "likes" && o.shardCounts == nil {
+		o.shardCounts = []int{1, 4, 16, 64}
+	}
 	o.serviceConns = int(cfg.DBMaxConns + max(cfg.DBMaxConns/2, 2))
 	for _, a := range strings.Split(*redis, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -150,12 +175,26 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("bench %s: unexpected arguments %q", what, fs.Args())
-	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0:
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1:
 		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive, -warmup and -storms not negative", what)
 	case len(o.redisAddrs) == 0:
 		return o, fmt.Errorf("bench %s: -redis needs at least one node", what)
 	}
 	return o, nil
+}
+
+// parseShardCounts reads -shards: counts of counter rows, 1 to
+// likes.MaxShards each.
+func parseShardCounts(v string) ([]int, error) {
+	var counts []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > likes.MaxShards {
+			return nil, fmt.Errorf("want counts of 1–%d counter rows, got %q", likes.MaxShards, f)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
 }
 
 func benchOrders(ctx context.Context, o benchOptions, logger *slog.Logger) (err error) {

@@ -172,6 +172,12 @@ func (s *service) post(ctx context.Context, token, path, body, key string) answe
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(idempotency.HeaderKey, key)
+	return s.do(ctx, req)
+}
+
+// do sends req and reads the answer to the end, so the connection is
+// reused.
+func (s *service) do(ctx context.Context, req *http.Request) answer {
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

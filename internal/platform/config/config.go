@@ -84,6 +84,7 @@ type RateLimits struct {
 	Public   Rate // SHOP_RATE_LIMIT_PUBLIC: unauthenticated reads per client address
 	Writes   Rate // SHOP_RATE_LIMIT_WRITES: writes per user, other than creating an order
 	Orders   Rate // SHOP_RATE_LIMIT_ORDERS: orders created per user
+	Likes    Rate // SHOP_RATE_LIMIT_LIKES: likes and unlikes per user
 }
 
 // Rate is Count requests per Per, written "30/h" (per s, m or h).
@@ -179,6 +180,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Public:   rate("SHOP_RATE_LIMIT_PUBLIC", "20/s"),
 		Writes:   rate("SHOP_RATE_LIMIT_WRITES", "60/m"),
 		Orders:   rate("SHOP_RATE_LIMIT_ORDERS", "30/h"),
+		Likes:    rate("SHOP_RATE_LIMIT_LIKES", "120/m"),
 	}
 	switch v := str("SHOP_RATE_LIMIT", "on"); v {
 	case "on":
@@ -320,6 +322,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("public", c.RateLimit.Public.String()),
 			slog.String("writes", c.RateLimit.Writes.String()),
 			slog.String("orders", c.RateLimit.Orders.String()),
+			slog.String("likes", c.RateLimit.Likes.String()),
 		),
 	)
 }

@@ -52,6 +52,7 @@ var allVars = []string{
 	"SHOP_RATE_LIMIT_PUBLIC",
 	"SHOP_RATE_LIMIT_WRITES",
 	"SHOP_RATE_LIMIT_ORDERS",
+	"SHOP_RATE_LIMIT_LIKES",
 }
 
 // The defaults are DESIGN.md §5's table; the variables after it are not
@@ -91,6 +92,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 			Public:   Rate{20, time.Second},
 			Writes:   Rate{60, time.Minute},
 			Orders:   Rate{30, time.Hour},
+			Likes:    Rate{120, time.Minute},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -140,6 +142,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_RATE_LIMIT_PUBLIC":       "100/m",
 		"SHOP_RATE_LIMIT_WRITES":       "5/s",
 		"SHOP_RATE_LIMIT_ORDERS":       "12/m",
+		"SHOP_RATE_LIMIT_LIKES":        "30/s",
 	}
 	if len(vars) != len(allVars) {
 		t.Fatalf("test sets %d variables, want all %d", len(vars), len(allVars))
@@ -183,6 +186,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 			Public:   Rate{100, time.Minute},
 			Writes:   Rate{5, time.Second},
 			Orders:   Rate{12, time.Minute},
+			Likes:    Rate{30, time.Second},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -330,6 +334,7 @@ func TestFromEnv_AllErrors(t *testing.T) {
 		"SHOP_RATE_LIMIT_PUBLIC":   "x/s",
 		"SHOP_RATE_LIMIT_WRITES":   "0/m",
 		"SHOP_RATE_LIMIT_ORDERS":   "30/week",
+		"SHOP_RATE_LIMIT_LIKES":    "many/m",
 		"SHOP_METRICS_ADDR":        "9090",
 	}
 	_, err := FromEnv(env(bad, nil))

@@ -138,6 +138,18 @@ func New(clients []*redis.Client, opts Options) (*Locker, error) {
 	}, nil
 }
 
+// WithWaitBudget returns a Locker on the same nodes, metrics and lease
+// whose waiters give up after budget instead: for a flow whose work is
+// worth less than a long wait (a like), while other flows keep theirs.
+func (l *Locker) WithWaitBudget(budget time.Duration) (*Locker, error) {
+	if budget <= 0 {
+		return nil, fmt.Errorf("lock: wait budget must be positive, got %s", budget)
+	}
+	c := *l
+	c.waitBudget = budget
+	return &c, nil
+}
+
 // nodeTimeout is how long one acquisition attempt waits for each node:
 // redsync's 5% of the lease (400 ms at 8 s), but never less than 50 ms, which
 // a loaded test machine can need even on loopback.

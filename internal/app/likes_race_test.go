@@ -1,0 +1,161 @@
+package app_test
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+// TestLikes_Storm: 150 users like one post over two replicas, each
+// clicking 3 times at once; then half of them unlike it the same way.
+// The count must be exactly 150, then 75, by every reading: the sum of
+// the counter rows, the liked rows, the distinct users, and the API; no
+// user has two like rows; each counter row equals the liked rows naming
+// it; liked_by_me is right for each user; the reconciler agrees.
+func TestLikes_Storm(t *testing.T) {
+	const users, clicks = 150, 3
+	e := newEnv(t, 2, nil)
+	us := testenv.Users(t, e.db, users)
+	p := mustCreatePost(t, e.r(0), us[0].Token, "a viral post")
+	e.warm(t, 32)
+
+	storm := func(who int, liked bool) {
+		t.Helper()
+		testenv.Together(who*clicks, func(i int) {
+			u := us[i/clicks]
+			res := untilNotBusy(t, func(attempt int) response { return setLike(t, e.r(i+attempt), u.Token, p.ID, liked) })
+			if res.Status != http.StatusOK {
+				t.Errorf("%s: %s", u.Name, res)
+				return
+			}
+			a := decode[likeAnswer](t, res)
+			if a.Liked != liked || a.PostID != p.ID || a.LikeCount < 0 || a.LikeCount > users {
+				t.Errorf("%s: answered %+v, want liked=%v and a count in [0, %d]", u.Name, a, liked, users)
+			}
+		})
+	}
+	checkLikedByMe := func(likes func(i int) bool) {
+		t.Helper()
+		inParallel(users, 16, func(i int) {
+			got := mustGetPost(t, e.r(i), us[i].Token, p.ID)
+			if got.LikedByMe != likes(i) {
+				t.Errorf("%s: liked_by_me %v, want %v", us[i].Name, got.LikedByMe, likes(i))
+			}
+		})
+	}
+
+	storm(users, true)
+	e.countLikes(t, us[0].Token, p.ID).check(t, users)
+	checkLikedByMe(func(int) bool { return true })
+
+	storm(users/2, false)
+	e.countLikes(t, us[0].Token, p.ID).check(t, users/2)
+	checkLikedByMe(func(i int) bool { return i >= users/2 })
+
+	res := e.r(1).do(t, http.MethodGet, "/v1/likes/reconciliation", testAdminToken, nil)
+	wantStatus(t, res, http.StatusOK)
+	if r := decode[struct {
+		Checked int `json:"posts_checked"`
+		Drifted int `json:"drifted_posts"`
+	}](t, res); r.Checked != 1 || r.Drifted != 0 {
+		t.Errorf("reconciliation: %s, want 1 post checked, none drifted", res.Body)
+	}
+	// The duplicate clicks were stopped by the state rule (a click that
+	// found its twin's like made), never written twice.
+	stopped := 0
+	for _, r := range e.replicas {
+		stopped += len(grepLines(scrape(t, r), `shop_conflicts_stopped_total{flow="like_post",layer="state"}`))
+	}
+	if stopped == 0 {
+		t.Error("no replica counted a duplicate click stopped by the state rule")
+	}
+}
+
+// TestLikes_Spam: one user sends 30 likes and unlikes of one post at
+// once over two replicas, five rounds. After each round the like is in
+// one of the states the answers reported (the one the last write made),
+// the count matches it (1 or 0) by every reading, and there is one like
+// row. With the lock off the database layers hold on their own; with the
+// lock and the version check off, requests that read the same state each
+// write and count their move: the count leaves 0 and 1 (the row asserts
+// that it breaks).
+func TestLikes_Spam(t *testing.T) {
+	const rounds, requests = 5, 30
+	for _, tt := range []struct {
+		on     layers.Set
+		breaks bool
+	}{
+		{layers.Set{}, false},
+		{layers.Off(layers.Lock), false},
+		{layers.Off(layers.Lock, layers.Version), true},
+	} {
+		t.Run(strings.ReplaceAll(tt.on.String(), ", ", "+"), func(t *testing.T) {
+			e := newEnvWith(t, 2, nil, app.Deps{Layers: tt.on})
+			u := testenv.Users(t, e.db, 1)[0]
+			p := mustCreatePost(t, e.r(0), u.Token, "spammed")
+			e.warm(t, 16)
+			broken := 0
+			for round := range rounds {
+				var mu sync.Mutex
+				answered := map[bool]bool{}
+				testenv.Together(requests, func(i int) {
+					liked := (i+round)%2 == 0
+					res := setLike(t, e.r(i), u.Token, p.ID, liked)
+					switch {
+					case res.Status == http.StatusOK:
+						mu.Lock()
+						answered[decode[likeAnswer](t, res).Liked] = true
+						mu.Unlock()
+					case res.code() == "resource_busy":
+					default:
+						t.Errorf("round %d: %s", round, res)
+					}
+				})
+				final := mustGetPost(t, e.r(round), u.Token, p.ID)
+				want := 0
+				if final.LikedByMe {
+					want = 1
+				}
+				c := e.countLikes(t, u.Token, p.ID)
+				// No row until the first like is made; then one, ever.
+				rows := e.count(t, `SELECT count(*)::int FROM likes WHERE post_id = $1`, p.ID)
+				ok := answered[final.LikedByMe] && rows <= 1 &&
+					c == (likeCounts{liked: want, counted: want, users: want, likeAnswer: want})
+				if !ok {
+					broken++
+					if !tt.breaks {
+						t.Errorf("round %d: liked_by_me %v (answered: %v), %d like rows, counts %+v",
+							round, final.LikedByMe, answered, rows, c)
+					}
+				}
+			}
+			if tt.breaks && broken == 0 {
+				t.Errorf("with %s the count held in all %d rounds: this case cannot show what the layers prevent", tt.on, rounds)
+			}
+			t.Logf("%s: %d of %d rounds broke", tt.on, broken, rounds)
+		})
+	}
+}
+
+// untilNotBusy sends a request as a client honouring Retry-After would:
+// again after the time a 409 resource_busy or a 503 unavailable names, up
+// to 15 times (a lock whose release reached no quorum stays taken for its
+// 8 s lease). PUT and DELETE of a like are safe to repeat.
+func untilNotBusy(t testing.TB, send func(attempt int) response) response {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		res := send(attempt)
+		if res.Header.Get("Retry-After") == "" || attempt == 14 {
+			return res
+		}
+		wait, _ := strconv.Atoi(res.Header.Get("Retry-After"))
+		time.Sleep(time.Duration(max(wait, 1)) * time.Second)
+	}
+}

@@ -1,0 +1,50 @@
+// Package likes keeps posts and their likes, and counts the likes of a
+// post exactly, however hot it gets.
+//
+// Likes are the opposite of payments: tiny, very frequent, low value. The
+// one hard part is the count. A viral post gets thousands of likes a
+// second, and a count kept in one row (UPDATE posts SET like_count =
+// like_count + 1) makes every one of them wait for the row lock of the
+// one before, held until its commit reaches the disk. The lesson this
+// package teaches: keep every layer, and still scale the hot key.
+//
+// The flow (Service.Set; like and unlike are the same flow with another
+// target state) reads top to bottom in service.go as its layers:
+//
+//   - Layer 0, the Idempotency-Key, does not apply. PUT and DELETE name
+//     the state the client wants, not a change to make: a retry asks for
+//     what the first request already made true, and layer 2 answers it
+//     with the current state without writing.
+//   - Layer 1, a redsync lock on like:{user}:{post}: one user's double
+//     clicks on one post are serialised; other users never wait on each
+//     other. The post is never locked: that would queue every user of a
+//     viral post behind one Redis key. The wait is short (a like is worth
+//     less than a wait) and bounded; then 409 resource_busy.
+//   - Layer 2, the like's state, unliked ⇄ liked (Like.Set): liking a
+//     liked post, or unliking an unliked one, changes nothing.
+//   - Layer 3, the version on the like row: it is written only at the
+//     version read ("WHERE version = $read"), so two requests that both
+//     read "unliked" cannot both count a like.
+//   - Layer 4, the primary key (post_id, user_id): one like row per user
+//     and post, ever, so two racing first likes cannot both insert one;
+//     and a CHECK keeps every counter row at zero or more.
+//
+// The count is exact and scalable. It is spread over a fixed number of
+// counter rows per post (post_like_shards, DefaultShards of them): a like
+// adds one to a row picked at random and records that row in the like
+// row; an unlike takes it back from that same row. So concurrent likes of
+// one post update different rows and commit side by side, and the count
+// is the sum of the rows, read in one statement. The counter row moves in
+// the same statement as the like row (countAfter), by what that write
+// changed in the row, not by what the request asked for: a write that
+// changes nothing counts nothing, and a write that is refused (a stale
+// version, a duplicate row) moves nothing. So the count can never drift
+// from the like rows; the reconciler (Reconcile, every replica, and on
+// demand for the admin) checks that sum(counter rows) = count(liked rows)
+// for every post and reports any drift in the metrics.
+//
+// The read of the like and its write are two statements, not one
+// transaction: the write is version-checked and atomic on its own, so
+// nothing between them can make it wrong, and a like costs two round
+// trips to PostgreSQL and one commit.
+package likes

@@ -1,0 +1,127 @@
+package likes_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/likes"
+	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/redisx"
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// fixture is one test database with the pieces of the like flow.
+type fixture struct {
+	pool  *pgxpool.Pool
+	store *likes.Store
+	clock *testenv.Clock
+	addrs []string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	pool := testenv.Pool(t)
+	return &fixture{pool: pool, store: likes.NewStore(pool), clock: testenv.NewClock(), addrs: testenv.RedisAddrs(t)}
+}
+
+// service builds a like service with the layers on and shards counter
+// rows per new post, locking over the test's Redis nodes. Each is a
+// replica: its own Redis clients and metrics.
+func (f *fixture) service(t *testing.T, on layers.Set, shards int) (*likes.Service, *metrics.Metrics) {
+	t.Helper()
+	clients := redisx.Clients(f.addrs)
+	t.Cleanup(func() { _ = redisx.Close(clients) })
+	m := metrics.New()
+	locker, err := lock.New(clients, lock.Options{Metrics: m})
+	if err != nil {
+		t.Fatalf("lock.New: %v", err)
+	}
+	svc, err := likes.NewService(likes.Config{Store: f.store, Locker: locker, Metrics: m, Now: f.clock.Now,
+		Shards: shards, Layers: on})
+	if err != nil {
+		t.Fatalf("NewService: %v", err)
+	}
+	return svc, m
+}
+
+func (f *fixture) mustPost(t *testing.T, svc *likes.Service, author string) likes.Post {
+	t.Helper()
+	p, err := svc.CreatePost(context.Background(), author, "a post")
+	if err != nil {
+		t.Fatalf("create post: %v", err)
+	}
+	return p
+}
+
+// users registers n users and returns their ids.
+func (f *fixture) users(t *testing.T, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i, u := range testenv.Users(t, f.pool, n) {
+		ids[i] = u.ID
+	}
+	return ids
+}
+
+// count runs a query that returns one integer.
+func (f *fixture) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func (f *fixture) mustExec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := f.pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// checkCounts checks the count's invariants on the database: each counter
+// row of the post equals the liked rows that name it (so their sum is
+// the number of liked rows), and no (post, user) has two like rows. It
+// returns the number of liked rows.
+func (f *fixture) checkCounts(t *testing.T, postID string) int {
+	t.Helper()
+	liked := f.count(t, `SELECT count(*)::int FROM likes WHERE post_id = $1 AND liked`, postID)
+	if sum := f.count(t, `SELECT sum(n)::int FROM post_like_shards WHERE post_id = $1`, postID); sum != liked {
+		t.Errorf("counter rows sum to %d, liked rows %d", sum, liked)
+	}
+	if bad := f.count(t, `SELECT count(*)::int FROM post_like_shards s
+		WHERE s.post_id = $1 AND s.n <> (SELECT count(*) FROM likes l WHERE l.post_id = s.post_id AND l.shard = s.shard AND l.liked)`, postID); bad != 0 {
+		t.Errorf("%d counter rows differ from the liked rows that name them", bad)
+	}
+	if dupes := f.count(t, `SELECT (count(*) - count(DISTINCT user_id))::int FROM likes WHERE post_id = $1`, postID); dupes != 0 {
+		t.Errorf("%d duplicate like rows", dupes)
+	}
+	return liked
+}
+
+// metricValue is the value of the unlabelled gauge or counter name in m.
+func metricValue(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name || len(f.GetMetric()) != 1 {
+			continue
+		}
+		if g := f.GetMetric()[0].GetGauge(); g != nil {
+			return g.GetValue()
+		}
+		return f.GetMetric()[0].GetCounter().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

@@ -1,0 +1,317 @@
+package likes
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// Constraints that back this package's rules (migrations/000006_likes.up.sql).
+const (
+	constraintOneLike        = "likes_pkey"                     // one like row per (post, user), ever
+	constraintCountNotBelow0 = "post_like_shards_n_nonnegative" // no counter row below zero
+)
+
+const (
+	// A post and its counter rows, in one statement: a post never exists
+	// without the rows its count is kept in.
+	sqlInsertPost = `WITH p AS (
+			INSERT INTO posts (id, author_id, title, like_shards, created_at)
+			VALUES ($1, $2, $3, $4, $5)
+			RETURNING id)
+		INSERT INTO post_like_shards (post_id, shard, n)
+		SELECT p.id, g, 0 FROM p, generate_series(0, $4 - 1) AS g`
+
+	// A post as viewer $1 sees it: the count is the sum of its counter
+	// rows, read in the same statement (one snapshot).
+	postSelect = `SELECT p.id, p.author_id, p.title, p.like_shards, p.created_at,
+			(SELECT coalesce(sum(s.n), 0)::bigint FROM post_like_shards s WHERE s.post_id = p.id),
+			EXISTS (SELECT 1 FROM likes l WHERE l.post_id = p.id AND l.user_id = $1 AND l.liked)
+		FROM posts p `
+	sqlGetPost   = postSelect + `WHERE p.id = $2`
+	sqlListPosts = postSelect + `WHERE (p.created_at, p.id) < ($2, $3)
+		ORDER BY p.created_at DESC, p.id DESC LIMIT $4`
+
+	sqlCount = `SELECT coalesce(sum(n), 0)::bigint FROM post_like_shards WHERE post_id = $1`
+
+	// The like as it is now, and how many counter rows its post has. No
+	// row for the post: no such post. No like row: never liked.
+	sqlReadLike = `SELECT p.like_shards, l.liked, l.shard, l.version
+		FROM posts p LEFT JOIN likes l ON l.post_id = p.id AND l.user_id = $2
+		WHERE p.id = $1`
+
+	// countAfter ends each like write: the counter row the like names
+	// moves by the delta ($6), in the same statement as the like row and
+	// only if that row was written (FROM l), and the post's count is read
+	// back: the row just moved plus the others (a statement does not see
+	// its own CTE's update, so it adds them up itself).
+	countAfter = `, counted AS (
+			UPDATE post_like_shards s SET n = s.n + $6
+			FROM (SELECT DISTINCT post_id FROM l) AS w
+			WHERE s.post_id = w.post_id AND s.shard = $4 AND $6 <> 0
+			RETURNING s.n)
+		SELECT (SELECT count(*) FROM l)::int,
+			coalesce((SELECT n FROM counted), (SELECT n FROM post_like_shards WHERE post_id = $1 AND shard = $4))
+			+ (SELECT coalesce(sum(n), 0) FROM post_like_shards WHERE post_id = $1 AND shard <> $4)`
+
+	// The first write of a like: layer 4 behind it, likes_pkey refuses a
+	// second first like of the same (post, user).
+	sqlInsertLike = `WITH l AS (
+			INSERT INTO likes (post_id, user_id, liked, shard, version, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, 1, $5, $5)
+			RETURNING post_id)` + countAfter
+
+	// Layer 3: the version check. No row written means someone else moved
+	// the like since it was read; then the counter does not move either.
+	sqlUpdateLike = `WITH l AS (
+			UPDATE likes SET liked = $3, shard = $4, version = version + 1, updated_at = $5
+			WHERE post_id = $1 AND user_id = $2 AND version = $7
+			RETURNING post_id)` + countAfter
+
+	// The same without the version check, as a naive implementation would
+	// write it. Only the layer tests use it.
+	sqlUpdateLikeUnversioned = `WITH l AS (
+			UPDATE likes SET liked = $3, shard = $4, version = version + 1, updated_at = $5
+			WHERE post_id = $1 AND user_id = $2
+			RETURNING post_id)` + countAfter
+
+	// The reconciliation of a page of posts, in one statement (one
+	// snapshot, so a like committing meanwhile is seen in both sums or in
+	// neither): what the counter rows say against the liked rows.
+	sqlTally = `WITH p AS (SELECT id FROM posts WHERE id > $1 ORDER BY id LIMIT $2)
+		SELECT p.id::text,
+			(SELECT coalesce(sum(s.n), 0) FROM post_like_shards s WHERE s.post_id = p.id)::bigint,
+			(SELECT count(*) FROM likes l WHERE l.post_id = p.id AND l.liked)::bigint
+		FROM p ORDER BY p.id`
+)
+
+// Store keeps posts, likes and their counts in PostgreSQL.
+type Store struct {
+	db *pgxpool.Pool
+}
+
+// NewStore returns a store over db.
+func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+// CreatePost inserts a post and its p.LikeShards counter rows, at zero.
+func (s *Store) CreatePost(ctx context.Context, p Post) error {
+	if p.LikeShards < 1 || p.LikeShards > MaxShards {
+		return fmt.Errorf("create post: %d counter rows, want 1–%d", p.LikeShards, MaxShards)
+	}
+	if _, err := s.db.Exec(ctx, sqlInsertPost, p.ID, p.AuthorID, p.Title, p.LikeShards, p.CreatedAt); err != nil {
+		return fmt.Errorf("create post: %w", err)
+	}
+	return nil
+}
+
+// Post returns a post as viewerID sees it.
+func (s *Store) Post(ctx context.Context, viewerID, id string) (Post, error) {
+	p, err := scanPost(s.db.QueryRow(ctx, sqlGetPost, viewerID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Post{}, ErrNotFound
+	}
+	if err != nil {
+		return Post{}, fmt.Errorf("get post %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// Posts returns up to limit posts, newest first, after the cursor, as
+// viewerID sees them, and the cursor of the next page ("" on the last).
+func (s *Store) Posts(ctx context.Context, viewerID, cursor string, limit int) ([]Post, string, error) {
+	beforeAt, beforeID, err := decodeCursor(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.db.Query(ctx, sqlListPosts, viewerID, beforeAt, beforeID, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list posts: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Post, error) { return scanPost(r) })
+	if err != nil {
+		return nil, "", fmt.Errorf("list posts: %w", err)
+	}
+	next := ""
+	if len(items) > limit {
+		items = items[:limit]
+		last := items[limit-1]
+		next = encodeCursor(last.CreatedAt, last.ID)
+	}
+	return items, next, nil
+}
+
+// Count returns a post's like count: the sum of its counter rows.
+func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
+	var n int64
+	if err := s.db.QueryRow(ctx, sqlCount, postID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count likes of %s: %w", postID, err)
+	}
+	return n, nil
+}
+
+// Update reads userID's like of postID, lets change apply a domain rule
+// to it, and, when change says so, writes it back together with its
+// post's count, and returns the like and the count.
+//
+// The read and the write are two statements, not one transaction: the
+// write is checked against the version read (layer 3) and is a single
+// statement, so a like that moved in between makes it write nothing
+// (ErrVersionConflict), a first like that another request made in
+// between makes it fail on likes_pkey (ErrDuplicateLike), and either way
+// the counter does not move. That saves BEGIN and COMMIT on the hottest
+// path there is. The caller re-reads and decides again.
+//
+// The counter moves by what the write changes in the row (Delta of the
+// state read and the state written), never by what the request asked
+// for: a write that changes nothing counts nothing. A like is counted in
+// a counter row picked at random, so that concurrent likes of one post
+// spread over its rows; an unlike takes it back from the row it was
+// counted in. When on has Version off (layer tests only) the write is
+// not version-checked.
+func (s *Store) Update(ctx context.Context, postID, userID string, on layers.Set, now time.Time,
+	change func(*Like) (write bool, err error)) (Like, int64, error) {
+	before, shards, err := s.read(ctx, postID, userID)
+	if err != nil {
+		return Like{}, 0, err
+	}
+	after := before
+	write, err := change(&after)
+	if err != nil {
+		return Like{}, 0, err
+	}
+	if !write {
+		n, err := s.Count(ctx, postID)
+		return before, n, err
+	}
+	delta := Delta(before.State, after.State)
+	if delta > 0 {
+		after.Shard = rand.IntN(shards)
+	}
+	var row pgx.Row
+	liked := after.State == Liked
+	switch {
+	case !before.Exists():
+		row = s.db.QueryRow(ctx, sqlInsertLike, postID, userID, liked, after.Shard, now, delta)
+	case on.On(layers.Version):
+		row = s.db.QueryRow(ctx, sqlUpdateLike, postID, userID, liked, after.Shard, now, delta, before.Version)
+	default:
+		row = s.db.QueryRow(ctx, sqlUpdateLikeUnversioned, postID, userID, liked, after.Shard, now, delta)
+	}
+	var written int
+	var count *int64
+	err = row.Scan(&written, &count)
+	switch postgres.ConstraintViolated(err) {
+	case constraintOneLike:
+		return Like{}, 0, ErrDuplicateLike
+	case constraintCountNotBelow0:
+		return Like{}, 0, ErrCountBelowZero
+	}
+	if err != nil {
+		return Like{}, 0, fmt.Errorf("write like of %s: %w", postID, err)
+	}
+	if written == 0 {
+		return Like{}, 0, ErrVersionConflict
+	}
+	if count == nil {
+		return Like{}, 0, fmt.Errorf("write like of %s: the post has no counter row %d", postID, after.Shard)
+	}
+	after.Version = before.Version + 1
+	return after, *count, nil
+}
+
+// read returns userID's like of postID (Version 0 if there is no row) and
+// how many counter rows the post has.
+func (s *Store) read(ctx context.Context, postID, userID string) (Like, int, error) {
+	var shards int16
+	var liked *bool
+	var shard *int16
+	var version *int64
+	err := s.db.QueryRow(ctx, sqlReadLike, postID, userID).Scan(&shards, &liked, &shard, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Like{}, 0, ErrNotFound
+	}
+	if err != nil {
+		return Like{}, 0, fmt.Errorf("read like of %s: %w", postID, err)
+	}
+	l := Like{PostID: postID, UserID: userID}
+	if version != nil {
+		l.Version, l.Shard = *version, int(*shard)
+		if *liked {
+			l.State = Liked
+		}
+	}
+	return l, int(shards), nil
+}
+
+// Tally is what one post's count says against its likes.
+type Tally struct {
+	PostID    string
+	Counted   int64 // the sum of its counter rows
+	LikedRows int64 // its like rows that are liked
+}
+
+// Drift is how far the count is from the likes: 0 when they agree.
+func (t Tally) Drift() int64 { return t.Counted - t.LikedRows }
+
+// Tallies returns the tallies of up to limit posts whose ids follow
+// after ("" for the first page), in id order, each page read in one
+// snapshot.
+func (s *Store) Tallies(ctx context.Context, after string, limit int) ([]Tally, error) {
+	if after == "" {
+		after = "00000000-0000-0000-0000-000000000000"
+	}
+	rows, err := s.db.Query(ctx, sqlTally, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tally likes: %w", err)
+	}
+	var out []Tally
+	var t Tally
+	if _, err := pgx.ForEachRow(rows, []any{&t.PostID, &t.Counted, &t.LikedRows}, func() error {
+		out = append(out, t)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("tally likes: %w", err)
+	}
+	return out, nil
+}
+
+func scanPost(row pgx.Row) (Post, error) {
+	var p Post
+	var shards int16
+	err := row.Scan(&p.ID, &p.AuthorID, &p.Title, &shards, &p.CreatedAt, &p.LikeCount, &p.LikedByMe)
+	p.LikeShards = int(shards)
+	return p, err
+}
+
+// A list cursor is the (created_at, id) of the last post of a page.
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
+}
+
+func decodeCursor(cursor string) (time.Time, string, error) {
+	if cursor == "" {
+		return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "ffffffff-ffff-ffff-ffff-ffffffffffff", nil
+	}
+	bad := problem.New(problem.Invalid, "cursor: not a cursor this service issued")
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	at, id, ok := strings.Cut(string(b), "|")
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if !ok || err != nil || !ValidID(id) {
+		return time.Time{}, "", bad
+	}
+	return t, id, nil
+}

@@ -1,0 +1,52 @@
+package likes_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/shop-example/shop/internal/likes"
+	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+// The layers taken off one by one and together are raced over two
+// replicas through HTTP in internal/app (TestAblation_Like,
+// docs/ABLATION.md), and so are the storms of many users; these are the
+// flow's own races, on the service.
+
+// Twenty clicks of one user liking one post at once, on two replicas:
+// exactly one writes (the row is at version 1), the count is 1, and every
+// click answers liked with count 1. With the lock off the database layers
+// alone hold: the first like's insert wins, the others lose on
+// likes_pkey, re-read, and find it liked.
+func TestSet_OneUserManyClicks(t *testing.T) {
+	for _, on := range []layers.Set{{}, layers.Off(layers.Lock)} {
+		t.Run(on.String(), func(t *testing.T) {
+			ctx := context.Background()
+			f := newFixture(t)
+			a, _ := f.service(t, on, 4)
+			b, _ := f.service(t, on, 4)
+			users := f.users(t, 1)
+			p := f.mustPost(t, a, users[0])
+			const clicks = 20
+			testenv.Together(clicks, func(i int) {
+				svc := []*likes.Service{a, b}[i%2]
+				r, err := svc.Set(ctx, users[0], p.ID, likes.Liked)
+				switch {
+				case problem.CodeOf(err) == problem.ResourceBusy:
+				case err != nil:
+					t.Errorf("click %d: %v", i, err)
+				case r.State != likes.Liked || r.LikeCount != 1:
+					t.Errorf("click %d answered %+v, want liked with count 1", i, r)
+				}
+			})
+			if v := f.count(t, `SELECT version::int FROM likes WHERE post_id = $1`, p.ID); v != 1 {
+				t.Errorf("like row at version %d, want 1: one write", v)
+			}
+			if n := f.checkCounts(t, p.ID); n != 1 {
+				t.Errorf("%d liked rows, want 1", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,3 @@
+DROP TABLE IF EXISTS post_like_shards;
+DROP TABLE IF EXISTS likes;
+DROP TABLE IF EXISTS posts;
