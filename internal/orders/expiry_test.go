@@ -57,7 +57,7 @@ func TestExpiry_RecordsSuccess(t *testing.T) {
 	}
 }
 
-// jobSuccess reads shop_job_last_success_timestamp_seconds{job} from m, and
+// jobSuccess reads shop_job_last_success_timestamp_seconds{task} from m, and
 // whether it is there at all.
 func jobSuccess(t *testing.T, m *metrics.Metrics, job string) (float64, bool) {
 	t.Helper()
@@ -71,7 +71,7 @@ func jobSuccess(t *testing.T, m *metrics.Metrics, job string) (float64, bool) {
 		}
 		for _, s := range f.GetMetric() {
 			for _, l := range s.GetLabel() {
-				if l.GetName() == "job" && l.GetValue() == job {
+				if l.GetName() == "task" && l.GetValue() == job {
 					return s.GetGauge().GetValue(), true
 				}
 			}

@@ -36,7 +36,7 @@ func TestReconcile_Backlog(t *testing.T) {
 	if _, err := down.Reconcile(stopped); err == nil {
 		t.Fatal("Reconcile on a cancelled context succeeded; the test needs a failing pass")
 	}
-	if got, ok := gauge(t, downMetrics, "shop_job_last_success_timestamp_seconds", "job", "reconcile_payments"); ok {
+	if got, ok := gauge(t, downMetrics, "shop_job_last_success_timestamp_seconds", "task", "reconcile_payments"); ok {
 		t.Fatalf("a pass that could not list the due payments recorded a success at %v", got)
 	}
 
@@ -44,7 +44,7 @@ func TestReconcile_Backlog(t *testing.T) {
 		t.Fatalf("Reconcile with the gateway down = %d, %v; want 0 settled", n, err)
 	}
 	now := f.clock.Now()
-	if got, _ := gauge(t, downMetrics, "shop_job_last_success_timestamp_seconds", "job", "reconcile_payments"); got != float64(now.UnixNano())/1e9 {
+	if got, _ := gauge(t, downMetrics, "shop_job_last_success_timestamp_seconds", "task", "reconcile_payments"); got != float64(now.UnixNano())/1e9 {
 		t.Errorf("last success %v, want the pass's time %v", got, float64(now.UnixNano())/1e9)
 	}
 	if got := mustGauge(t, downMetrics, "shop_payment_reconcile_backlog"); got != 3 {

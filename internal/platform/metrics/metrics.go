@@ -31,7 +31,9 @@ type Metrics struct {
 	ConflictsStopped *prometheus.CounterVec
 	// JobSuccess is, per background job, when its last successful pass
 	// ended: the alert on a stalled job compares it with the time now, so
-	// a job that fails or stops running is seen whatever the reason.
+	// a job that fails or stops running is seen whatever the reason. The
+	// job is the "task" label: Prometheus gives "job" to the scrape job,
+	// and would rename this one exported_job.
 	JobSuccess *prometheus.GaugeVec
 }
 
@@ -52,8 +54,8 @@ func New() *Metrics {
 	}
 	m.JobSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "shop_job_last_success_timestamp_seconds",
-		Help: "Unix time at which the background job last finished a pass successfully in this process, or, before its first, at which it started.",
-	}, []string{"job"})
+		Help: "Unix time at which the background job (task) last finished a pass successfully in this process, or, before its first, at which it started.",
+	}, []string{"task"})
 	reg.MustRegister(m.ConflictsStopped, m.JobSuccess)
 	return m
 }

@@ -46,8 +46,8 @@ func TestJobSucceeded(t *testing.T) {
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for _, want := range []string{
-		`shop_job_last_success_timestamp_seconds{job="expire_orders"} 1.7e+09`,
-		`shop_job_last_success_timestamp_seconds{job="reconcile_payments"} 1.7000000605e+09`,
+		`shop_job_last_success_timestamp_seconds{task="expire_orders"} 1.7e+09`,
+		`shop_job_last_success_timestamp_seconds{task="reconcile_payments"} 1.7000000605e+09`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, grep(string(body), "shop_job_"))
