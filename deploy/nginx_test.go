@@ -1,10 +1,12 @@
-// Package deploy_test runs the load balancer's configuration (nginx.conf)
-// in a real nginx in front of two stand-in replicas, and checks what the
-// README and the comments in it promise: nginx's own errors are problem
-// documents with the service's codes, its body limit is the service's, a
-// replica's answer (a 503 too) passes as it is and does not take the
-// replica out of rotation, and a POST that reached a replica is never sent
-// to the other. Skipped when no nginx is installed (Debian: nginx-light).
+// Package deploy_test checks the files in deploy/: the Prometheus rules
+// (prometheus_test.go), the Kubernetes manifests (k8s_test.go) and, here,
+// the load balancer's configuration (nginx.conf), run in a real nginx in
+// front of two stand-in replicas. It checks what the README and the
+// comments in nginx.conf promise: nginx's own errors are problem documents
+// with the service's codes, its body limit is the service's, a replica's
+// answer (a 503 too) passes as it is and does not take the replica out of
+// rotation, and a POST that reached a replica is never sent to the other.
+// Skipped when no nginx is installed (Debian: nginx-light).
 package deploy_test
 
 import (

@@ -6,7 +6,7 @@
 #
 #   deploy/images/build.sh [--force] [--print-env] [image...]
 #
-# images: debian golang postgres redis nginx (default: all).
+# images: debian golang postgres redis nginx prometheus (default: all).
 #
 # Each image is a Debian root filesystem (debootstrap, then apt-get install
 # in a chroot), imported with `docker import`, then finished by the small
@@ -40,20 +40,21 @@ for a in "$@"; do
   case "$a" in
     --force) force=true ;;
     --print-env) print_env=true ;;
-    debian|golang|postgres|redis|nginx) wanted+=("$a") ;;
-    *) echo "usage: $0 [--force] [--print-env] [debian|golang|postgres|redis|nginx ...]" >&2; exit 2 ;;
+    debian|golang|postgres|redis|nginx|prometheus) wanted+=("$a") ;;
+    *) echo "usage: $0 [--force] [--print-env] [debian|golang|postgres|redis|nginx|prometheus ...]" >&2; exit 2 ;;
   esac
 done
-[ ${#wanted[@]} -gt 0 ] || wanted=(debian golang postgres redis nginx)
+[ ${#wanted[@]} -gt 0 ] || wanted=(debian golang postgres redis nginx prometheus)
 
 # Image names. The tags say what is inside: Debian bookworm has
-# PostgreSQL 15, Redis 7.0 and nginx 1.22.
+# PostgreSQL 15, Redis 7.0, nginx 1.22 and Prometheus 2.42.
 declare -A image=(
   [debian]="$prefix/debian:$suite"
   [golang]="$prefix/golang:$go_minor"
   [postgres]="$prefix/postgres:15"
   [redis]="$prefix/redis:7"
   [nginx]="$prefix/nginx:1"
+  [prometheus]="$prefix/prometheus:2"
 )
 # Packages installed on top of the base (minbase + ca-certificates, tzdata).
 declare -A packages=(
@@ -62,6 +63,7 @@ declare -A packages=(
   [postgres]="postgresql-15"
   [redis]="redis-server"
   [nginx]="nginx"
+  [prometheus]="prometheus"
 )
 
 write_env() {
@@ -70,6 +72,7 @@ write_env() {
 POSTGRES_IMAGE=${image[postgres]}
 REDIS_IMAGE=${image[redis]}
 NGINX_IMAGE=${image[nginx]}
+PROMETHEUS_IMAGE=${image[prometheus]}
 GO_IMAGE=${image[golang]}
 RUNTIME_IMAGE=${image[debian]}
 SHOP_TEST_POSTGRES_IMAGE=${image[postgres]}
@@ -236,6 +239,14 @@ prepare_nginx() {
   ln -sf /dev/stdout "$root/var/log/nginx/access.log"
   ln -sf /dev/stderr "$root/var/log/nginx/error.log"
   rm -f "$root/etc/nginx/sites-enabled/default"
+}
+
+prepare_prometheus() {
+  local root=$1
+  # The package made the prometheus user; compose mounts the
+  # configuration over /etc/prometheus.
+  mkdir -p "$root/prometheus"
+  chroot "$root" chown prometheus:prometheus /prometheus
 }
 
 # build_rootfs makes $cache/rootfs/<image>: the base plus the image's

@@ -1,6 +1,8 @@
 package payments
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
@@ -23,6 +25,12 @@ type counters struct {
 	outcomes        *prometheus.CounterVec
 	refunds         prometheus.Counter
 	reconciliations *prometheus.CounterVec
+	// backlog and oldest are what the reconciler's last pass could not
+	// settle: the alert on a reconciler that is not keeping up reads
+	// them (a backlog counted when a pass begins would include payments
+	// it is about to settle, and show a steady trickle as a backlog).
+	backlog prometheus.Gauge
+	oldest  prometheus.Gauge
 }
 
 func newCounters(m *metrics.Metrics) *counters {
@@ -43,11 +51,30 @@ func newCounters(m *metrics.Metrics) *counters {
 			Name: "shop_payment_reconciliations_total",
 			Help: "Processing payments the reconciler looked at, by what became of them.",
 		}, []string{"outcome"}),
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shop_payment_reconcile_backlog",
+			Help: "Payments processing for longer than the reconcile delay that the reconciler's last pass could not settle (outcome unknown); at most one batch (100).",
+		}),
+		oldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shop_payment_reconcile_oldest_seconds",
+			Help: "How long the oldest payment the reconciler's last pass could not settle had been processing; 0 when it settled every payment due.",
+		}),
 	}
 	if m != nil {
-		m.Registry.MustRegister(c.attempts, c.outcomes, c.refunds, c.reconciliations)
+		m.Registry.MustRegister(c.attempts, c.outcomes, c.refunds, c.reconciliations, c.backlog, c.oldest)
 	}
 	return c
+}
+
+// unsettled records what a reconciler pass left processing at now: left
+// payments, the oldest of which began processing at since.
+func (c *counters) unsettled(left int, since, now time.Time) {
+	c.backlog.Set(float64(left))
+	if left == 0 {
+		c.oldest.Set(0)
+		return
+	}
+	c.oldest.Set(max(now.Sub(since), 0).Seconds())
 }
 
 func (c *counters) outcome(o string) { c.outcomes.WithLabelValues(o).Inc() }

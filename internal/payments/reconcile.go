@@ -11,6 +11,10 @@ import (
 // reconcileBatch is how many payments one reconciler pass looks at.
 const reconcileBatch = 100
 
+// jobReconcile names the reconciler in shop_job_last_success_timestamp_seconds,
+// as the alerts in deploy/prometheus do.
+const jobReconcile = "reconcile_payments"
+
 // Reconcile settles payments that have been processing for longer than
 // the reconcile delay: a gateway timeout, a crash between the charge and
 // its record, a refund that did not go through. For each, it sends the
@@ -23,12 +27,18 @@ const reconcileBatch = 100
 // the lock is unavailable, the version check on the payment row still
 // lets only one of them record an outcome. It returns how many payments
 // it settled.
+//
+// A pass that could list the due payments is the job's success; the
+// payments it could not settle are its backlog (shop_payment_reconcile_*).
 func (s *Service) Reconcile(ctx context.Context) (int, error) {
-	due, err := s.store.ProcessingSince(ctx, s.stamp().Add(-s.reconcileAfter), reconcileBatch)
+	now := s.stamp()
+	due, err := s.store.ProcessingSince(ctx, now.Add(-s.reconcileAfter), reconcileBatch)
 	if err != nil {
 		return 0, err
 	}
-	settled := 0
+	s.metrics.JobSucceeded(jobReconcile, now)
+	settled, left := 0, 0
+	var oldest time.Time // due is longest-waiting first
 	for _, p := range due {
 		if ctx.Err() != nil {
 			return settled, ctx.Err()
@@ -39,7 +49,15 @@ func (s *Service) Reconcile(ctx context.Context) (int, error) {
 		case StatusSucceeded, StatusFailed, StatusRefunded:
 			settled++
 		}
+		// Busy is another reconciler's (or the request's) to settle, gone
+		// is settled: only an unknown outcome is this pass's backlog.
+		if result == outcomeUnknown {
+			if left++; left == 1 {
+				oldest = p.UpdatedAt
+			}
+		}
 	}
+	s.counts.unsettled(left, oldest, now)
 	return settled, nil
 }
 
@@ -85,6 +103,7 @@ func (s *Service) reconcileOne(ctx context.Context, due Payment) string {
 
 // RunReconciler calls Reconcile about every interval until ctx ends.
 func (s *Service) RunReconciler(ctx context.Context, interval time.Duration) {
+	s.metrics.JobStarted(jobReconcile, s.stamp())
 	jobs.Every(ctx, interval, func(ctx context.Context) {
 		n, err := s.Reconcile(ctx)
 		if err != nil && ctx.Err() == nil {

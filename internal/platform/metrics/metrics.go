@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -28,6 +29,12 @@ type Metrics struct {
 	// ConflictsStopped counts each conflict by the layer that stopped it:
 	// the first layer to refuse a duplicate, stale or illegal action.
 	ConflictsStopped *prometheus.CounterVec
+	// JobSuccess is, per background job, when its last successful pass
+	// ended: the alert on a stalled job compares it with the time now, so
+	// a job that fails or stops running is seen whatever the reason. The
+	// job is the "task" label: Prometheus gives "job" to the scrape job,
+	// and would rename this one exported_job.
+	JobSuccess *prometheus.GaugeVec
 }
 
 // New returns a registry with the Go and process collectors and the shared
@@ -45,8 +52,25 @@ func New() *Metrics {
 			Help: "Conflicts stopped, by flow and by the defence layer that stopped them.",
 		}, []string{"flow", "layer"}),
 	}
-	reg.MustRegister(m.ConflictsStopped)
+	m.JobSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shop_job_last_success_timestamp_seconds",
+		Help: "Unix time at which the background job (task) last finished a pass successfully in this process, or, before its first, at which it started.",
+	}, []string{"task"})
+	reg.MustRegister(m.ConflictsStopped, m.JobSuccess)
 	return m
+}
+
+// JobStarted records that job started at t. Until its first success the
+// time since then is the time without one, so a job that never succeeds
+// is seen as stalled as soon as one that stopped succeeding would be.
+func (m *Metrics) JobStarted(job string, t time.Time) { m.JobSucceeded(job, t) }
+
+// JobSucceeded records that a pass of job ended successfully at t.
+func (m *Metrics) JobSucceeded(job string, t time.Time) {
+	if m == nil {
+		return
+	}
+	m.JobSuccess.WithLabelValues(job).Set(float64(t.UnixNano()) / 1e9)
 }
 
 // Stopped records that layer stopped a conflict in flow.

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
@@ -30,4 +31,37 @@ func TestStopped(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+func TestJobSucceeded(t *testing.T) {
+	var none *metrics.Metrics
+	none.JobSucceeded("expire_orders", time.Now()) // a nil Metrics records nothing, and does not panic
+
+	m := metrics.New()
+	m.JobStarted("expire_orders", time.Unix(1700000000, 0))
+	m.JobSucceeded("reconcile_payments", time.Unix(1700000000, 0))
+	m.JobSucceeded("reconcile_payments", time.Unix(1700000060, 500_000_000))
+
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`shop_job_last_success_timestamp_seconds{task="expire_orders"} 1.7e+09`,
+		`shop_job_last_success_timestamp_seconds{task="reconcile_payments"} 1.7000000605e+09`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, grep(string(body), "shop_job_"))
+		}
+	}
+}
+
+// grep returns the lines of s that contain substr.
+func grep(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

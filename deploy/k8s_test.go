@@ -1,0 +1,523 @@
+package deploy_test
+
+// deploy/k8s renders with kubectl kustomize (base and overlays/example),
+// every object decodes strictly (k8s_objects_test.go), and the rendering
+// keeps what the service needs from it (checkK8s): probes on the routes
+// the API registers and on its API port, container ports where the
+// configuration puts them, at least three API replicas, no `latest` or
+// untagged image, three separate Redis StatefulSets named by
+// SHOP_REDIS_ADDRS, a grace period that outlasts the drain, an autoscaler
+// that stays inside PostgreSQL's connection budget, metrics apart from the
+// API. TestK8s_ChecksCatchMistakes breaks each of these on purpose and
+// requires checkK8s to say so.
+//
+// kubectl (on this kind of machine; kustomize is built into it) is needed;
+// without it the tests are skipped, except in CI (CI=true).
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/redisx"
+)
+
+// k8sDirs are the kustomizations CI renders.
+var k8sDirs = []string{"k8s/base", "k8s/overlays/example"}
+
+// Paths the probes must use (the issue's contract; the API must register them).
+const (
+	readinessPath = "/readyz"
+	livenessPath  = "/healthz"
+	// drainMargin is what the grace period must leave after the preStop
+	// sleep and SHOP_SHUTDOWN_DRAIN: the answer of the last request, the
+	// pools closing.
+	drainMargin = 5 * time.Second
+	// connReserve is what PostgreSQL keeps besides the API pods: the
+	// migration Job, an operator's session, superuser_reserved_connections.
+	connReserve = 10
+)
+
+// render runs kubectl kustomize on dir.
+func render(t *testing.T, dir string) []byte {
+	t.Helper()
+	bin := needTool(t, "kubectl", "kubectl kustomize renders deploy/k8s")
+	out, err := exec.Command(bin, "kustomize", dir).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr)
+	}
+	return out
+}
+
+func mustDecode(t *testing.T, rendered []byte) objects {
+	t.Helper()
+	objs, err := decodeObjects(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func TestK8s_Render(t *testing.T) {
+	routes := apiRoutes(t)
+	for _, dir := range k8sDirs {
+		t.Run(dir, func(t *testing.T) {
+			objs := mustDecode(t, render(t, dir))
+			t.Logf("%d Deployments, %d StatefulSets, %d Jobs, %d Services, %d NetworkPolicies, %d Secrets",
+				len(objs.deployments), len(objs.statefulSets), len(objs.jobs), len(objs.services), len(objs.netpols), len(objs.secrets))
+			overlay := strings.Contains(dir, "overlays")
+			for _, p := range checkK8s(objs, routes, overlay) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// Each mistake below, made in the rendered example overlay, must be found.
+func TestK8s_ChecksCatchMistakes(t *testing.T) {
+	routes := apiRoutes(t)
+	rendered := render(t, "k8s/overlays/example")
+	if p := checkK8s(mustDecode(t, rendered), routes, true); len(p) > 0 {
+		t.Fatalf("the example overlay is wrong before any mistake: %q", p)
+	}
+	for _, m := range []struct {
+		name    string
+		want    string // in one of the problems found
+		mistake func(o *objects)
+	}{
+		{"two replicas", "replicas", func(o *objects) { o.deployments[0].Spec.Replicas = 2 }},
+		{"autoscaler down to two", "minReplicas", func(o *objects) { o.hpas[0].Spec.MinReplicas = 2 }},
+		{"autoscaler past the connection budget", "max_connections", func(o *objects) { o.hpas[0].Spec.MaxReplicas = 20 }},
+		{"readiness on /healthz", "readiness probe on /healthz, want /readyz", func(o *objects) { api(o).ReadinessProbe.HTTPGet.Path = "/healthz" }},
+		{"liveness on a route that does not exist", "liveness probe on /health,", func(o *objects) { api(o).LivenessProbe.HTTPGet.Path = "/health" }},
+		{"readiness on the metrics port", "readiness probe on port metrics", func(o *objects) { api(o).ReadinessProbe.HTTPGet.Port = intOrString{Str: "metrics"} }},
+		{"API port not the configured one", "port http is 8000", func(o *objects) { api(o).Ports[0].ContainerPort = 8000 }},
+		{"metrics port not the configured one", "port metrics is 9100", func(o *objects) { api(o).Ports[1].ContainerPort = 9100 }},
+		{"a latest tag", "latest", func(o *objects) { o.statefulSets[1].Spec.Template.Spec.Containers[0].Image = "redis:latest" }},
+		{"an untagged image", "tag", func(o *objects) { o.jobs[0].Spec.Template.Spec.Containers[0].Image = "registry.example.com/shop" }},
+		{"two Redis nodes", "SHOP_REDIS_ADDRS names 2 nodes", func(o *objects) { setEnv(api(o), "SHOP_REDIS_ADDRS", "redis-1:6379,redis-2:6379") }},
+		{"one Redis node named twice", "are the same StatefulSet", func(o *objects) { setEnv(api(o), "SHOP_REDIS_ADDRS", "redis-1:6379,redis-2:6379,redis-2:6379") }},
+		{"a Redis node that is no Service", "redis-9 is no Service", func(o *objects) { setEnv(api(o), "SHOP_REDIS_ADDRS", "redis-1:6379,redis-2:6379,redis-9:6379") }},
+		{"Redis as one StatefulSet of three", "3 replicas; a quorum node is one Redis", func(o *objects) {
+			for i := range o.statefulSets {
+				if o.statefulSets[i].Metadata.Name == "redis-2" {
+					o.statefulSets[i].Spec.Replicas = 3
+				}
+			}
+		}},
+		{"a grace period shorter than the drain", "terminationGracePeriodSeconds", func(o *objects) {
+			g := 15
+			o.deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds = &g
+		}},
+		{"a drain longer than the grace period", "terminationGracePeriodSeconds", func(o *objects) { setEnv(api(o), "SHOP_SHUTDOWN_DRAIN", "30s") }},
+		{"metrics on the API Service", "API port only, not metrics", func(o *objects) {
+			for i := range o.services {
+				if o.services[i].Metadata.Name == "shop-api" {
+					o.services[i].Spec.Ports[0].TargetPort = intOrString{Str: "metrics"}
+				}
+			}
+		}},
+		{"metrics open to everyone", "metrics port is open to everyone", func(o *objects) {
+			for i := range o.netpols {
+				if o.netpols[i].Metadata.Name == "shop-api" {
+					o.netpols[i].Spec.Ingress[1].From = nil
+				}
+			}
+		}},
+		{"a PodDisruptionBudget that selects nothing", "no PodDisruptionBudget", func(o *objects) {
+			o.pdbs[0].Spec.Selector.MatchLabels = map[string]string{"app.kubernetes.io/name": "shop"}
+		}},
+		{"no memory limit", "resources", func(o *objects) { delete(api(o).Resources.Limits, "memory") }},
+		{"a Secret that is not rendered", "Secret", func(o *objects) { o.secrets = nil }},
+		{"a configuration the service refuses", "refuses this configuration", func(o *objects) { setEnv(api(o), "SHOP_LOCK_MODE", "sometimes") }},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			objs := mustDecode(t, rendered)
+			m.mistake(&objs)
+			problems := checkK8s(objs, routes, true)
+			for _, p := range problems {
+				if strings.Contains(p, m.want) {
+					return
+				}
+			}
+			t.Errorf("no problem mentions %q; found: %q", m.want, problems)
+		})
+	}
+}
+
+// The decoding is strict: a misspelt field, a kind the tests do not know
+// and a wrong API version are errors, where kubectl kustomize renders them.
+func TestK8s_StrictDecoding(t *testing.T) {
+	rendered := string(render(t, "k8s/overlays/example"))
+	for _, m := range []struct{ name, old, new, want string }{
+		{"a misspelt field", "readinessProbe:", "readinesProbe:", "field readinesProbe not found"},
+		{"an unknown kind", "kind: PodDisruptionBudget", "kind: PodDisruptionBudgets", "a kind this test does not know"},
+		{"an old API version", "apiVersion: autoscaling/v2", "apiVersion: autoscaling/v1", `want "autoscaling/v2"`},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			if !strings.Contains(rendered, m.old) {
+				t.Fatalf("the rendering has no %q", m.old)
+			}
+			_, err := decodeObjects([]byte(strings.Replace(rendered, m.old, m.new, 1)))
+			if err == nil || !strings.Contains(err.Error(), m.want) {
+				t.Errorf("decoding with %s: %v, want an error with %q", m.name, err, m.want)
+			}
+		})
+	}
+}
+
+// checkK8s returns what is wrong with a rendering. overlay says it is a
+// whole deployment (a base has no Secret yet).
+func checkK8s(o objects, routes []string, overlay bool) []string {
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	// Every image: a registry's tag, never latest, never none.
+	each := func(fn func(where string, c *container)) {
+		for i := range o.deployments {
+			for j := range o.deployments[i].Spec.Template.Spec.Containers {
+				fn("Deployment "+o.deployments[i].Metadata.Name, &o.deployments[i].Spec.Template.Spec.Containers[j])
+			}
+		}
+		for i := range o.statefulSets {
+			for j := range o.statefulSets[i].Spec.Template.Spec.Containers {
+				fn("StatefulSet "+o.statefulSets[i].Metadata.Name, &o.statefulSets[i].Spec.Template.Spec.Containers[j])
+			}
+		}
+		for i := range o.jobs {
+			for j := range o.jobs[i].Spec.Template.Spec.Containers {
+				fn("Job "+o.jobs[i].Metadata.Name, &o.jobs[i].Spec.Template.Spec.Containers[j])
+			}
+		}
+	}
+	each(func(where string, c *container) {
+		name, tag := splitImage(c.Image)
+		switch {
+		case tag == "":
+			bad("%s: image %q has no tag (it would be latest)", where, c.Image)
+		case tag == "latest":
+			bad("%s: image %q is latest", where, c.Image)
+		case name == "":
+			bad("%s: image %q has no name", where, c.Image)
+		}
+		if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" || c.Resources.Limits["memory"] == "" {
+			bad("%s: container %s needs resources: cpu and memory requests, a memory limit", where, c.Name)
+		}
+		if overlay {
+			for _, e := range c.Env {
+				if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+					continue
+				}
+				ref := e.ValueFrom.SecretKeyRef
+				if s := findSecret(o, ref.Name); s == nil {
+					bad("%s: %s names Secret %s, which the overlay does not render", where, e.Name, ref.Name)
+				} else if _, ok := s.Data[ref.Key]; !ok {
+					bad("%s: %s names key %s, which Secret %s lacks", where, e.Name, ref.Key, ref.Name)
+				}
+			}
+		}
+	})
+
+	// The API.
+	var d *deployment
+	for i := range o.deployments {
+		if o.deployments[i].Metadata.Name == "shop-api" {
+			d = &o.deployments[i]
+		}
+	}
+	if d == nil {
+		return append(problems, "no Deployment shop-api")
+	}
+	if d.Spec.Replicas < 3 {
+		bad("Deployment shop-api: %d replicas, want at least 3", d.Spec.Replicas)
+	}
+	pod := d.Spec.Template.Spec
+	c := &pod.Containers[0]
+	cfg, err := config.FromEnv(literalEnv(c))
+	if err != nil {
+		bad("Deployment shop-api: the service refuses this configuration: %v", err)
+		return problems
+	}
+	httpPort, metricsPort := addrPort(cfg.HTTPAddr), addrPort(cfg.MetricsAddr)
+	ports := map[string]int{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if ports["http"] != httpPort {
+		bad("container api: port http is %d, SHOP_HTTP_ADDR %q", ports["http"], cfg.HTTPAddr)
+	}
+	if ports["metrics"] != metricsPort {
+		bad("container api: port metrics is %d, SHOP_METRICS_ADDR %q", ports["metrics"], cfg.MetricsAddr)
+	}
+	port := func(p intOrString) int {
+		if p.Str != "" {
+			return ports[p.Str]
+		}
+		return p.Int
+	}
+	for _, pr := range []struct {
+		name, path string
+		probe      *probe
+	}{{"readiness", readinessPath, c.ReadinessProbe}, {"liveness", livenessPath, c.LivenessProbe}} {
+		switch {
+		case pr.probe == nil || pr.probe.HTTPGet == nil:
+			bad("container api: no HTTP %s probe", pr.name)
+		case pr.probe.HTTPGet.Path != pr.path:
+			bad("container api: %s probe on %s, want %s", pr.name, pr.probe.HTTPGet.Path, pr.path)
+		case !slices.Contains(routes, pr.probe.HTTPGet.Path):
+			bad("container api: %s probe on %s, a route the API does not register", pr.name, pr.probe.HTTPGet.Path)
+		case port(pr.probe.HTTPGet.Port) != httpPort:
+			bad("container api: %s probe on port %s, not the API's %d", pr.name, pr.probe.HTTPGet.Port, httpPort)
+		}
+	}
+
+	// Graceful termination: the preStop sleep and the drain fit in the
+	// grace period.
+	sleep := 0
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+		sleep = c.Lifecycle.PreStop.Sleep.Seconds
+	}
+	grace := 30 // Kubernetes' default
+	if pod.TerminationGracePeriodSeconds != nil {
+		grace = *pod.TerminationGracePeriodSeconds
+	}
+	if need := time.Duration(sleep)*time.Second + cfg.ShutdownDrain + drainMargin; time.Duration(grace)*time.Second < need {
+		bad("Deployment shop-api: terminationGracePeriodSeconds %d, want at least %s (preStop %ds + SHOP_SHUTDOWN_DRAIN %s + %s)",
+			grace, need, sleep, cfg.ShutdownDrain, drainMargin)
+	}
+
+	// The lock quorum: SHOP_REDIS_ADDRS names three Services, each of one
+	// StatefulSet of its own with one replica.
+	if len(cfg.RedisAddrs) != 3 {
+		bad("SHOP_REDIS_ADDRS names %d nodes, want the three of the quorum", len(cfg.RedisAddrs))
+	}
+	seen := map[string]string{}
+	for _, addr := range cfg.RedisAddrs {
+		host, p, _ := net.SplitHostPort(addr)
+		svc := findService(o, host)
+		if svc == nil {
+			bad("SHOP_REDIS_ADDRS: %s is no Service", host)
+			continue
+		}
+		if !slices.ContainsFunc(svc.Spec.Ports, func(sp servicePort) bool { return strconv.Itoa(sp.Port) == p }) {
+			bad("SHOP_REDIS_ADDRS: Service %s has no port %s", host, p)
+		}
+		var sets []string
+		for _, s := range o.statefulSets {
+			if selects(svc.Spec.Selector, s.Spec.Template.Metadata.Labels) {
+				sets = append(sets, s.Metadata.Name)
+				if s.Spec.Replicas != 1 {
+					bad("StatefulSet %s (%s): %d replicas; a quorum node is one Redis", s.Metadata.Name, host, s.Spec.Replicas)
+				}
+			}
+		}
+		if len(sets) != 1 {
+			bad("SHOP_REDIS_ADDRS: Service %s selects the pods of %d StatefulSets %v, want one", host, len(sets), sets)
+			continue
+		}
+		if other, dup := seen[sets[0]]; dup {
+			bad("SHOP_REDIS_ADDRS: %s and %s are the same StatefulSet %s", other, host, sets[0])
+		}
+		seen[sets[0]] = host
+	}
+
+	// Autoscaling: never below three, never past the connection budget.
+	var hpa *horizontalPodAutoscaler
+	for i := range o.hpas {
+		if o.hpas[i].Spec.ScaleTargetRef.Kind == "Deployment" && o.hpas[i].Spec.ScaleTargetRef.Name == "shop-api" {
+			hpa = &o.hpas[i]
+		}
+	}
+	if hpa == nil {
+		bad("no HorizontalPodAutoscaler of Deployment shop-api")
+	} else {
+		if hpa.Spec.MinReplicas < 3 {
+			bad("HorizontalPodAutoscaler shop-api: minReplicas %d, want at least 3", hpa.Spec.MinReplicas)
+		}
+		// Each pod: its pool, and half as many (at least 2) for idempotency
+		// bookkeeping (internal/app).
+		perPod := int(cfg.DBMaxConns) + max(int(cfg.DBMaxConns)/2, 2)
+		budget, err := strconv.Atoi(hpa.Metadata.Annotations["shop.example/postgres-max-connections"])
+		switch {
+		case err != nil:
+			bad("HorizontalPodAutoscaler shop-api: annotation shop.example/postgres-max-connections: %v", err)
+		case hpa.Spec.MaxReplicas*perPod+connReserve > budget:
+			bad("HorizontalPodAutoscaler shop-api: %d replicas × %d connections + %d exceed max_connections %d",
+				hpa.Spec.MaxReplicas, perPod, connReserve, budget)
+		}
+	}
+	var pdbOK bool
+	for _, p := range o.pdbs {
+		if selects(p.Spec.Selector.MatchLabels, d.Spec.Template.Metadata.Labels) && p.Spec.MaxUnavailable != nil && p.Spec.MaxUnavailable.Int == 1 {
+			pdbOK = true
+		}
+	}
+	if !pdbOK {
+		bad("no PodDisruptionBudget keeps all but one API pod up")
+	}
+
+	// Metrics apart: the API Service has only the API port, the metrics
+	// port is reachable from the scraper's pods only.
+	for _, s := range o.services {
+		if !selects(s.Spec.Selector, d.Spec.Template.Metadata.Labels) {
+			continue
+		}
+		for _, sp := range s.Spec.Ports {
+			tp := port(sp.TargetPort)
+			if s.Metadata.Name == "shop-api" && tp != httpPort {
+				bad("Service shop-api: port %s leads to %d; the API Service carries the API port only, not metrics", sp.Name, tp)
+			}
+		}
+	}
+	for _, np := range o.netpols {
+		if !selects(np.Spec.PodSelector.MatchLabels, d.Spec.Template.Metadata.Labels) {
+			continue
+		}
+		for _, in := range np.Spec.Ingress {
+			for _, p := range in.Ports {
+				if port(p.Port) == metricsPort && len(in.From) == 0 {
+					bad("NetworkPolicy %s: the metrics port is open to everyone", np.Metadata.Name)
+				}
+			}
+		}
+	}
+	if overlay && len(o.secrets) == 0 {
+		bad("the overlay renders no Secret")
+	}
+	return problems
+}
+
+// apiRoutes lists the GET routes the API registers, from the service
+// itself: built on pools that connect lazily, so no server is needed.
+func apiRoutes(t *testing.T) []string {
+	t.Helper()
+	cfg, err := config.FromEnv(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg, err := pgxpool.ParseConfig("postgres://shop@127.0.0.1:1/shop?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	clients := redisx.Clients([]string{"127.0.0.1:1"})
+	t.Cleanup(func() { _ = redisx.Close(clients) })
+	a, err := app.New(cfg, app.Deps{Pool: pool, Redis: clients})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	var routes []string
+	for _, r := range a.Echo.Routes() {
+		if r.Method == http.MethodGet {
+			routes = append(routes, r.Path)
+		}
+	}
+	// The metrics listener's route, which Prometheus scrapes.
+	rec := httptest.NewRecorder()
+	a.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics on the metrics handler: %d", rec.Code)
+	}
+	return routes
+}
+
+func api(o *objects) *container { return &o.deployments[0].Spec.Template.Spec.Containers[0] }
+
+func setEnv(c *container, name, value string) {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			c.Env[i].Value = value
+		}
+	}
+}
+
+// literalEnv is getenv over a container's literal values (the Secret's
+// are not known here: the configuration's defaults stand in).
+func literalEnv(c *container) func(string) string {
+	return func(name string) string {
+		for _, e := range c.Env {
+			if e.Name == name && e.ValueFrom == nil {
+				return e.Value
+			}
+		}
+		return ""
+	}
+}
+
+func addrPort(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// splitImage splits "registry:5000/name:tag" into name and tag.
+func splitImage(image string) (name, tag string) {
+	if i := strings.Index(image, "@"); i >= 0 {
+		return image[:i], image[i+1:] // a digest pins as well as a tag
+	}
+	slash := strings.LastIndex(image, "/")
+	if i := strings.LastIndex(image, ":"); i > slash {
+		return image[:i], image[i+1:]
+	}
+	return image, ""
+}
+
+// selects reports whether a selector's labels are all among labels.
+func selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func findService(o objects, name string) *service {
+	for i := range o.services {
+		if o.services[i].Metadata.Name == name {
+			return &o.services[i]
+		}
+	}
+	return nil
+}
+
+// findSecret finds a Secret by the name the manifests use; the generator
+// adds a hash suffix, and kustomize rewrites the references to match.
+func findSecret(o objects, name string) *secret {
+	for i := range o.secrets {
+		if o.secrets[i].Metadata.Name == name {
+			return &o.secrets[i]
+		}
+	}
+	return nil
+}
