@@ -5,7 +5,19 @@ BIN     ?= bin/shop
 PKGS    ?= ./...
 FUZZTIME ?= 30s
 
-.PHONY: ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean
+.PHONY: ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs
+
+# .env (written by `make images`, ignored by git) names the images to use
+# instead of the official ones. docker compose reads it by itself; here its
+# variables reach the tests (testcontainers) and the image build too,
+# unless the shell already sets them, as with compose.
+ifneq ($(wildcard .env),)
+$(foreach kv,$(shell grep -E '^[A-Za-z_][A-Za-z0-9_]*=[^ ]*$$' .env),$(if $(filter environment command,$(origin $(firstword $(subst =, ,$(kv))))),,$(eval export $(kv))))
+endif
+
+# The compose command: the plugin (`docker compose`) if there is one, else
+# docker-compose 1.29.
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
 
 all: build
 
@@ -70,6 +82,19 @@ image:
 E2E_TIMEOUT ?= 20m
 e2e: image
 	$(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
+
+# The compose stack in the background, from a freshly built shop image;
+# waits for the load balancer's /readyz, then prints the addresses and the
+# demo user's token.
+up: image
+	COMPOSE="$(COMPOSE)" deploy/up.sh
+
+# ARGS=-v also removes the data volumes.
+down:
+	$(COMPOSE) down $(ARGS)
+
+logs:
+	$(COMPOSE) logs -f --tail=100
 
 clean:
 	rm -rf bin
