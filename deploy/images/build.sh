@@ -365,5 +365,5 @@ log "images:"
 for name in "${wanted[@]}"; do
   docker image ls --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' "${image[$name]}" >&2
 done
-log "variables written to .images/env; use them with:"
-log "  set -a; . .images/env; set +a        # then make test, docker compose up, make e2e"
+log "variables written to .env (docker compose, docker-compose and make read it by themselves)"
+log "and to .images/env, for other shells: set -a; . .images/env; set +a"

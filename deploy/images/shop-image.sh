@@ -30,6 +30,12 @@ start=$SECONDS
 # one); all of its output is shown if it fails.
 log=$(mktemp /tmp/shop-image-build.XXXXXX)
 trap 'rm -rf "$ctx" "$log"' EXIT
+# A step may take minutes (the Go build): say every 20 s that it goes on.
+(
+  while sleep 20; do echo "[shop-image]   ... $((SECONDS - start))s" >&2; done
+) &
+ticker=$!
+trap 'kill "$ticker" 2>/dev/null; rm -rf "$ctx" "$log"' EXIT
 set +e
 DOCKER_BUILDKIT=0 docker build \
   --build-arg "GO_IMAGE=$go_image" \
@@ -38,6 +44,7 @@ DOCKER_BUILDKIT=0 docker build \
   -t "$tag" "$ctx" 2>&1 | tee "$log" | sed -un 's/^Step \(.\{1,80\}\).*/[shop-image]   step \1/p' >&2
 rc=${PIPESTATUS[0]}
 set -e
+kill "$ticker" 2>/dev/null || true
 if [ "$rc" -ne 0 ]; then
   cat "$log" >&2
   exit 1
