@@ -184,8 +184,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	start := time.Now()
 	data, setupErr := vu0.lifecycle("setup", goja.Undefined(), optDuration(opts, "setupTimeout"))
 	if setupErr != "" {
+		// k6 ends a run whose setup threw without judging thresholds.
 		r.res.SetupError = setupErr
-		return r.finish(p, start), nil
+		return r.finish(plan{}, start), nil
 	}
 	dataJSON := ""
 	if data != nil && !goja.IsUndefined(data) {

@@ -66,9 +66,6 @@ func TestScripts(t *testing.T) {
 
 	for _, s := range scripts {
 		t.Run(s.name, func(t *testing.T) {
-			if s.seats && !seatsLanded {
-				t.Skip("the seats flow is not served yet (seatsLanded)")
-			}
 			stack := apptest.Start(t, 2, nil)
 			env := map[string]string{
 				"BASE_URL": stack.BaseURL, "GATEWAY_URL": stack.GatewayURL, "ADMIN_TOKEN": apptest.AdminToken,
@@ -90,6 +87,14 @@ func TestScripts(t *testing.T) {
 				t.Fatalf("run %s.js: %v", s.name, err)
 			}
 			t.Logf("%s.js:\n%s", s.name, res.Summary())
+			if s.seats && !seatsLanded {
+				// The script loads and its options are valid; it stops
+				// where the service lacks the seats routes.
+				if !strings.Contains(res.SetupError, "create event: 404") {
+					t.Errorf("without the seats flow, want setup to fail creating the event; got %q", res.Failures())
+				}
+				t.Skip("the seats flow is not served yet (seatsLanded)")
+			}
 			for _, f := range res.Failures() {
 				t.Error(f)
 			}
