@@ -2,11 +2,16 @@ package k6compat_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,6 +104,44 @@ func TestScripts(t *testing.T) {
 				t.Error(f)
 			}
 		})
+	}
+}
+
+// TestScripts_CatchBrokenIdempotency shows the scripts' invariants are
+// not decoration: with a proxy in front of the stack that gives every
+// order request a key of its own (idempotency broken, as a client
+// bug or a layer gone would), flash-sale.js must fail, in its checks and
+// in its teardown.
+func TestScripts_CatchBrokenIdempotency(t *testing.T) {
+	stack := apptest.Start(t, 2, nil)
+	target, err := url.Parse(stack.BaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		if r.In.Method == http.MethodPost && r.In.URL.Path == "/v1/orders" {
+			r.Out.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", r.In.Header.Get("Idempotency-Key"), n.Add(1)))
+		}
+	}}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+
+	res, err := k6compat.Run(context.Background(), k6compat.Config{
+		Script: filepath.Join(scriptsDir(t), "flash-sale.js"), Limits: scriptLimits, Timeout: 3 * time.Minute, Logf: t.Logf,
+		Env: map[string]string{"BASE_URL": srv.URL, "GATEWAY_URL": stack.GatewayURL, "ADMIN_TOKEN": apptest.AdminToken,
+			"THINK": "0", "RETRY_WAIT_MAX": "0.05", "BUYERS": "4", "STOCK": "8", "CLICKS": "2"},
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	failures := strings.Join(res.Failures(), "\n")
+	t.Logf("failures, as wanted:\n%s", failures)
+	for _, want := range []string{"teardown threw: GoError: duplicate order", `threshold checks "rate==1" crossed`} {
+		if !strings.Contains(failures, want) {
+			t.Errorf("want a failure with %q", want)
+		}
 	}
 }
 
