@@ -44,7 +44,7 @@ var scripts = []struct {
 	{"pay-storm", false, map[string]string{"PAYERS": "3", "ORDERS": "4"}},
 	{"seat-rush", true, map[string]string{"FANS": "4", "ROWS": "2", "SEATS_PER_ROW": "4", "TRIES": "3"}},
 	{"like-storm", false, map[string]string{"LIKERS": "4", "TOGGLES": "3"}},
-	{"mixed", false, map[string]string{"USERS": "4", "DURATION": "4s", "RATE": "4", "P95_MS": "3000", "P99_MS": "5000"}},
+	{"mixed", false, map[string]string{"USERS": "4", "DURATION": "4s", "RATE": "4"}},
 	{"smoke", false, nil},
 }
 
@@ -75,6 +75,9 @@ func TestScripts(t *testing.T) {
 			env := map[string]string{
 				"BASE_URL": stack.BaseURL, "GATEWAY_URL": stack.GatewayURL, "ADMIN_TOKEN": apptest.AdminToken,
 				"THINK": "0.01", "RETRY_WAIT_MAX": "0.05", "SEATS": "1",
+				// Latency bounds far out of reach: this checks behaviour on
+				// a shared machine under -race, not speed.
+				"P95_MS": "20000", "P99_MS": "30000",
 			}
 			if !seatsLanded {
 				env["SEATS"] = "0"
