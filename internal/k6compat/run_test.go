@@ -168,6 +168,12 @@ func TestRun_CatchesFailures(t *testing.T) {
 		{"UnsupportedAPI", `import http from 'k6/http';
 			export default function () { http.cookieJar(); }`,
 			`k6/http.cookieJar is not supported`},
+		{"UnsupportedNamedImport", `import http, { cookieJar } from 'k6/http';
+			export default function () { cookieJar(); }`,
+			`k6/http.cookieJar is not supported`},
+		{"UnsupportedResponseMember", `import http from 'k6/http';
+			export default function () { http.get(__ENV.BASE_URL + '/ok').html(); }`,
+			`Response.html is not supported`},
 		{"UnsupportedParam", `import http from 'k6/http';
 			export default function () { http.get(__ENV.BASE_URL, { cookies: {} }); }`,
 			`params.cookies is not supported`},

@@ -93,9 +93,12 @@ func (v *vu) require(name string) goja.Value {
 
 // guard makes reading a member that obj does not have an error naming it,
 // so a script using more of k6 than this runner implements fails loudly
-// instead of calling undefined.
+// instead of calling undefined. The guard is obj's prototype, not a proxy
+// around obj: esbuild's import helper copies a module's own members onto
+// an object with the module's prototype, so a named import of a missing
+// member reaches the guard too.
 func (v *vu) guard(what string, obj *goja.Object) goja.Value {
-	return v.rt.ToValue(v.rt.NewProxy(obj, &goja.ProxyTrapConfig{
+	proto := v.rt.ToValue(v.rt.NewProxy(v.rt.NewObject(), &goja.ProxyTrapConfig{
 		Get: func(target *goja.Object, prop string, _ goja.Value) goja.Value {
 			val := target.Get(prop)
 			if val == nil && !guarded[prop] {
@@ -103,7 +106,11 @@ func (v *vu) guard(what string, obj *goja.Object) goja.Value {
 			}
 			return val
 		},
-	}))
+	})).ToObject(v.rt)
+	if err := obj.SetPrototype(proto); err != nil {
+		panic(v.rt.NewGoError(err))
+	}
+	return obj
 }
 
 func (v *vu) k6Module() *goja.Object {
