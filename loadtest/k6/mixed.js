@@ -13,7 +13,6 @@
 //
 //   k6 run -e BASE_URL=http://localhost:8080 -e ADMIN_TOKEN=admin-dev-token \
 //     -e RATE=20 -e DURATION=5m -e USERS=50 loadtest/k6/mixed.js
-import http from 'k6/http';
 import { check, fail, group, sleep } from 'k6';
 import * as api from './lib/api.js';
 import { SEATS, THINK, floatEnv, intEnv, newKey, pickScenarios, runId } from './lib/config.js';

@@ -22,7 +22,7 @@ import http from 'k6/http';
 import { check, fail, sleep } from 'k6';
 import * as api from './lib/api.js';
 import { THINK, floatEnv, intEnv, newKey, pickScenarios, runId } from './lib/config.js';
-import { classify, code, retrying } from './lib/outcomes.js';
+import { classify, retrying } from './lib/outcomes.js';
 
 const P95_MS = floatEnv('P95_MS', 3000); // a storm's p95 bound, in ms
 const FLOW = 'pay-storm';
