@@ -52,15 +52,16 @@ type request struct {
 
 // reply is what sending a request got.
 type reply struct {
-	status          int
-	statusText      string
-	proto           string
-	headers         http.Header
-	body            []byte
-	err             string
-	errCode         int
-	waiting, total  time.Duration
-	sending, receiv time.Duration
+	status     int
+	statusText string
+	proto      string
+	headers    http.Header
+	body       []byte
+	err        string
+	errCode    int
+	waiting    time.Duration // until the headers came
+	total      time.Duration // until the body was read
+	receiving  time.Duration
 }
 
 func (v *vu) httpModule() *goja.Object {
@@ -270,7 +271,7 @@ func (r *runner) do(ctx context.Context, req request) reply {
 	b, err := io.ReadAll(res.Body)
 	total := time.Since(start)
 	rep := reply{status: res.StatusCode, statusText: res.Status, proto: res.Proto, headers: res.Header,
-		body: b, waiting: waiting, total: total, receiv: total - waiting}
+		body: b, waiting: waiting, total: total, receiving: total - waiting}
 	if err != nil {
 		f := transportFailure(err, total)
 		rep.err, rep.errCode = f.err, f.errCode
@@ -335,8 +336,9 @@ func (v *vu) response(req request, rep reply) goja.Value {
 	_ = o.Set("headers", headers)
 	_ = o.Set("cookies", rt.NewObject())
 	timings := rt.NewObject()
-	for k, d := range map[string]time.Duration{"duration": rep.total, "waiting": rep.waiting, "receiving": rep.receiv,
-		"sending": rep.sending, "blocked": 0, "connecting": 0, "tls_handshaking": 0} {
+	// Sending, blocked, connecting and TLS are not measured apart: 0.
+	for k, d := range map[string]time.Duration{"duration": rep.total, "waiting": rep.waiting, "receiving": rep.receiving,
+		"sending": 0, "blocked": 0, "connecting": 0, "tls_handshaking": 0} {
 		_ = timings.Set(k, ms(d))
 	}
 	_ = o.Set("timings", timings)
@@ -395,7 +397,7 @@ func stringOf(x any) string {
 	case nil:
 		return ""
 	}
-	switch n := x.(type) {
+	switch n := x.(type) { // the numbers and booleans Export gives
 	case int64:
 		return strconv.FormatInt(n, 10)
 	case float64:
