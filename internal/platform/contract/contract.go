@@ -91,11 +91,10 @@ func options() *openapi3filter.Options {
 
 // exchange is one request and its answer, bodies read.
 type exchange struct {
-	req     *http.Request
-	reqBody []byte
-	status  int
-	header  http.Header
-	body    []byte
+	req    *http.Request // its body readable
+	status int
+	header http.Header
+	body   []byte
 }
 
 // check checks ex against the document. offContract is why the request

@@ -88,7 +88,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	checked := req.Clone(ctx)
 	checked.Body = io.NopCloser(bytes.NewReader(reqBody))
-	ex := exchange{req: checked, reqBody: reqBody, status: res.StatusCode, header: res.Header, body: body}
+	ex := exchange{req: checked, status: res.StatusCode, header: res.Header, body: body}
 	if err := t.Spec.check(ctx, ex, offContract); err != nil && report != nil {
 		report.Errorf("openapi contract: %s %s → %d: %v", req.Method, req.URL.RequestURI(), res.StatusCode, err)
 	}
