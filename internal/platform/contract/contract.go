@@ -15,6 +15,7 @@ package contract
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -39,13 +40,8 @@ type Spec struct {
 // an OpenAPI document and builds the router that matches requests to its
 // operations.
 func Load() (*Spec, error) {
-	return Parse(docs.OpenAPI())
-}
-
-// Parse is Load for the document in b (tests of this package alter it).
-func Parse(b []byte) (*Spec, error) {
 	l := openapi3.NewLoader()
-	doc, err := l.LoadFromData(b)
+	doc, err := l.LoadFromData(docs.OpenAPI())
 	if err != nil {
 		return nil, fmt.Errorf("load openapi document: %w", err)
 	}
@@ -89,7 +85,7 @@ func options() *openapi3filter.Options {
 	}
 }
 
-// exchange is one request and its answer, bodies read.
+// exchange is one request, its body readable again, and the answer it got.
 type exchange struct {
 	req    *http.Request // its body readable
 	status int
@@ -156,3 +152,10 @@ func (s *Spec) checkUnrouted(ex exchange, offContract string, routeErr error) er
 }
 
 func refusal(status int) bool { return status >= 400 && status < 500 }
+
+func jsonDecode(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("body is not JSON: %w", err)
+	}
+	return nil
+}

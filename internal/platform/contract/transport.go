@@ -3,7 +3,7 @@ package contract
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,8 +16,9 @@ type Reporter interface {
 
 // Transport sends each request through Next and checks the exchange
 // against Spec, reporting a mismatch to the Reporter the request's context
-// carries (WithReporter), else to Report. The caller gets the answer as the
-// service sent it, body included, whatever the check found.
+// carries (WithReporter), else to Report; with neither, the mismatch is the
+// request's error. The caller gets the answer as the service sent it, body
+// included, whatever the check found.
 type Transport struct {
 	Spec   *Spec
 	Next   http.RoundTripper // nil means http.DefaultTransport
@@ -96,15 +97,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	checked := req.Clone(ctx)
 	checked.Body = io.NopCloser(bytes.NewReader(reqBody))
 	ex := exchange{req: checked, status: res.StatusCode, header: res.Header, body: body}
-	if err := t.Spec.check(ctx, ex, offContract); err != nil && report != nil {
-		report.Errorf("openapi contract: %s %s → %d: %v", req.Method, req.URL.RequestURI(), res.StatusCode, err)
+	if err := t.Spec.check(ctx, ex, offContract); err != nil {
+		msg := fmt.Sprintf("openapi contract: %s %s → %d: %v", req.Method, req.URL.RequestURI(), res.StatusCode, err)
+		if report == nil {
+			// Nobody to tell: the mismatch becomes the request's error
+			// rather than go unheard.
+			return nil, errors.New(msg)
+		}
+		report.Errorf("%s", msg)
 	}
 	return res, nil
-}
-
-func jsonDecode(b []byte, v any) error {
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("body is not JSON: %w", err)
-	}
-	return nil
 }
