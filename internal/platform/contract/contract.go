@@ -145,7 +145,7 @@ func (s *Spec) checkUnrouted(ex exchange, offContract string, routeErr error) er
 	if err := jsonDecode(ex.body, &body); err != nil {
 		return fmt.Errorf("response %d: %w", ex.status, err)
 	}
-	if err := ref.Value.VisitJSON(body, openapi3.EnableJSONSchema2020(), openapi3.VisitAsResponse()); err != nil {
+	if err := ref.Value.VisitJSON(body, openapi3.VisitAsResponse()); err != nil {
 		return fmt.Errorf("response %d: body does not match Problem%d: %w", ex.status, want, err)
 	}
 	return nil

@@ -13,7 +13,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/contract"
 )
 
-// The document loads and validates as OpenAPI 3.1.
+// The document loads and validates as OpenAPI.
 func TestLoad(t *testing.T) {
 	s, err := contract.Load()
 	if err != nil {
