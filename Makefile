@@ -28,7 +28,7 @@ build:
 # testcontainers starts them, unless SHOP_TEST_POSTGRES_URL and
 # SHOP_TEST_REDIS_ADDRS point at running servers.
 test:
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # The ablation matrices, rewriting docs/ABLATION.md with what they saw.
 ablation:

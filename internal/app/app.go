@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shop-example/shop/docs"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
@@ -145,6 +146,9 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", readiness.handle)
+	// The contract itself (docs/openapi.yaml, embedded), so a client can
+	// fetch what this replica answers to.
+	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", docs.OpenAPI()) })
 
 	// Layer 0 on the routes that take an Idempotency-Key.
 	idemFor := func(flow string) echo.MiddlewareFunc {
