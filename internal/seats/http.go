@@ -14,7 +14,9 @@ import (
 type Guards struct {
 	User        echo.MiddlewareFunc // a registered user's bearer token
 	Admin       echo.MiddlewareFunc // the admin token
-	Idempotency echo.MiddlewareFunc // Idempotency-Key handling (layer 0)
+	// Idempotency is the Idempotency-Key handling (layer 0) of a flow,
+	// FlowHold or FlowConfirm.
+	Idempotency func(flow string) echo.MiddlewareFunc
 	// PublicLimit is the per-address limit on the reads that need no
 	// token; WriteLimit the per-user limit on holds, confirms and
 	// releases. WriteLimit runs after User and before Idempotency.
@@ -29,10 +31,10 @@ func Register(g *echo.Group, svc *Service, guard Guards) {
 	g.POST("/events", h.createEvent, guard.Admin)
 	g.GET("/events/:id", h.event, guard.PublicLimit)
 	g.GET("/events/:id/seats", h.seatMap, guard.PublicLimit)
-	g.POST("/events/:id/holds", h.hold, guard.User, guard.WriteLimit, guard.Idempotency)
+	g.POST("/events/:id/holds", h.hold, guard.User, guard.WriteLimit, guard.Idempotency(FlowHold))
 	g.GET("/holds/:id", h.getHold, guard.User)
 	g.DELETE("/holds/:id", h.release, guard.User, guard.WriteLimit)
-	g.POST("/holds/:id/confirm", h.confirm, guard.User, guard.WriteLimit, guard.Idempotency)
+	g.POST("/holds/:id/confirm", h.confirm, guard.User, guard.WriteLimit, guard.Idempotency(FlowConfirm))
 	g.GET("/bookings/:id", h.booking, guard.User)
 }
 
