@@ -12,8 +12,8 @@ import (
 
 // Guards are the middleware the routes are protected with.
 type Guards struct {
-	User        echo.MiddlewareFunc // a registered user's bearer token
-	Admin       echo.MiddlewareFunc // the admin token
+	User  echo.MiddlewareFunc // a registered user's bearer token
+	Admin echo.MiddlewareFunc // the admin token
 	// Idempotency is the Idempotency-Key handling (layer 0) of a flow,
 	// FlowHold or FlowConfirm.
 	Idempotency func(flow string) echo.MiddlewareFunc
