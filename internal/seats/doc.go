@@ -21,8 +21,9 @@
 //   - Layer 2, the states: a seat available → held → booked (held →
 //     available on release or expiry); a hold active → confirmed |
 //     released | expired (CheckAvailable, Hold.Confirm, Hold.Release).
-//   - Layer 3, the version: each seat is written only at the version its
-//     transaction read, and a hold is moved only at the version read, so
+//   - Layer 3, the version: each seat is written only while it is
+//     available at the version its transaction read (WHERE status =
+//     'available' AND version = $read), and a hold is moved only at the version read, so
 //     of two holds that read the same available seat, or a confirm and
 //     the expiry job on the same hold, one writes and the other re-reads.
 //   - Layer 4, the constraints: hold_seats_one_active_per_seat admits one

@@ -56,11 +56,12 @@ const (
 	sqlInsertHold = `INSERT INTO holds (id, event_id, user_id, seats, status, expires_at, version, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, 'active', $5, 1, $6, $6)`
 
-	// Layer 3: each seat is written only at the version read. A seat that
-	// moved since is not written, and the hold rolls back.
+	// Layer 3: each seat is written only if it is available at the
+	// version read. A seat that moved since is not written (a stale
+	// holder's write lands on zero rows), and the hold rolls back.
 	sqlHoldSeats = `UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
 		FROM unnest($2::text[], $4::bigint[]) AS r (seat, version)
-		WHERE s.event_id = $1 AND s.seat = r.seat AND s.version = r.version`
+		WHERE s.event_id = $1 AND s.seat = r.seat AND s.status = 'available' AND s.version = r.version`
 	// The same without the version check, as a naive implementation
 	// writes it. Only the layer tests use it.
 	sqlHoldSeatsUnversioned = `UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
@@ -82,7 +83,7 @@ const (
 	// A confirmed hold's seats are booked: those this hold holds (its
 	// fence on the seats), all of them or the confirm rolls back.
 	sqlBookSeats = `UPDATE seats SET status = 'booked', version = version + 1
-		WHERE event_id = $1 AND seat = ANY($2) AND hold_id = $3`
+		WHERE event_id = $1 AND seat = ANY($2) AND hold_id = $3 AND status = 'held'`
 	sqlBookSeatsUnversioned = `UPDATE seats SET status = 'booked', hold_id = $3, version = version + 1
 		WHERE event_id = $1 AND seat = ANY($2)`
 
@@ -179,7 +180,7 @@ type HoldOptions struct {
 // was read gives ErrVersionConflict; a second active hold on a seat gives
 // ErrSeatTaken. Either way nothing is written.
 func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOptions, rule func([]Seat) error) error {
-	return postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+	return deadlock(postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		if opts.Advisory {
 			if err := advisoryLocks(ctx, tx, h.EventID, h.Seats); err != nil {
 				return err
@@ -226,7 +227,15 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 			return fmt.Errorf("insert hold seats: %w", err)
 		}
 		return nil
-	})
+	}))
+}
+
+// deadlock turns PostgreSQL's deadlock refusal into ErrDeadlock.
+func deadlock(err error) error {
+	if postgres.SQLState(err) == "40P01" {
+		return ErrDeadlock
+	}
+	return err
 }
 
 // advisoryLocks waits, within advisoryLockTimeout, for the advisory lock
@@ -339,7 +348,7 @@ func (s *Store) Update(ctx context.Context, holdID, userID string, now time.Time
 		}
 		return nil
 	})
-	return h, b, err
+	return h, b, deadlock(err)
 }
 
 // Booking returns userID's booking.

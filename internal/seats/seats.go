@@ -164,6 +164,12 @@ var (
 	// tickets_one_per_seat refused a second active hold or a second
 	// ticket for a seat (layer 4). The service re-reads.
 	ErrSeatTaken = errors.New("seat already held or booked")
+	// ErrDeadlock means PostgreSQL broke a deadlock by rolling this
+	// transaction back: two writers locked the same seat rows in
+	// different orders (only reachable with a layer off, or holds whose
+	// multi-row updates interleave). Nothing was written; the service
+	// re-reads.
+	ErrDeadlock = errors.New("deadlock with another writer")
 	// ErrAlreadyConfirmed is Confirm's answer for a confirmed hold: the
 	// store then returns its booking.
 	ErrAlreadyConfirmed = errors.New("hold already confirmed")

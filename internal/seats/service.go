@@ -25,8 +25,9 @@ import (
 //	                and release
 //	2 state         seat available → held → booked; hold active →  CheckAvailable, Hold.Confirm,
 //	                confirmed | released | expired                  Hold.Release
-//	3 version       seats written WHERE version = $read; the hold  Store.Hold: sqlHoldSeats,
-//	                moved WHERE version = $read                     Store.Update: sqlMoveHold
+//	3 version       seats written WHERE status = 'available' AND   Store.Hold: sqlHoldSeats,
+//	                version = $read; the hold moved WHERE           Store.Update: sqlMoveHold
+//	                version = $read
 //	4 constraint    one active hold per seat; one ticket per seat, hold_seats_one_active_per_seat,
 //	                ever; one booking per hold                      tickets_one_per_seat, bookings_one_per_hold
 
@@ -181,6 +182,7 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 				s.metrics.Stopped(FlowHold, metrics.LayerVersion)
 			case errors.Is(err, ErrSeatTaken):
 				s.metrics.Stopped(FlowHold, metrics.LayerConstraint)
+			case errors.Is(err, ErrDeadlock):
 			default:
 				return err
 			}
@@ -272,6 +274,7 @@ func (s *Service) update(ctx context.Context, flow, userID, holdID string,
 				s.metrics.Stopped(flow, metrics.LayerVersion)
 			case errors.Is(err, ErrSeatTaken):
 				s.metrics.Stopped(flow, metrics.LayerConstraint)
+			case errors.Is(err, ErrDeadlock):
 			case err != nil:
 				return err
 			default:
