@@ -3,6 +3,7 @@ module github.com/shop-example/shop
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/golang-migrate/migrate/v4 v4.20.1
