@@ -44,13 +44,19 @@ type refusal struct {
 
 // TestSeats_RaceOverlappingHolds: 64 clients over two replicas hold
 // random overlapping sets of 1–4 seats of a 20-seat event, then confirm
-// or release or keep what they got, three rounds each. No seat is in two
-// active holds or two bookings, the event's counts equal the rows, and
-// every seat a 409 names was held by a hold alive at some point while
-// that request ran.
+// or release or keep what they got, three rounds each, with each lock
+// strategy of SHOP_SEAT_LOCK. No seat is in two active holds or two
+// bookings, the event's counts equal the rows, and every seat a 409
+// names was held by a hold alive at some point while that request ran.
 func TestSeats_RaceOverlappingHolds(t *testing.T) {
+	for _, strategy := range []string{"redsync", "advisory", "none"} {
+		t.Run(strategy, func(t *testing.T) { raceOverlappingHolds(t, strategy) })
+	}
+}
+
+func raceOverlappingHolds(t *testing.T, strategy string) {
 	const clients, rounds, rows, perRow = 64, 3, 2, 10
-	e := newEnv(t, 2, nil)
+	e := newEnv(t, 2, map[string]string{"SHOP_SEAT_LOCK": strategy})
 	ev := mustCreateEvent(t, e.r(0), "race", rows, perRow)
 	users := testenv.Users(t, e.db, clients)
 	e.warm(t, 32)

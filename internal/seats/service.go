@@ -59,12 +59,18 @@ const (
 	LockAdvisory LockStrategy = "advisory"
 	// LockNone takes no lock: layers 2–4 alone.
 	LockNone LockStrategy = "none"
+	// LockSection takes one redsync lock per section (row) the hold
+	// touches, in row order: fewer Redis round trips than a lock per
+	// seat, but every hold in a row waits for every other. It is the
+	// alternative `shop bench seats` measures, not a setting of
+	// SHOP_SEAT_LOCK.
+	LockSection LockStrategy = "section"
 )
 
 // ParseLockStrategy reads SHOP_SEAT_LOCK.
 func ParseLockStrategy(s string) (LockStrategy, error) {
 	switch l := LockStrategy(s); l {
-	case LockRedsync, LockAdvisory, LockNone:
+	case LockRedsync, LockAdvisory, LockNone, LockSection:
 		return l, nil
 	}
 	return "", fmt.Errorf("want redsync, advisory or none, got %q", s)
@@ -300,26 +306,43 @@ func (s *Service) update(ctx context.Context, flow, userID, holdID string,
 	return s.lockLost(err)
 }
 
-// lockSeats runs fn under the redsync lock of every seat, taken in the
-// order given (sorted) and released in reverse, when layer 1 is on and
-// the strategy is redsync. The advisory strategy locks inside the store's
-// transaction instead.
+// lockSeats runs fn under the redsync lock of every seat (or of every
+// section, LockSection), taken in the order given (sorted) and released
+// in reverse, when layer 1 is on with a redsync strategy. The advisory
+// strategy locks inside the store's transaction instead.
 func (s *Service) lockSeats(ctx context.Context, eventID string, sorted []string, fn func(ctx context.Context) error) error {
-	if !s.lockOn(LockRedsync) {
+	var keys []string
+	switch {
+	case s.lockOn(LockRedsync):
+		for _, seat := range sorted {
+			keys = append(keys, "seat:"+eventID+":"+seat)
+		}
+	case s.lockOn(LockSection):
+		for _, seat := range sorted {
+			key := "section:" + eventID + ":" + seat[:1]
+			if len(keys) == 0 || keys[len(keys)-1] != key {
+				keys = append(keys, key)
+			}
+		}
+	}
+	return s.lockAll(ctx, keys, fn)
+}
+
+// lockAll runs fn under the locks of keys, each taken inside the one
+// before: in order, and released in reverse.
+func (s *Service) lockAll(ctx context.Context, keys []string, fn func(ctx context.Context) error) error {
+	if len(keys) == 0 {
 		return fn(ctx)
 	}
-	if len(sorted) == 0 {
-		return fn(ctx)
-	}
-	return s.locker.Do(ctx, "seat:"+eventID+":"+sorted[0], func(ctx context.Context) error {
-		return s.lockSeats(ctx, eventID, sorted[1:], fn)
+	return s.locker.Do(ctx, keys[0], func(ctx context.Context) error {
+		return s.lockAll(ctx, keys[1:], fn)
 	})
 }
 
 // lockKey runs fn under the redsync lock on key when layer 1 is on and
-// the strategy is redsync.
+// the strategy is a redsync one.
 func (s *Service) lockKey(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	if !s.lockOn(LockRedsync) {
+	if !s.lockOn(LockRedsync) && !s.lockOn(LockSection) {
 		return fn(ctx)
 	}
 	return s.locker.Do(ctx, key, fn)
