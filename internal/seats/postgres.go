@@ -42,6 +42,10 @@ const (
 		FROM events e JOIN seats s ON s.event_id = e.id
 		WHERE e.id = $1 GROUP BY e.id`
 
+	// An event's seat map dimensions alone: what a hold validates its
+	// seats against, without counting the seats.
+	sqlEventShape = `SELECT id, name, rows, seats_per_row, created_at FROM events WHERE id = $1`
+
 	sqlSeatMap = `SELECT seat, status, coalesce(hold_id::text, ''), version FROM seats WHERE event_id = $1 ORDER BY position`
 
 	// The locks of SHOP_SEAT_LOCK=advisory: one per seat, inside the
@@ -141,6 +145,22 @@ func (s *Store) Event(ctx context.Context, id string) (Event, error) {
 	var rows, perRow int16
 	err := s.db.QueryRow(ctx, sqlGetEvent, id).Scan(&ev.ID, &ev.Name, &rows, &perRow, &ev.CreatedAt,
 		&ev.Available, &ev.Held, &ev.Booked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Event{}, ErrNotFound
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("get event %s: %w", id, err)
+	}
+	ev.Rows, ev.SeatsPerRow = int(rows), int(perRow)
+	return ev, nil
+}
+
+// EventShape returns an event without its counts: its name and seat map
+// dimensions.
+func (s *Store) EventShape(ctx context.Context, id string) (Event, error) {
+	var ev Event
+	var rows, perRow int16
+	err := s.db.QueryRow(ctx, sqlEventShape, id).Scan(&ev.ID, &ev.Name, &rows, &perRow, &ev.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Event{}, ErrNotFound
 	}

@@ -147,7 +147,7 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 	if !ValidID(eventID) {
 		return Hold{}, ErrNotFound
 	}
-	ev, err := s.store.Event(ctx, eventID)
+	ev, err := s.store.EventShape(ctx, eventID)
 	if err != nil {
 		return Hold{}, err
 	}
