@@ -5,7 +5,7 @@ BIN     ?= bin/shop
 PKGS    ?= ./...
 FUZZTIME ?= 30s
 
-.PHONY: ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean
+.PHONY: linearizability ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean
 
 all: build
 
@@ -21,6 +21,11 @@ test:
 # The ablation matrices, rewriting docs/ABLATION.md with what they saw.
 ablation:
 	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -run '^TestAblation_' ./internal/app/
+
+# The seat map's linearizability check at its larger size (64 clients,
+# thousands of operations); `make test` runs it small.
+linearizability:
+	SHOP_SEATS_LINEARIZABILITY_LARGE=1 $(GO) test -race -count=1 -run '^TestSeats_Linearizable' ./internal/app/
 
 # Pure rule tests only: no database, no Redis.
 test-short:
@@ -53,6 +58,7 @@ bench: build
 	./$(BIN) bench orders
 	./$(BIN) bench payments
 	./$(BIN) bench likes
+	./$(BIN) bench seats
 
 # Local stand-ins for every image compose and the tests need, built from
 # Debian packages, for a Docker engine that cannot pull (README, "No
