@@ -116,4 +116,17 @@ func TestSeats_Flow(t *testing.T) {
 	if v := e.seatRows(t, ev.ID).violations(); v != 0 {
 		t.Fatalf("seat rows disagree: %+v", e.seatRows(t, ev.ID))
 	}
+
+	// The metrics: the holds by outcome, the conflicts by the layer that
+	// stopped them (bob's hold of held seats: the state rule), the expiry.
+	for _, sample := range []string{
+		`shop_seat_holds_total{outcome="held"} 3`,
+		`shop_seat_holds_total{outcome="unavailable"} 1`,
+		`shop_conflicts_stopped_total{flow="hold_seats",layer="state"} 1`,
+		`shop_conflicts_stopped_total{flow="confirm_hold",layer="state"} 2`,
+		`shop_conflicts_stopped_total{flow="release_hold",layer="state"} 1`,
+		`shop_seat_holds_expired_total 1`,
+	} {
+		payWantMetric(t, r, sample)
+	}
 }
