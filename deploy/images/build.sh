@@ -87,6 +87,25 @@ ENV
   if [ -f /.dockerenv ] && [ -e /sys/class/net/docker0 ]; then
     echo "TESTCONTAINERS_HOST_OVERRIDE=localhost" >>"$repo/.images/env"
   fi
+  write_dotenv
+}
+
+# write_dotenv puts the same variables into the repository's .env (ignored
+# by git), which `docker compose` and `docker-compose` read by themselves
+# and the Makefile includes: a new shell does not go back to pulling the
+# official images. Lines of .env that set other variables are kept.
+write_dotenv() {
+  local dotenv="$repo/.env" keys kept=""
+  keys=$(cut -d= -f1 "$repo/.images/env" | paste -sd'|')
+  if [ -f "$dotenv" ]; then
+    kept=$(grep -Ev "^(# shop-local images|($keys)=)" "$dotenv" || true)
+  fi
+  {
+    [ -z "$kept" ] || printf '%s\n' "$kept"
+    echo "# shop-local images (deploy/images/build.sh); delete these lines to use the official images"
+    cat "$repo/.images/env"
+  } >"$dotenv.tmp"
+  mv "$dotenv.tmp" "$dotenv"
 }
 
 if $print_env; then
@@ -96,6 +115,27 @@ if $print_env; then
 fi
 
 log() { printf '[images] %s\n' "$*" >&2; }
+
+# busy LOG COMMAND... runs a command and, while it runs, says every 15 s
+# (on the script's own stderr, fd 3, whatever the command's output is
+# redirected to) that it still does and the last line of LOG, so a long
+# step is not silent.
+exec 3>&2
+busy() {
+  local file=$1
+  shift
+  "$@" &
+  local pid=$! start=$SECONDS rc=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if kill -0 "$pid" 2>/dev/null && (((SECONDS - start) % 15 == 0)); then
+      printf '[images]   ... %ds: %s\n' "$((SECONDS - start))" \
+        "$(tail -n 1 "$file" 2>/dev/null | tr -cd '[:print:]' | cut -c1-90)" >&3
+    fi
+  done
+  wait "$pid" || rc=$?
+  return $rc
+}
 
 [ "$(id -u)" = 0 ] || { log "run as root (debootstrap and chroot need it)"; exit 1; }
 command -v debootstrap >/dev/null || { log "debootstrap is missing: apt-get install debootstrap"; exit 1; }
@@ -153,7 +193,7 @@ build_base() {
   fi
   log "debootstrap $suite into $cache/base (about a minute)"
   remove_tree "$cache/base.tmp"
-  debootstrap --variant=minbase --include=ca-certificates,tzdata "$suite" "$cache/base.tmp" "$mirror" \
+  busy "$cache/debootstrap.log" debootstrap --variant=minbase --include=ca-certificates,tzdata "$suite" "$cache/base.tmp" "$mirror" \
     >"$cache/debootstrap.log" 2>&1 || { tail -n 20 "$cache/debootstrap.log" >&2; exit 1; }
   cat >"$cache/base.tmp/etc/apt/sources.list" <<SRC
 deb $mirror $suite main
@@ -171,7 +211,7 @@ path-exclude /usr/share/man/*
 path-exclude /usr/share/info/*
 path-exclude /usr/share/locale/*
 CFG
-  chroot_run "$cache/base.tmp" sh -c 'apt-get update -qq && apt-get upgrade -y -qq && apt-get clean'
+  busy "$cache/build.log" chroot_run "$cache/base.tmp" sh -c 'apt-get update -qq && apt-get upgrade -y -qq && apt-get clean'
   echo "$base_recipe" >"$cache/base.tmp/.recipe"
   rm -rf "$cache/base"
   mv "$cache/base.tmp" "$cache/base"
@@ -269,7 +309,7 @@ build_rootfs() {
   fi
   if [ -n "${packages[$name]}" ]; then
     # shellcheck disable=SC2086 # a list of package names
-    chroot_run "$dir.tmp" apt-get install -y -qq --no-install-recommends ${packages[$name]}
+    busy "$cache/build.log" chroot_run "$dir.tmp" apt-get install -y -qq --no-install-recommends ${packages[$name]}
   fi
   "prepare_$name" "$dir.tmp"
   chroot_run "$dir.tmp" apt-get clean
@@ -325,5 +365,5 @@ log "images:"
 for name in "${wanted[@]}"; do
   docker image ls --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' "${image[$name]}" >&2
 done
-log "variables written to .images/env; use them with:"
-log "  set -a; . .images/env; set +a        # then make test, docker compose up, make e2e"
+log "variables written to .env (docker compose, docker-compose and make read it by themselves)"
+log "and to .images/env, for other shells: set -a; . .images/env; set +a"

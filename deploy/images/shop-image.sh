@@ -26,12 +26,27 @@ tar -C "$repo" --exclude-from="$repo/.dockerignore" --exclude=./vendor -cf - . |
 
 echo "[shop-image] building $tag on $go_image and $runtime_image" >&2
 start=$SECONDS
-if ! out=$(DOCKER_BUILDKIT=0 docker build \
+# The builder's steps are shown as they start (the Go build is the long
+# one); all of its output is shown if it fails.
+log=$(mktemp /tmp/shop-image-build.XXXXXX)
+trap 'rm -rf "$ctx" "$log"' EXIT
+# A step may take minutes (the Go build): say every 20 s that it goes on.
+(
+  while sleep 20; do echo "[shop-image]   ... $((SECONDS - start))s" >&2; done
+) &
+ticker=$!
+trap 'kill "$ticker" 2>/dev/null; rm -rf "$ctx" "$log"' EXIT
+set +e
+DOCKER_BUILDKIT=0 docker build \
   --build-arg "GO_IMAGE=$go_image" \
   --build-arg "RUNTIME_IMAGE=$runtime_image" \
   --build-arg GOFLAGS=-mod=vendor \
-  -t "$tag" "$ctx" 2>&1); then
-  printf '%s\n' "$out" >&2
+  -t "$tag" "$ctx" 2>&1 | tee "$log" | sed -un 's/^Step \(.\{1,80\}\).*/[shop-image]   step \1/p' >&2
+rc=${PIPESTATUS[0]}
+set -e
+kill "$ticker" 2>/dev/null || true
+if [ "$rc" -ne 0 ]; then
+  cat "$log" >&2
   exit 1
 fi
 echo "[shop-image] built in $((SECONDS - start))s" >&2

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/auth"
 )
 
 // DemoCatalogue is the catalogue `shop seed` loads: a little of
@@ -37,4 +38,19 @@ func Seed(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 		}
 	}
 	return created, nil
+}
+
+// SeedDemoUser makes sure the demo user ("demo") exists with the token
+// derived from the admin token (auth.DemoToken) and returns that token. It
+// can run on every start: the same admin token gives the same token.
+func SeedDemoUser(ctx context.Context, pool *pgxpool.Pool, adminToken string) (auth.User, string, error) {
+	if adminToken == "" {
+		return auth.User{}, "", errors.New("the demo user needs an admin token")
+	}
+	token := auth.DemoToken(adminToken)
+	u, err := auth.NewStore(pool).PutUser(ctx, auth.DemoUserID, "demo", token)
+	if err != nil {
+		return auth.User{}, "", fmt.Errorf("seed demo user: %w", err)
+	}
+	return u, token, nil
 }

@@ -8,6 +8,7 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -96,7 +97,38 @@ func NewStore(db *pgxpool.Pool) *Store {
 const (
 	sqlInsertUser  = `INSERT INTO users (id, name, token_hash, created_at) VALUES ($1, $2, $3, $4)`
 	sqlUserByToken = `SELECT id, name, created_at FROM users WHERE token_hash = $1`
+	sqlPutUser     = `INSERT INTO users (id, name, token_hash, created_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, token_hash = EXCLUDED.token_hash
+		RETURNING created_at`
 )
+
+// DemoUserID is the id of the demo user `shop seed` adds with SHOP_DEMO.
+var DemoUserID = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://shop.example/users/demo")).String()
+
+// DemoToken is the demo user's token: an HMAC of a fixed label under the
+// admin token. Every run of `shop seed` prints the same token without
+// storing it, and nobody without the admin token can work it out.
+func DemoToken(adminToken string) string {
+	mac := hmac.New(sha256.New, []byte(adminToken))
+	mac.Write([]byte("shop demo user"))
+	return "shop_" + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// PutUser creates the user with this id and token, or gives the existing
+// one this name and token (the old token stops working). It is for users
+// whose token is known in advance, such as the demo user.
+func (s *Store) PutUser(ctx context.Context, id, name, token string) (User, error) {
+	if err := ValidateName(name); err != nil {
+		return User{}, err
+	}
+	u := User{ID: id, Name: name}
+	hash := hashToken(token)
+	err := s.db.QueryRow(ctx, sqlPutUser, id, name, hash[:], s.now().UTC().Truncate(time.Microsecond)).Scan(&u.CreatedAt)
+	if err != nil {
+		return User{}, fmt.Errorf("put user: %w", err)
+	}
+	return u, nil
+}
 
 // CreateUser registers a user and returns it with its token, which is not
 // stored and cannot be shown again.

@@ -265,3 +265,43 @@ func TestStore_UserByToken_Cache(t *testing.T) {
 		t.Errorf("UserByToken(unknown) with the database down = %v, want a database error (unknown tokens are not cached)", err)
 	}
 }
+
+// The demo user's token is the same on every run from one admin token, it
+// authenticates, and another admin token replaces it.
+func TestPutUser_DemoToken(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Pool(t)
+	s := NewStore(pool)
+
+	first := DemoToken("admin-dev-token")
+	if first != DemoToken("admin-dev-token") || !strings.HasPrefix(first, "shop_") {
+		t.Fatalf("DemoToken = %q, not stable or not a shop token", first)
+	}
+	for range 2 { // seeding again changes nothing
+		if _, err := s.PutUser(ctx, DemoUserID, "demo", first); err != nil {
+			t.Fatalf("PutUser: %v", err)
+		}
+	}
+	u, err := s.UserByToken(ctx, first)
+	if err != nil || u.ID != DemoUserID || u.Name != "demo" {
+		t.Fatalf("UserByToken(demo) = %+v, %v; want the demo user", u, err)
+	}
+
+	second := DemoToken("another-admin-token")
+	if second == first {
+		t.Fatal("two admin tokens give one demo token")
+	}
+	if _, err := s.PutUser(ctx, DemoUserID, "demo", second); err != nil {
+		t.Fatalf("PutUser: %v", err)
+	}
+	fresh := NewStore(pool) // no cached token
+	if _, err := fresh.UserByToken(ctx, first); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("old demo token: %v, want ErrUnauthenticated", err)
+	}
+	if u, err := fresh.UserByToken(ctx, second); err != nil || u.ID != DemoUserID {
+		t.Errorf("new demo token: %+v, %v", u, err)
+	}
+	if _, err := s.PutUser(ctx, DemoUserID, "", second); problem.CodeOf(err) != problem.Invalid {
+		t.Errorf("PutUser with an empty name = %v, want invalid_request", err)
+	}
+}

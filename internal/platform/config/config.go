@@ -61,8 +61,12 @@ type Config struct {
 	// SeatLock is how holds lock their seats (SHOP_SEAT_LOCK): redsync (a
 	// Redis lock per seat), advisory (pg_advisory_xact_lock per seat) or
 	// none.
-	SeatLock      string
-	Migrate       bool          // SHOP_MIGRATE: apply migrations when serve starts
+	SeatLock string
+	Migrate  bool // SHOP_MIGRATE: apply migrations when serve starts
+	// Demo makes `shop seed` add a demo user and print its token
+	// (SHOP_DEMO). The token is derived from the admin token, so it is
+	// the same on every run and needs AdminToken set.
+	Demo          bool
 	DBMaxConns    int32         // SHOP_DB_MAX_CONNS
 	JobInterval   time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
 	ShutdownDrain time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
@@ -215,12 +219,18 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			c.RedisAddrs = append(c.RedisAddrs, a)
 		}
 	}
-	if v := str("SHOP_MIGRATE", "false"); v != "" {
+	flag := func(name string) bool {
+		v := str(name, "false")
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("SHOP_MIGRATE: want true or false, got %q", v))
+			errs = append(errs, fmt.Errorf("%s: want true or false, got %q", name, v))
 		}
-		c.Migrate = b
+		return b
+	}
+	c.Migrate = flag("SHOP_MIGRATE")
+	c.Demo = flag("SHOP_DEMO")
+	if c.Demo && c.AdminToken == "" {
+		errs = append(errs, errors.New("SHOP_DEMO: needs SHOP_ADMIN_TOKEN (the demo user's token is derived from it)"))
 	}
 	// A few connections per database core: more only queue inside
 	// PostgreSQL, on row locks and CPU, and stretch the tail
