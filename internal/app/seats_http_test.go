@@ -43,13 +43,15 @@ func TestSeats_Flow(t *testing.T) {
 		map[string]any{"seats": []string{"a3"}},
 		map[string]any{"seats": []string{"A03"}},
 		map[string]any{"seats": []string{"A1", "A2", "A3", "A4", "A5", "B1", "B2", "B3", "B4", "B5", "A6"}},
-		map[string]any{"seats": []string{"A3"}, "event_id": ev.ID},
 	} {
 		res := r.do(t, http.MethodPost, "/v1/events/"+ev.ID+"/holds", bob.Token, body, "Idempotency-Key", newKey())
 		wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 	}
+	wantProblem(t, r.offContract("a member the hold does not have").do(t, http.MethodPost, "/v1/events/"+ev.ID+"/holds", bob.Token,
+		map[string]any{"seats": []string{"A3"}, "event_id": ev.ID}, "Idempotency-Key", newKey()),
+		http.StatusBadRequest, "invalid_request")
 	wantProblem(t, holdSeats(t, r, bob.Token, "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", newKey(), "A1"), http.StatusNotFound, "not_found")
-	wantProblem(t, r.do(t, http.MethodPost, "/v1/events/"+ev.ID+"/holds", bob.Token, map[string]any{"seats": []string{"A3"}}),
+	wantProblem(t, r.offContract("no Idempotency-Key").do(t, http.MethodPost, "/v1/events/"+ev.ID+"/holds", bob.Token, map[string]any{"seats": []string{"A3"}}),
 		http.StatusBadRequest, "idempotency_key_required")
 
 	// Another user's hold is not found.
