@@ -1,0 +1,355 @@
+//go:build faults
+
+package faults
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// size is how long each phase lasts and how much load there is. Small is
+// what CI runs; SHOP_FAULTS_SIZE=large is for a longer look.
+type size struct {
+	name                  string
+	before, during, after time.Duration
+	clients               int // per flow
+	users, posts          int
+}
+
+func sizeFromEnv() size {
+	if os.Getenv("SHOP_FAULTS_SIZE") == "large" {
+		return size{name: "large", before: 8 * time.Second, during: 15 * time.Second, after: 12 * time.Second,
+			clients: 4, users: 200, posts: 5}
+	}
+	return size{name: "small", before: 3 * time.Second, during: 6 * time.Second, after: 5 * time.Second,
+		clients: 2, users: 60, posts: 3}
+}
+
+var allFlows = []string{flowOrders, flowPay, flowLikes}
+
+// scenario is one fault under load.
+type scenario struct {
+	row   string
+	name  string
+	flows []string
+	// fault starts the fault and returns what ends it.
+	fault func(t *testing.T, c *cluster) (heal func())
+	// during overrides the size's fault phase.
+	during time.Duration
+	// unusable: the fault leaves a dependency unusable, so the floor does
+	// not apply; the answers must be fast and clear instead.
+	unusable bool
+	// lockMode the replicas run in; "" is degrade.
+	lockMode string
+	// observe, when set, reads extra figures from the cluster: it is
+	// called before the fault and after the run.
+	observe func(c *cluster) map[string]float64
+	// expect checks those figures (before, after).
+	expect func(t *testing.T, before, after map[string]float64) string
+}
+
+// result is what a scenario's run showed.
+type result struct {
+	sc                    scenario
+	before, during, after phaseStats
+	recover               time.Duration
+	p99During             time.Duration
+	answers               map[string]map[string]int
+	sent                  int
+	audit                 audit
+	extra                 string
+	anomalies             []string
+}
+
+func TestFaults(t *testing.T) {
+	sz := sizeFromEnv()
+	c := startCluster(t, "degrade")
+	w := setUp(t, c, sz.users, sz.posts)
+	w.clients, w.payClicks = sz.clients, 3
+
+	var results []result
+	for _, sc := range scenarios() {
+		ok := t.Run(sc.row+"_"+strings.ReplaceAll(sc.name, " ", "_"), func(t *testing.T) {
+			r := runScenario(t, c, w, sz, sc)
+			results = append(results, r)
+			t.Log(r.line())
+			for _, a := range r.anomalies {
+				t.Errorf("anomaly: %s", a)
+			}
+		})
+		if !ok && os.Getenv("SHOP_FAULTS_KEEP_GOING") == "" {
+			break
+		}
+	}
+	writeReport(t, sz, results)
+}
+
+// runScenario runs the workload before, during and after sc's fault, then
+// audits.
+func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) result {
+	mode := sc.lockMode
+	if mode == "" {
+		mode = "degrade"
+	}
+	if c.lockMode != mode {
+		c.lockMode = mode
+		for i := range c.replicas {
+			c.restartReplica(i)
+		}
+	}
+	flows := sc.flows
+	if flows == nil {
+		flows = allFlows
+	}
+	during := sz.during
+	if sc.during > 0 {
+		during = sc.during
+	}
+	var obsBefore map[string]float64
+	if sc.observe != nil {
+		obsBefore = sc.observe(c)
+	}
+
+	h := &history{}
+	cl := newClient(func() []string { return []string{c.replicas[0].url, c.replicas[1].url} }, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { w.run(ctx, cl, flows) })
+
+	start := time.Now()
+	time.Sleep(sz.before)
+	faultAt := time.Now()
+	heal := sc.fault(t, c)
+	time.Sleep(time.Until(faultAt.Add(during)))
+	healAt := time.Now()
+	heal()
+	c.heal()
+	time.Sleep(sz.after)
+	end := time.Now()
+	cancel()
+	wg.Wait()
+
+	answers := h.snapshot()
+	r := result{sc: sc, sent: len(answers),
+		before: split(answers, start, faultAt), during: split(answers, faultAt, healAt), after: split(answers, healAt, end),
+		p99During: percentile(answers, faultAt, healAt, 0.99), answers: tally(answers)}
+	r.recover = recovery(answers, healAt, end, r.before.rate())
+	r.audit = check(t, c, w, h)
+	r.anomalies = append(r.anomalies, r.audit.problems...)
+	if sc.observe != nil {
+		r.extra = sc.expect(t, obsBefore, sc.observe(c))
+	}
+
+	// The floor, or fast and clear answers.
+	if !sc.unusable && r.during.rate() < r.before.rate()/2 {
+		t.Errorf("throughput during the fault %.1f/s, below half of %.1f/s before", r.during.rate(), r.before.rate())
+	}
+	if sc.unusable {
+		for _, a := range answers {
+			if a.at.Before(faultAt) || !a.at.Before(healAt) {
+				continue
+			}
+			if a.status == 0 {
+				t.Errorf("%s: no answer during the fault (after %s)", a.flow, a.took.Round(time.Millisecond))
+				break
+			}
+			if a.status == http.StatusServiceUnavailable && !a.retry {
+				t.Errorf("%s: 503 %s without Retry-After", a.flow, a.code)
+				break
+			}
+		}
+	}
+	for _, a := range answers {
+		if a.status == http.StatusInternalServerError {
+			t.Errorf("%s: 500 %s: a fault must not surface as an internal error", a.flow, a.code)
+			break
+		}
+	}
+	if r.recover < 0 {
+		t.Errorf("throughput not back to half of before within %s of the heal", sz.after)
+	}
+	return r
+}
+
+func (r result) line() string {
+	return fmt.Sprintf("row %s %s: sent %d; useful/s before %.1f, during %.1f, after %.1f; recovered in %s; p99 during %s; %s; books: %d paid, %d charges (%d refunded); sold %d of %d flash; likes %d; %s anomalies %d",
+		r.sc.row, r.sc.name, r.sent, r.before.rate(), r.during.rate(), r.after.rate(), fmtRecover(r.recover),
+		r.p99During.Round(time.Millisecond), r.extra, r.audit.books.Paid, r.audit.books.Charges, r.audit.books.Refunded,
+		r.audit.sold["SKU-FLASH"], flashStock, r.audit.liked, answersLine(r.answers), len(r.anomalies))
+}
+
+func fmtRecover(d time.Duration) string {
+	if d < 0 {
+		return "not within the run"
+	}
+	return d.Round(250 * time.Millisecond).String()
+}
+
+func answersLine(m map[string]map[string]int) string {
+	var parts []string
+	for _, f := range []string{flowOrders, "pay storm: order", flowPay, flowLikes} {
+		if m[f] != nil {
+			parts = append(parts, f+": "+formatTally(m[f]))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// writeReport writes the results as Markdown to SHOP_FAULTS_REPORT, when
+// set, for docs/RELIABILITY.md.
+func writeReport(t *testing.T, sz size, results []result) {
+	path := os.Getenv("SHOP_FAULTS_REPORT")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Errorf("report: %v", err)
+		return
+	}
+	defer f.Close()
+	b := bufio.NewWriter(f)
+	defer b.Flush()
+	host, _ := os.Hostname()
+	fmt.Fprintf(b, "Run of %s, size %s, on %s.\n\n", time.Now().UTC().Format(time.RFC3339), sz.name, host)
+	fmt.Fprintln(b, "| # | fault | flows | sent | useful/s before → during → after | p99 during | recovered in | audits | other |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		flows := r.sc.flows
+		if flows == nil {
+			flows = allFlows
+		}
+		audits := "0 anomalies"
+		if n := len(r.anomalies); n > 0 {
+			audits = fmt.Sprintf("**%d anomalies**", n)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %.1f → %.1f → %.1f | %s | %s | %s; %d paid, %d charges, %d refunded; flash %d/%d sold; %d likes | %s |\n",
+			r.sc.row, r.sc.name, strings.Join(flows, ", "), r.sent, r.before.rate(), r.during.rate(), r.after.rate(),
+			r.p99During.Round(time.Millisecond), fmtRecover(r.recover), audits, r.audit.books.Paid, r.audit.books.Charges,
+			r.audit.books.Refunded, r.audit.sold["SKU-FLASH"], flashStock, r.audit.liked, r.extra)
+	}
+	fmt.Fprintln(b, "\nAnswers by flow, status and code:")
+	fmt.Fprintln(b)
+	for _, r := range results {
+		fmt.Fprintf(b, "- %s %s — %s\n", r.sc.row, r.sc.name, answersLine(r.answers))
+	}
+}
+
+// scenarios are the issue's table, row by row.
+func scenarios() []scenario {
+	return []scenario{
+		{row: "1", name: "one Redis node SIGKILLed, restarted", fault: func(t *testing.T, c *cluster) func() {
+			c.redis[1].kill()
+			return c.redis[1].start
+		}},
+		{row: "2", name: "two of three Redis nodes restarted empty within the lease", fault: func(t *testing.T, c *cluster) func() {
+			c.redis[0].kill()
+			c.redis[1].kill()
+			c.redis[0].start()
+			c.redis[1].start()
+			return func() {}
+		}},
+		{row: "3a", name: "all Redis nodes down, degrade mode", fault: allRedisDown},
+		{row: "3b", name: "all Redis nodes down, strict mode", fault: allRedisDown, lockMode: "strict", unusable: true},
+		{row: "4", name: "replica SIGSTOPped past the lease while paying, resumed", flows: []string{flowPay},
+			during: lease + 3*time.Second, fault: pausedHolder, observe: fencing, expect: expectFencing},
+		{row: "5", name: "replica SIGKILLed mid-payment, restarted", flows: []string{flowPay}, fault: func(t *testing.T, c *cluster) func() {
+			c.replicas[1].kill()
+			return func() { c.restartReplica(1) }
+		}},
+		{row: "6a", name: "gateway slow (2 s, beyond the 1 s timeout)", flows: []string{flowPay}, unusable: true,
+			fault: func(t *testing.T, c *cluster) func() {
+				c.toxic(c.gwPx, "slow", "latency", "downstream", `{"latency":2000}`)
+				return func() {}
+			}},
+		{row: "6b", name: "gateway flaky (30% of connections reset)", flows: []string{flowPay},
+			fault: func(t *testing.T, c *cluster) func() {
+				js := `{"name":"flaky","type":"reset_peer","stream":"downstream","toxicity":0.3,"attributes":{"timeout":0}}`
+				if _, err := c.gwPx.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+					t.Fatal(err)
+				}
+				return func() {}
+			}},
+		{row: "6c", name: "gateway blackholed", flows: []string{flowPay}, unusable: true,
+			fault: func(t *testing.T, c *cluster) func() {
+				c.toxic(c.gwPx, "hole_up", "timeout", "upstream", `{"timeout":0}`)
+				c.toxic(c.gwPx, "hole_down", "timeout", "downstream", `{"timeout":0}`)
+				return func() {}
+			}},
+		{row: "6d", name: "gateway SIGKILLed, restarted", flows: []string{flowPay}, unusable: true,
+			fault: func(t *testing.T, c *cluster) func() {
+				c.gw.kill()
+				return c.startGateway
+			}},
+		{row: "7a", name: "PostgreSQL latency 5 ms each way", fault: func(t *testing.T, c *cluster) func() {
+			c.toxic(c.pg, "lat_up", "latency", "upstream", `{"latency":5}`)
+			c.toxic(c.pg, "lat_down", "latency", "downstream", `{"latency":5}`)
+			return func() {}
+		}},
+		{row: "7b", name: "PostgreSQL connections reset every 2 s", fault: func(t *testing.T, c *cluster) func() {
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for range 10 {
+					c.pg.Stop() // closes every open connection
+					_ = c.pg.Start()
+					select {
+					case <-stop:
+						return
+					case <-time.After(2 * time.Second):
+					}
+				}
+			}()
+			return func() { close(stop); <-done }
+		}},
+		{row: "7c", name: "PostgreSQL blackholed for 4 s", during: 4 * time.Second, unusable: true,
+			fault: func(t *testing.T, c *cluster) func() {
+				c.toxic(c.pg, "hole_up", "timeout", "upstream", `{"timeout":0}`)
+				c.toxic(c.pg, "hole_down", "timeout", "downstream", `{"timeout":0}`)
+				return func() {}
+			}},
+		{row: "8", name: "every Redis node 500 ms slower (past the per-node timeout)", unusable: true,
+			fault: func(t *testing.T, c *cluster) func() {
+				for _, p := range c.redisPx {
+					c.toxic(p, "slow", "latency", "downstream", `{"latency":500}`)
+				}
+				return func() {}
+			}},
+	}
+}
+
+func allRedisDown(t *testing.T, c *cluster) func() {
+	for _, n := range c.redis {
+		n.kill()
+	}
+	return func() {
+		for _, n := range c.redis {
+			n.start()
+		}
+	}
+}
+
+// pausedHolder slows the gateway so that replica 0 holds payment locks
+// across its calls, then stops it with SIGSTOP past the lease. Its locks
+// expire; the other replica's reconciler takes the payments it left
+// processing. On SIGCONT the stale holder carries on with what it had in
+// hand, and the version checks must refuse its writes.
+func pausedHolder(t *testing.T, c *cluster) func() {
+	c.toxic(c.gwPx, "hold", "latency", "downstream", `{"latency":400}`)
+	time.Sleep(300 * time.Millisecond) // let it take some locks and send charges
+	c.replicas[0].signal(syscall.SIGSTOP)
+	return func() { c.replicas[0].signal(syscall.SIGCONT) }
+}
