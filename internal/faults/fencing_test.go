@@ -13,9 +13,11 @@ import (
 	"testing"
 )
 
-// fencing reads, from the paused replica (replica 0), the conflicts its
-// layers stopped (shop_conflicts_stopped_total, by layer, pay flow and
-// all flows) from its metrics port, and the leases it lost from its log.
+// fencing reads what the paused replica (replica 0) has done about stale
+// work: from its metrics port, the conflicts its layers stopped
+// (shop_conflicts_stopped_total, by layer) and the leases its watchdog
+// found lost; from its log, the same losses and the work its deadlines
+// cut short.
 func fencing(c *cluster) map[string]float64 {
 	out := map[string]float64{}
 	res, err := http.Get(c.replicas[0].metricsURL + "/metrics")
@@ -24,22 +26,37 @@ func fencing(c *cluster) map[string]float64 {
 		sc := bufio.NewScanner(res.Body)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			line := sc.Text()
-			if !strings.HasPrefix(line, "shop_conflicts_stopped_total{") {
-				continue
-			}
-			labels, value, _ := strings.Cut(strings.TrimPrefix(line, "shop_conflicts_stopped_total"), " ")
-			v, _ := strconv.ParseFloat(value, 64)
-			layer := labelValue(labels, "layer")
-			out["stopped "+layer] += v
-			if labelValue(labels, "flow") == "pay_order" {
-				out["pay stopped "+layer] += v
+			name, labels, value := parseSample(sc.Text())
+			switch name {
+			case "shop_conflicts_stopped_total":
+				out["stopped "+labelValue(labels, "layer")] += value
+				out["stopped "+labelValue(labels, "flow")+" "+labelValue(labels, "layer")] += value
+			case "shop_lock_acquisitions_total":
+				out["lock "+labelValue(labels, "outcome")] += value
+			case "shop_lock_extensions_total":
+				out["extension "+labelValue(labels, "result")] += value
 			}
 		}
 	}
 	log, _ := os.ReadFile(c.replicas[0].logPath)
-	out["lock lost"] = float64(bytes.Count(log, []byte("lock lost")))
+	out["log lock lost"] = float64(bytes.Count(log, []byte(`"msg":"lock lost`)))
+	out["log outcome unknown"] = float64(bytes.Count(log, []byte(`"msg":"payment outcome unknown`)))
+	out["log deadline"] = float64(bytes.Count(log, []byte(`context deadline exceeded`)))
 	return out
+}
+
+// parseSample splits a line of the Prometheus text format.
+func parseSample(line string) (name, labels string, value float64) {
+	if strings.HasPrefix(line, "#") {
+		return "", "", 0
+	}
+	series, v, ok := strings.Cut(line, " ")
+	if !ok {
+		return "", "", 0
+	}
+	value, _ = strconv.ParseFloat(v, 64)
+	name, labels, _ = strings.Cut(series, "{")
+	return name, labels, value
 }
 
 func labelValue(labels, name string) string {
@@ -51,14 +68,15 @@ func labelValue(labels, name string) string {
 	return v
 }
 
-// expectFencing reports the stale writes refused after the resume: the
-// conflicts the paused replica's layers stopped during the scenario, by
-// layer, and the leases its watchdog found lost.
-func expectFencing(t *testing.T, before, after map[string]float64) string {
-	delta := func(k string) float64 { return after[k] - before[k] }
+// reportFencing says what the paused replica did with the work it had in
+// hand once resumed (it got no new requests after): the stale writes its
+// layers refused, by layer, the leases it found lost, and the work its
+// deadlines cut short before it could write.
+func reportFencing(t *testing.T, healed, end map[string]float64) string {
+	delta := func(k string) float64 { return end[k] - healed[k] }
 	var parts []string
 	for _, layer := range []string{"version", "state", "constraint", "lock", "idempotency"} {
-		if d := delta("pay stopped " + layer); d > 0 {
+		if d := delta("stopped " + layer); d > 0 {
 			parts = append(parts, fmt.Sprintf("%s %.0f", layer, d))
 		}
 	}
@@ -66,8 +84,11 @@ func expectFencing(t *testing.T, before, after map[string]float64) string {
 	if refused == "" {
 		refused = "none"
 	}
-	t.Logf("paused replica: pay conflicts stopped after the resume by layer: %s; lock lost in its log: %.0f",
-		refused, delta("lock lost"))
-	return fmt.Sprintf("paused replica's stale writes refused (pay, by layer): %s; leases lost: %.0f (version refusals: %.0f)",
-		refused, delta("lock lost"), delta("pay stopped version"))
+	s := fmt.Sprintf("after the resume, the paused replica's stale writes refused by layer: %s (by the version check: %.0f); "+
+		"leases found lost: %.0f (extensions failed %.0f); payments left to the reconciler (outcome unknown): %.0f; "+
+		"log lines with a deadline exceeded: %.0f",
+		refused, delta("stopped version"), delta("lock lost"), delta("extension failed"),
+		delta("log outcome unknown"), delta("log deadline"))
+	t.Log(s)
+	return s
 }

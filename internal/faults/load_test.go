@@ -120,6 +120,26 @@ func (c *client) pick() []string {
 	return order
 }
 
+// probe is the balancer's active health check: every replica's /readyz
+// every 200 ms; one that does not answer 200 within 300 ms is left out
+// for downFor. It runs until ctx ends.
+func (c *client) probe(ctx context.Context) {
+	hc := &http.Client{Timeout: 300 * time.Millisecond}
+	for ctx.Err() == nil {
+		for _, u := range c.replicas() {
+			res, err := hc.Get(u + "/readyz")
+			if err == nil {
+				io.Copy(io.Discard, res.Body) //nolint:errcheck
+				res.Body.Close()
+			}
+			if err != nil || res.StatusCode != http.StatusOK {
+				c.markDown(u)
+			}
+		}
+		pause(ctx, 200*time.Millisecond)
+	}
+}
+
 func (c *client) markDown(url string) {
 	c.mu.Lock()
 	c.down[url] = time.Now().Add(downFor)
@@ -204,6 +224,8 @@ type workload struct {
 	posts     []string
 	clients   int // goroutines per flow
 	payClicks int // concurrent clicks per order in the pay storm
+	// stocked is each SKU's stock over the run: created plus restocked.
+	stocked map[string]int
 }
 
 // run drives every flow in flows until ctx ends.
