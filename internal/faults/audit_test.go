@@ -17,19 +17,16 @@ import (
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
-// Stock of the fixture's SKUs: the flash sale's runs out during a run;
-// the pay storm's does not.
-const (
-	flashStock = 400
-	payerStock = 1_000_000
-)
+// payerStock is the pay storm's SKU's stock: it never runs out. The flash
+// sale's (size.flashStock) is sized to run out late in a scenario.
+const payerStock = 1_000_000
 
 // setUp registers users, the two SKUs and the hot posts, straight in the
 // database or through the admin API of a replica.
-func setUp(t *testing.T, c *cluster, users, posts int) *workload {
+func setUp(t *testing.T, c *cluster, users, posts, flashStock int) *workload {
 	t.Helper()
 	us := testenv.Users(t, c.db, users)
-	w := &workload{flashSKU: "SKU-FLASH", payerSKU: "SKU-PAYER"}
+	w := &workload{flashSKU: "SKU-FLASH", payerSKU: "SKU-PAYER", flashStock: flashStock}
 	for _, u := range us {
 		w.tokens = append(w.tokens, u.Token)
 	}
@@ -57,7 +54,7 @@ func setUp(t *testing.T, c *cluster, users, posts int) *workload {
 	return w
 }
 
-// restockFlash puts the flash sale's stock back to flashStock, so every
+// restockFlash puts the flash sale's stock back to its size, so every
 // scenario's fault meets a sale that is still selling.
 func restockFlash(t *testing.T, c *cluster, w *workload) {
 	t.Helper()
@@ -66,16 +63,16 @@ func restockFlash(t *testing.T, c *cluster, w *workload) {
 	if err := c.db.QueryRow(ctx, `SELECT stock_available FROM products WHERE sku = $1`, w.flashSKU).Scan(&stock); err != nil {
 		t.Fatalf("read stock: %v", err)
 	}
-	if stock >= flashStock {
+	if stock >= w.flashStock {
 		return
 	}
 	cl := newClient(func() []string { return []string{c.replicas[0].url} }, &history{})
 	r := cl.do(ctx, "setup", "POST", "/v1/products/"+w.flashSKU+"/restock", adminToken, crand.Text(),
-		map[string]int{"quantity": flashStock - stock})
+		map[string]int{"quantity": w.flashStock - stock})
 	if r.status != http.StatusOK {
 		t.Fatalf("restock: %d %s", r.status, r.body)
 	}
-	w.stocked[w.flashSKU] += flashStock - stock
+	w.stocked[w.flashSKU] += w.flashStock - stock
 }
 
 // audit is what the invariants found after a scenario, once settled.
@@ -88,17 +85,33 @@ type audit struct {
 	stuck    int // payments still processing after the settle wait
 }
 
+// quiet is how long the shop's tables must stay unchanged before an
+// audit: longer than a request can wait for its lock (lock.DefaultWaitBudget,
+// 2 s), because a pay request the client gave up on still runs on its
+// replica, and may only now begin its payment.
+const quiet = 2500 * time.Millisecond
+
 // settle waits until no payment is processing (the reconcilers finish
-// what the fault left in flight), at most wait.
+// what the fault left in flight) and nothing has changed for quiet, at
+// most wait. It returns the payments still processing.
 func settle(c *cluster, wait time.Duration) int {
 	deadline := time.Now().Add(wait)
+	var last string
+	lastChange := time.Now()
 	for {
 		var n int
-		if err := c.db.QueryRow(context.Background(),
-			`SELECT count(*) FROM payments WHERE status = 'processing'`).Scan(&n); err != nil {
+		var state string
+		if err := c.db.QueryRow(context.Background(), `SELECT
+			(SELECT count(*) FROM payments WHERE status = 'processing'),
+			(SELECT count(*) || '/' || coalesce(max(updated_at)::text, '') FROM payments) || '/' ||
+			(SELECT count(*) || '/' || coalesce(max(updated_at)::text, '') FROM orders) || '/' ||
+			(SELECT count(*) || '/' || coalesce(max(updated_at)::text, '') FROM likes)`).Scan(&n, &state); err != nil {
 			n = -1
 		}
-		if n == 0 || time.Now().After(deadline) {
+		if state != last {
+			last, lastChange = state, time.Now()
+		}
+		if (n == 0 && time.Since(lastChange) >= quiet) || time.Now().After(deadline) {
 			return n
 		}
 		time.Sleep(250 * time.Millisecond)

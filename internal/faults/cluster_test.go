@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -68,6 +69,35 @@ type cluster struct {
 	gwPx     *toxiproxy.Proxy
 	replicas []*process
 	lockMode string
+	// extraEnv overrides replicaTimings for the scenario running now.
+	extraEnv []string
+	// route says where the balancer sends requests: routeBoth, or only
+	// one replica.
+	route atomic.Int32
+	// workload is the scenario's, for faults that send requests of their
+	// own; stale records those of scenario 4's paused replica, which
+	// staleDone waits for.
+	workload  *workload
+	stale     *history
+	staleDone *sync.WaitGroup
+}
+
+// Where the balancer sends requests.
+const (
+	routeBoth = iota
+	routeOnly0
+	routeOnly1
+)
+
+// replicaURLs are the replicas the balancer may send to now.
+func (c *cluster) replicaURLs() []string {
+	switch c.route.Load() {
+	case routeOnly0:
+		return []string{c.replicas[0].url}
+	case routeOnly1:
+		return []string{c.replicas[1].url}
+	}
+	return []string{c.replicas[0].url, c.replicas[1].url}
 }
 
 // buildShop builds ./cmd/shop once into dir.
@@ -229,7 +259,7 @@ func (c *cluster) startReplica(i int) *process {
 			"SHOP_GATEWAY_URL=http://" + c.gwPx.Listen,
 			"SHOP_ADMIN_TOKEN=" + adminToken,
 			"SHOP_LOCK_MODE=" + c.lockMode,
-		}, replicaTimings...),
+		}, append(append([]string(nil), replicaTimings...), c.extraEnv...)...),
 	}
 	c.start(p, "/readyz")
 	return p

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -27,15 +28,16 @@ type size struct {
 	before, during, after time.Duration
 	clients               int // per flow
 	users, posts          int
+	flashStock            int
 }
 
 func sizeFromEnv() size {
 	if os.Getenv("SHOP_FAULTS_SIZE") == "large" {
 		return size{name: "large", before: 8 * time.Second, during: 15 * time.Second, after: 12 * time.Second,
-			clients: 4, users: 200, posts: 5}
+			clients: 4, users: 200, posts: 5, flashStock: 6000}
 	}
 	return size{name: "small", before: 3 * time.Second, during: 6 * time.Second, after: 5 * time.Second,
-		clients: 2, users: 60, posts: 3}
+		clients: 2, users: 60, posts: 3, flashStock: 1500}
 }
 
 var allFlows = []string{flowOrders, flowPay, flowLikes}
@@ -54,6 +56,8 @@ type scenario struct {
 	unusable bool
 	// lockMode the replicas run in; "" is degrade.
 	lockMode string
+	// env overrides the replicas' timings for this scenario.
+	env []string
 	// isolate: once the fault ends, replica 0 gets no more requests, so
 	// what it does afterwards is only the work it had in hand.
 	isolate bool
@@ -61,7 +65,7 @@ type scenario struct {
 	// called when the fault ends and after the run.
 	observe func(c *cluster) map[string]float64
 	// report describes those figures (at the heal, at the end).
-	report func(t *testing.T, healed, end map[string]float64) string
+	report func(t *testing.T, c *cluster, healed, end map[string]float64) string
 }
 
 // result is what a scenario's run showed.
@@ -74,13 +78,15 @@ type result struct {
 	sent                  int
 	audit                 audit
 	extra                 string
+	layers                string // counterDelta over the scenario
+	perFlow               string // useful answers per second of each flow, before → during → after
 	anomalies             []string
 }
 
 func TestFaults(t *testing.T) {
 	sz := sizeFromEnv()
 	c := startCluster(t, "degrade")
-	w := setUp(t, c, sz.users, sz.posts)
+	w := setUp(t, c, sz.users, sz.posts, sz.flashStock)
 	w.clients, w.payClicks = sz.clients, 3
 
 	var results []result
@@ -107,8 +113,8 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	if mode == "" {
 		mode = "degrade"
 	}
-	if c.lockMode != mode {
-		c.lockMode = mode
+	if c.lockMode != mode || strings.Join(c.extraEnv, " ") != strings.Join(sc.env, " ") {
+		c.lockMode, c.extraEnv = mode, sc.env
 		for i := range c.replicas {
 			c.restartReplica(i)
 		}
@@ -122,15 +128,12 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 		during = sc.during
 	}
 	restockFlash(t, c, w)
+	countersAt := snapshotCounters(c)
 
 	h := &history{}
-	var isolated atomic.Bool
-	cl := newClient(func() []string {
-		if isolated.Load() {
-			return []string{c.replicas[1].url}
-		}
-		return []string{c.replicas[0].url, c.replicas[1].url}
-	}, h)
+	c.route.Store(routeBoth)
+	defer c.route.Store(routeBoth)
+	cl := newClient(c.replicaURLs, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { w.run(ctx, cl, flows) })
@@ -139,6 +142,7 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	start := time.Now()
 	time.Sleep(sz.before)
 	faultAt := time.Now()
+	c.workload = w
 	heal := sc.fault(t, c)
 	time.Sleep(time.Until(faultAt.Add(during)))
 	healAt := time.Now()
@@ -148,23 +152,35 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 		obsHealed = sc.observe(c)
 	}
 	if sc.isolate {
-		isolated.Store(true)
+		c.route.Store(routeOnly1)
 	}
 	c.heal()
 	time.Sleep(sz.after)
 	end := time.Now()
 	cancel()
 	wg.Wait()
+	if c.staleDone != nil {
+		c.staleDone.Wait()
+		c.staleDone = nil
+	}
 
 	answers := h.snapshot()
 	r := result{sc: sc, sent: len(answers),
 		before: split(answers, start, faultAt), during: split(answers, faultAt, healAt), after: split(answers, healAt, end),
 		p99During: percentile(answers, faultAt, healAt, 0.99), answers: tally(answers)}
 	r.recover = recovery(answers, healAt, end, r.before.rate())
+	var flowRates []string
+	for _, f := range flows {
+		fa := byFlow(answers, f)
+		flowRates = append(flowRates, fmt.Sprintf("%s %.0f → %.0f → %.0f", f,
+			split(fa, start, faultAt).rate(), split(fa, faultAt, healAt).rate(), split(fa, healAt, end).rate()))
+	}
+	r.perFlow = strings.Join(flowRates, "; ")
+	r.layers = counterDelta(countersAt, snapshotCounters(c))
 	r.audit = check(t, c, w, h)
 	r.anomalies = append(r.anomalies, r.audit.problems...)
 	if sc.observe != nil {
-		r.extra = sc.report(t, obsHealed, sc.observe(c))
+		r.extra = sc.report(t, c, obsHealed, sc.observe(c))
 	}
 
 	// The floor, or fast and clear answers.
@@ -199,9 +215,9 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 }
 
 func (r result) line() string {
-	return fmt.Sprintf("row %s %s: sent %d; useful/s before %.1f, during %.1f, after %.1f; recovered in %s; p99 during %s; %s; books: %d paid, %d charges (%d refunded); flash sold %d of %d stocked; likes %d; %s anomalies %d",
-		r.sc.row, r.sc.name, r.sent, r.before.rate(), r.during.rate(), r.after.rate(), fmtRecover(r.recover),
-		r.p99During.Round(time.Millisecond), r.extra, r.audit.books.Paid, r.audit.books.Charges, r.audit.books.Refunded,
+	return fmt.Sprintf("row %s %s: sent %d; useful/s before %.1f, during %.1f, after %.1f (%s); recovered in %s; p99 during %s; %s; %s; books: %d paid, %d charges (%d refunded); flash sold %d of %d stocked; likes %d; %s anomalies %d",
+		r.sc.row, r.sc.name, r.sent, r.before.rate(), r.during.rate(), r.after.rate(), r.perFlow, fmtRecover(r.recover),
+		r.p99During.Round(time.Millisecond), r.layers, r.extra, r.audit.books.Paid, r.audit.books.Charges, r.audit.books.Refunded,
 		r.audit.sold["SKU-FLASH"], r.audit.stocked, r.audit.liked, answersLine(r.answers), len(r.anomalies))
 }
 
@@ -255,7 +271,17 @@ func writeReport(t *testing.T, sz size, results []result) {
 			r.p99During.Round(time.Millisecond), fmtRecover(r.recover), audits, r.audit.books.Paid, r.audit.books.Charges,
 			r.audit.books.Refunded, r.audit.sold["SKU-FLASH"], r.audit.stocked, r.audit.liked, r.extra)
 	}
-	fmt.Fprintln(b, "\nAnswers by flow, status and code:")
+	fmt.Fprintln(b, "\nUseful answers per second by flow, before → during → after:")
+	fmt.Fprintln(b)
+	for _, r := range results {
+		fmt.Fprintf(b, "- %s: %s\n", r.sc.row, r.perFlow)
+	}
+	fmt.Fprintln(b, "\nWhat the replicas counted over each scenario (their /metrics):")
+	fmt.Fprintln(b)
+	for _, r := range results {
+		fmt.Fprintf(b, "- %s: %s\n", r.sc.row, r.layers)
+	}
+	fmt.Fprintln(b, "\nAnswers by flow, status and code (the whole run of the scenario):")
 	fmt.Fprintln(b)
 	for _, r := range results {
 		fmt.Fprintf(b, "- %s %s — %s\n", r.sc.row, r.sc.name, answersLine(r.answers))
@@ -276,10 +302,15 @@ func scenarios() []scenario {
 			c.redis[1].start()
 			return func() {}
 		}},
-		{row: "3a", name: "all Redis nodes down, degrade mode", fault: allRedisDown},
+		{row: "3a", name: "all Redis nodes down, degrade mode", fault: allRedisDown, unusable: true},
 		{row: "3b", name: "all Redis nodes down, strict mode", fault: allRedisDown, lockMode: "strict", unusable: true},
 		{row: "4", name: "replica SIGSTOPped past the lease while paying and liking, resumed", flows: []string{flowPay, flowLikes},
-			during: lease + 3*time.Second, fault: pausedHolder, isolate: true, observe: fencing, report: reportFencing},
+			during: pauseFor, fault: pausedHolder, isolate: true, observe: fencing, report: reportFencing,
+			// Deadlines longer than the pause, so that the stale holder's
+			// requests are still alive when it resumes: what fences them
+			// must then be the lease and the version checks, not a
+			// deadline that ran out during the pause.
+			env: []string{"SHOP_REQUEST_TIMEOUT=20s", "SHOP_PAYMENT_BUDGET=14s", "SHOP_PAYMENT_RECONCILE_AFTER=15s"}},
 		{row: "5", name: "replica SIGKILLed mid-payment, restarted", flows: []string{flowPay}, fault: func(t *testing.T, c *cluster) func() {
 			c.replicas[1].kill()
 			return func() { c.restartReplica(1) }
@@ -336,7 +367,7 @@ func scenarios() []scenario {
 				c.toxic(c.pg, "hole_down", "timeout", "downstream", `{"timeout":0}`)
 				return func() {}
 			}},
-		{row: "8", name: "every Redis node 500 ms slower (past the per-node timeout)",
+		{row: "8", name: "every Redis node 500 ms slower (past the per-node timeout)", unusable: true,
 			fault: func(t *testing.T, c *cluster) func() {
 				for _, p := range c.redisPx {
 					c.toxic(p, "slow", "latency", "downstream", `{"latency":500}`)
@@ -357,14 +388,37 @@ func allRedisDown(t *testing.T, c *cluster) func() {
 	}
 }
 
-// pausedHolder slows the gateway so that replica 0 holds payment locks
-// across its calls, then stops it with SIGSTOP past the lease. Its locks
-// expire; the other replica's reconciler takes the payments it left
-// processing. On SIGCONT the stale holder carries on with what it had in
-// hand, and the version checks must refuse its writes.
+// pauseFor is how long scenario 4 keeps a replica stopped: past the
+// lease, within the stretched deadlines.
+const pauseFor = lease + 2*time.Second
+
+// pausedHolder sends, for a moment, every request to replica 0, with the
+// gateway slowed so that it holds payment locks across its calls, plus a
+// burst of likes of its own that wait as long as it takes (the stale
+// holders); then stops it with SIGSTOP past the lease, and sends
+// everything else to replica 1. Its locks expire; replica 1 takes the
+// same keys. On SIGCONT the stale holders carry on with what they had in
+// hand, and the lease check and the version checks must refuse their
+// writes (reportFencing counts them on replica 0).
 func pausedHolder(t *testing.T, c *cluster) func() {
 	c.toxic(c.gwPx, "hold", "latency", "downstream", `{"latency":400}`)
-	time.Sleep(300 * time.Millisecond) // let it take some locks and send charges
+	c.route.Store(routeOnly0)
+	c.stale = &history{}
+	stale := newClient(func() []string { return []string{c.replicas[0].url} }, c.stale)
+	stale.http.Timeout = pauseFor + 20*time.Second
+	var stop atomic.Bool
+	c.staleDone = &sync.WaitGroup{}
+	for i := range 8 {
+		c.staleDone.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 4))
+			for !stop.Load() {
+				c.workload.like(context.Background(), stale, rng)
+			}
+		})
+	}
+	time.Sleep(600 * time.Millisecond)
 	c.replicas[0].signal(syscall.SIGSTOP)
+	stop.Store(true)
+	c.route.Store(routeBoth) // the balancer's probe finds it gone
 	return func() { c.replicas[0].signal(syscall.SIGCONT) }
 }

@@ -72,7 +72,7 @@ func labelValue(labels, name string) string {
 // hand once resumed (it got no new requests after): the stale writes its
 // layers refused, by layer, the leases it found lost, and the work its
 // deadlines cut short before it could write.
-func reportFencing(t *testing.T, healed, end map[string]float64) string {
+func reportFencing(t *testing.T, c *cluster, healed, end map[string]float64) string {
 	delta := func(k string) float64 { return end[k] - healed[k] }
 	var parts []string
 	for _, layer := range []string{"version", "state", "constraint", "lock", "idempotency"} {
@@ -84,11 +84,75 @@ func reportFencing(t *testing.T, healed, end map[string]float64) string {
 	if refused == "" {
 		refused = "none"
 	}
+	staleAnswers := "none"
+	if c.stale != nil {
+		staleAnswers = formatTally(tally(c.stale.snapshot())[flowLikes])
+	}
 	s := fmt.Sprintf("after the resume, the paused replica's stale writes refused by layer: %s (by the version check: %.0f); "+
-		"leases found lost: %.0f (extensions failed %.0f); payments left to the reconciler (outcome unknown): %.0f; "+
-		"log lines with a deadline exceeded: %.0f",
-		refused, delta("stopped version"), delta("lock lost"), delta("extension failed"),
-		delta("log outcome unknown"), delta("log deadline"))
+		"leases found lost: %.0f (extensions failed %.0f, log lines %.0f); payments left to the reconciler (outcome unknown): %.0f; "+
+		"log lines with a deadline exceeded: %.0f; the likes it held when stopped were answered: %s",
+		refused, delta("stopped version"), delta("lock lost"), delta("extension failed"), delta("log lock lost"),
+		delta("log outcome unknown"), delta("log deadline"), staleAnswers)
 	t.Log(s)
 	return s
+}
+
+// counters reads, from each replica's metrics port, the conflicts its
+// layers stopped (by layer) and how its locks went: taken, busy, run
+// without the lock (degraded), refused (unavailable), lost.
+func counters(p *process) map[string]float64 {
+	out := map[string]float64{}
+	res, err := http.Get(p.metricsURL + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		name, labels, value := parseSample(sc.Text())
+		switch name {
+		case "shop_conflicts_stopped_total":
+			out[labelValue(labels, "layer")] += value
+		case "shop_lock_acquisitions_total":
+			out["lock "+labelValue(labels, "outcome")] += value
+		case "shop_lock_degraded_total":
+			out["lock degraded"] += value
+		}
+	}
+	return out
+}
+
+// snapshotCounters reads counters of every replica running now.
+func snapshotCounters(c *cluster) map[*process]map[string]float64 {
+	out := map[*process]map[string]float64{}
+	for _, p := range c.replicas {
+		out[p] = counters(p)
+	}
+	return out
+}
+
+// counterDelta is what the replicas counted between two snapshots; a
+// replica started in between counts from zero. A replica killed in
+// between took its counts with it.
+func counterDelta(from, to map[*process]map[string]float64) string {
+	sum := map[string]float64{}
+	for p, end := range to {
+		for k, v := range end {
+			sum[k] += v - from[p][k]
+		}
+	}
+	var parts []string
+	for _, k := range []string{"idempotency", "lock", "state", "version", "constraint"} {
+		if sum[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, sum[k]))
+		}
+	}
+	stopped := strings.Join(parts, ", ")
+	if stopped == "" {
+		stopped = "none"
+	}
+	return fmt.Sprintf("conflicts stopped: %s; locks taken %.0f, busy %.0f, lost %.0f, run without the lock %.0f, refused (strict) %.0f",
+		stopped, sum["lock acquired"], sum["lock busy"], sum["lock lost"], sum["lock degraded"],
+		sum["lock unavailable"]-sum["lock degraded"])
 }

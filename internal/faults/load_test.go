@@ -218,12 +218,14 @@ func (c *client) once(ctx context.Context, base, method, path, token, key string
 
 // workload is the fixture the flows run on.
 type workload struct {
-	tokens    []string
-	flashSKU  string
-	payerSKU  string
-	posts     []string
-	clients   int // goroutines per flow
-	payClicks int // concurrent clicks per order in the pay storm
+	tokens   []string
+	flashSKU string
+	// flashStock is the flash sale's stock at the start of each scenario.
+	flashStock int
+	payerSKU   string
+	posts      []string
+	clients    int // goroutines per flow
+	payClicks  int // concurrent clicks per order in the pay storm
 	// stocked is each SKU's stock over the run: created plus restocked.
 	stocked map[string]int
 }
@@ -339,6 +341,17 @@ func (p phaseStats) rate() float64 {
 		return 0
 	}
 	return float64(p.useful) / p.seconds
+}
+
+// byFlow returns the answers of one flow.
+func byFlow(answers []answer, flow string) []answer {
+	var out []answer
+	for _, a := range answers {
+		if a.flow == flow {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // split counts answers in [from, to).
