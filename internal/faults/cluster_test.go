@@ -77,9 +77,10 @@ type cluster struct {
 	// workload is the scenario's, for faults that send requests of their
 	// own; stale records those of scenario 4's paused replica, which
 	// staleDone waits for.
-	workload  *workload
-	stale     *history
-	staleDone *sync.WaitGroup
+	workload      *workload
+	stale         *history
+	staleDone     *sync.WaitGroup
+	stalePausedAt time.Time
 }
 
 // Where the balancer sends requests.

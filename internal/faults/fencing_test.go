@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,13 +85,28 @@ func reportFencing(t *testing.T, c *cluster, healed, end map[string]float64) str
 	if refused == "" {
 		refused = "none"
 	}
-	staleAnswers := "none"
+	// The stale requests: those sent straight to replica 0 that were in
+	// hand when it stopped, answered after it resumed.
+	var held []answer
 	if c.stale != nil {
-		staleAnswers = formatTally(tally(c.stale.snapshot())[flowLikes])
+		for _, a := range c.stale.snapshot() {
+			if a.at.After(c.stalePausedAt) {
+				held = append(held, a)
+			}
+		}
+	}
+	staleAnswers := "none"
+	if len(held) > 0 {
+		var parts []string
+		for flow, m := range tally(held) {
+			parts = append(parts, flow+": "+formatTally(m))
+		}
+		sort.Strings(parts)
+		staleAnswers = strings.Join(parts, "; ")
 	}
 	s := fmt.Sprintf("after the resume, the paused replica's stale writes refused by layer: %s (by the version check: %.0f); "+
 		"leases found lost: %.0f (extensions failed %.0f, log lines %.0f); payments left to the reconciler (outcome unknown): %.0f; "+
-		"log lines with a deadline exceeded: %.0f; the likes it held when stopped were answered: %s",
+		"log lines with a deadline exceeded: %.0f; the requests it held when stopped were answered, after the resume: %s",
 		refused, delta("stopped version"), delta("lock lost"), delta("extension failed"), delta("log lock lost"),
 		delta("log outcome unknown"), delta("log deadline"), staleAnswers)
 	t.Log(s)

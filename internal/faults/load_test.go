@@ -146,9 +146,15 @@ func (c *client) markDown(url string) {
 	c.mu.Unlock()
 }
 
-// attemptTimeout bounds one attempt: longer than SHOP_REQUEST_TIMEOUT, so
-// a live replica always answers within it.
-const attemptTimeout = 7 * time.Second
+// attemptTimeout bounds one attempt of a payment: longer than
+// SHOP_REQUEST_TIMEOUT, so a live replica always answers within it.
+// quickTimeout bounds the others (an order, a like), which take
+// milliseconds when all is well: a client gives up on a replica that has
+// not answered in 2 s and asks the other, with the same key.
+const (
+	attemptTimeout = 7 * time.Second
+	quickTimeout   = 2 * time.Second
+)
 
 func newClient(replicas func() []string, hist *history) *client {
 	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
@@ -163,16 +169,20 @@ type reply struct {
 // do sends one request (with the same Idempotency-Key on the failover) and
 // records its answer under flow.
 func (c *client) do(ctx context.Context, flow, method, path, token, key string, body any) reply {
+	timeout := quickTimeout
+	if flow == flowPay || c.http.Timeout > attemptTimeout {
+		timeout = c.http.Timeout
+	}
 	var b []byte
 	if body != nil {
 		b, _ = json.Marshal(body)
 	}
 	urls := c.pick()
 	start := time.Now()
-	r := c.once(ctx, urls[0], method, path, token, key, b)
+	r := c.once(ctx, timeout, urls[0], method, path, token, key, b)
 	if r.status == 0 && ctx.Err() == nil && len(urls) > 1 {
 		c.markDown(urls[0])
-		r = c.once(ctx, urls[1], method, path, token, key, b)
+		r = c.once(ctx, timeout, urls[1], method, path, token, key, b)
 		r.failover = true
 	}
 	r.flow, r.at, r.took = flow, time.Now(), time.Since(start)
@@ -182,7 +192,9 @@ func (c *client) do(ctx context.Context, flow, method, path, token, key string, 
 	return r
 }
 
-func (c *client) once(ctx context.Context, base, method, path, token, key string, body []byte) reply {
+func (c *client) once(ctx context.Context, timeout time.Duration, base, method, path, token, key string, body []byte) reply {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		rd = strings.NewReader(string(body))
@@ -275,6 +287,11 @@ func (w *workload) flashOrder(ctx context.Context, c *client, rng *rand.Rand) {
 // on both replicas: two thirds of the clicks share a key (a client
 // retrying), the others carry their own (the user clicking again).
 func (w *workload) payStorm(ctx context.Context, c *client, rng *rand.Rand) {
+	w.payStormAs(ctx, c, rng, flowPay)
+}
+
+// payStormAs is payStorm with its clicks recorded under flow.
+func (w *workload) payStormAs(ctx context.Context, c *client, rng *rand.Rand, flow string) {
 	token := w.token(rng)
 	r := c.do(ctx, "pay storm: order", "POST", "/v1/orders", token, crand.Text(),
 		map[string]any{"items": []map[string]any{{"sku": w.payerSKU, "quantity": 1}}})
@@ -298,7 +315,7 @@ func (w *workload) payStorm(ctx context.Context, c *client, rng *rand.Rand) {
 			key = crand.Text()
 		}
 		wg.Go(func() {
-			r := c.do(ctx, flowPay, "POST", "/v1/orders/"+o.ID+"/payments", token, key,
+			r := c.do(ctx, flow, "POST", "/v1/orders/"+o.ID+"/payments", token, key,
 				map[string]string{"payment_method": "pm_card_ok"})
 			if r.status == http.StatusCreated {
 				c.hist.mu.Lock()
@@ -312,11 +329,16 @@ func (w *workload) payStorm(ctx context.Context, c *client, rng *rand.Rand) {
 
 // like likes or unlikes one of a few hot posts.
 func (w *workload) like(ctx context.Context, c *client, rng *rand.Rand) {
+	w.likeAs(ctx, c, rng, flowLikes)
+}
+
+// likeAs is like recorded under flow.
+func (w *workload) likeAs(ctx context.Context, c *client, rng *rand.Rand, flow string) {
 	method := "PUT"
 	if rng.IntN(2) == 0 {
 		method = "DELETE"
 	}
-	r := c.do(ctx, flowLikes, method, "/v1/posts/"+w.posts[rng.IntN(len(w.posts))]+"/like", w.token(rng), "", nil)
+	r := c.do(ctx, flow, method, "/v1/posts/"+w.posts[rng.IntN(len(w.posts))]+"/like", w.token(rng), "", nil)
 	if r.status == 0 || r.status >= 500 {
 		pause(ctx, 50*time.Millisecond)
 	}
