@@ -138,6 +138,11 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	c.route.Store(routeBoth)
 	defer c.route.Store(routeBoth)
 	cl := newClient(c.replicaURLs, h)
+	if sc.unusable {
+		// Whether the service answers within its request timeout is
+		// the question: the clients wait that long.
+		cl.quick = attemptTimeout
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { w.run(ctx, cl, flows) })
@@ -400,11 +405,11 @@ func allRedisDown(t *testing.T, c *cluster) func() {
 // lease, within the stretched deadlines.
 const pauseFor = lease + 2*time.Second
 
-// pausedHolder sends, for a moment, every request to replica 0, with the
-// gateway slowed so that it holds payment locks across its calls, plus a
-// burst of likes of its own that wait as long as it takes (the stale
-// holders); then stops it with SIGSTOP past the lease, and sends
-// everything else to replica 1. Its locks expire; replica 1 takes the
+// pausedHolder sends replica 0, for a moment, pay storms and likes of its
+// own that wait as long as it takes (the stale holders), with the gateway
+// slowed so that it holds payment locks across its calls; then stops it
+// with SIGSTOP past the lease, gives the gateway its speed back, and
+// leaves the balancer's probe to send everything else to replica 1. Its locks expire; replica 1 takes the
 // same keys. On SIGCONT the stale holders carry on with what they had in
 // hand, and the lease check and the version checks must refuse their
 // writes (reportFencing counts them on replica 0).
@@ -431,5 +436,9 @@ func pausedHolder(t *testing.T, c *cluster) func() {
 	c.replicas[0].signal(syscall.SIGSTOP)
 	c.stalePausedAt = time.Now()
 	stop.Store(true)
+	// The fault is the pause: the other replica pays at full speed.
+	if err := c.gwPx.Toxics.RemoveToxic(context.Background(), "hold"); err != nil {
+		t.Errorf("remove the gateway's latency: %v", err)
+	}
 	return func() { c.replicas[0].signal(syscall.SIGCONT) }
 }

@@ -102,6 +102,9 @@ type client struct {
 	// max_fails=1 fail_timeout=2s).
 	mu   sync.Mutex
 	down map[string]time.Time
+	// quick bounds an attempt other than a payment (quickTimeout unless
+	// the scenario waits longer).
+	quick time.Duration
 }
 
 // downFor is how long a replica that did not answer is left out.
@@ -158,7 +161,7 @@ const (
 
 func newClient(replicas func() []string, hist *history) *client {
 	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
-	return &client{http: &http.Client{Transport: tr, Timeout: attemptTimeout}, replicas: replicas, hist: hist, down: map[string]time.Time{}}
+	return &client{http: &http.Client{Transport: tr, Timeout: attemptTimeout}, replicas: replicas, hist: hist, down: map[string]time.Time{}, quick: quickTimeout}
 }
 
 type reply struct {
@@ -169,7 +172,7 @@ type reply struct {
 // do sends one request (with the same Idempotency-Key on the failover) and
 // records its answer under flow.
 func (c *client) do(ctx context.Context, flow, method, path, token, key string, body any) reply {
-	timeout := quickTimeout
+	timeout := c.quick
 	if flow == flowPay || c.http.Timeout > attemptTimeout {
 		timeout = c.http.Timeout
 	}
