@@ -40,7 +40,6 @@ func fencing(c *cluster) map[string]float64 {
 		}
 	}
 	log, _ := os.ReadFile(c.replicas[0].logPath)
-	out["log lock lost"] = float64(bytes.Count(log, []byte(`"msg":"lock lost`)))
 	out["log outcome unknown"] = float64(bytes.Count(log, []byte(`"msg":"payment outcome unknown`)))
 	out["log deadline"] = float64(bytes.Count(log, []byte(`context deadline exceeded`)))
 	return out
@@ -105,9 +104,9 @@ func reportFencing(t *testing.T, c *cluster, healed, end map[string]float64) str
 		staleAnswers = strings.Join(parts, "; ")
 	}
 	s := fmt.Sprintf("after the resume, the paused replica's stale writes refused by layer: %s (by the version check: %.0f); "+
-		"leases found lost: %.0f (extensions failed %.0f, log lines %.0f); payments left to the reconciler (outcome unknown): %.0f; "+
+		"leases found lost: %.0f (extensions failed %.0f); payments left to the reconciler (outcome unknown): %.0f; "+
 		"log lines with a deadline exceeded: %.0f; the requests it held when stopped were answered, after the resume: %s",
-		refused, delta("stopped version"), delta("lock lost"), delta("extension failed"), delta("log lock lost"),
+		refused, delta("stopped version"), delta("lock lost"), delta("extension failed"),
 		delta("log outcome unknown"), delta("log deadline"), staleAnswers)
 	t.Log(s)
 	return s
