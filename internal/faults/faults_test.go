@@ -208,8 +208,8 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 				t.Errorf("%s: no answer during the fault (after %s)", a.flow, a.took.Round(time.Millisecond))
 				break
 			}
-			if a.took > answerWithin {
-				t.Errorf("%s: an answer took %s during the fault, more than %s", a.flow, a.took.Round(time.Millisecond), answerWithin)
+			if a.answerTook > answerWithin {
+				t.Errorf("%s: an answer took %s during the fault, more than %s", a.flow, a.answerTook.Round(time.Millisecond), answerWithin)
 				break
 			}
 			if a.status == http.StatusServiceUnavailable && !a.retry {

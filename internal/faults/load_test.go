@@ -32,9 +32,12 @@ type answer struct {
 	code     string // the problem's code, "" on success
 	retry    bool   // a Retry-After header came with it
 	replayed bool
-	at       time.Time // when the answer arrived
-	took     time.Duration
-	failover bool // the first replica did not answer; the other did or did not
+	at       time.Time     // when the answer arrived
+	took     time.Duration // from the first attempt to the answer
+	// answerTook is how long the replica that answered took: took less
+	// the wait for one that did not.
+	answerTook time.Duration
+	failover   bool // the first replica did not answer; the other did or did not
 }
 
 // key names the answer in the tables: "201", "409 out_of_stock", "no answer".
@@ -183,12 +186,14 @@ func (c *client) do(ctx context.Context, flow, method, path, token, key string, 
 	urls := c.pick()
 	start := time.Now()
 	r := c.once(ctx, timeout, urls[0], method, path, token, key, b)
+	second := start
 	if r.status == 0 && ctx.Err() == nil && len(urls) > 1 {
 		c.markDown(urls[0])
+		second = time.Now()
 		r = c.once(ctx, timeout, urls[1], method, path, token, key, b)
 		r.failover = true
 	}
-	r.flow, r.at, r.took = flow, time.Now(), time.Since(start)
+	r.flow, r.at, r.took, r.answerTook = flow, time.Now(), time.Since(start), time.Since(second)
 	if ctx.Err() == nil {
 		c.hist.add(r.answer)
 	}
