@@ -377,18 +377,18 @@ func scenarios() []scenario {
 			c.toxic(c.pg, "lat_down", "latency", "downstream", `{"latency":1}`)
 			return func() {}
 		}},
-		{row: "7b", name: "PostgreSQL connections reset every 2 s", fault: func(t *testing.T, c *cluster) func() {
+		{row: "7b", name: "PostgreSQL connections reset, twice 2.5 s apart", fault: func(t *testing.T, c *cluster) func() {
 			stop := make(chan struct{})
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				for range 10 {
+				for range 2 {
 					c.pg.Stop() // closes every open connection
 					_ = c.pg.Start()
 					select {
 					case <-stop:
 						return
-					case <-time.After(2 * time.Second):
+					case <-time.After(2500 * time.Millisecond):
 					}
 				}
 			}()
