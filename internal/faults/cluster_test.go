@@ -71,8 +71,8 @@ type cluster struct {
 	lockMode string
 	// extraEnv overrides replicaTimings for the scenario running now.
 	extraEnv []string
-	// route says where the balancer sends requests: routeBoth, or only
-	// one replica.
+	// route says where the balancer sends requests: to both replicas,
+	// or (once scenario 4's pause ends) only to replica 1.
 	route atomic.Int32
 	// workload is the scenario's, for faults that send requests of their
 	// own; stale records those of scenario 4's paused replica, which
@@ -86,16 +86,12 @@ type cluster struct {
 // Where the balancer sends requests.
 const (
 	routeBoth = iota
-	routeOnly0
 	routeOnly1
 )
 
 // replicaURLs are the replicas the balancer may send to now.
 func (c *cluster) replicaURLs() []string {
-	switch c.route.Load() {
-	case routeOnly0:
-		return []string{c.replicas[0].url}
-	case routeOnly1:
+	if c.route.Load() == routeOnly1 {
 		return []string{c.replicas[1].url}
 	}
 	return []string{c.replicas[0].url, c.replicas[1].url}
@@ -332,7 +328,6 @@ func (p *process) kill() {
 		return
 	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies on SIGKILL too, but be plain
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 }
