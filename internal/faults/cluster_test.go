@@ -101,7 +101,11 @@ func (c *cluster) replicaURLs() []string {
 func buildShop(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "shop")
+	// The go that built this test, else the one on the PATH.
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		goBin = "go"
+	}
 	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/shop")
 	cmd.Dir = repoRoot(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
