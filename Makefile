@@ -11,7 +11,7 @@ FUZZTIME ?= 30s
 # writes the figures as Markdown.
 FAULTS_TIMEOUT ?= 20m
 
-.PHONY: faults ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
+.PHONY: faults linearizability ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
 
 # .env (written by `make images`, ignored by git) names the images to use
 # instead of the official ones. docker compose reads it by itself; here its
@@ -34,7 +34,7 @@ build:
 # testcontainers starts them, unless SHOP_TEST_POSTGRES_URL and
 # SHOP_TEST_REDIS_ADDRS point at running servers.
 test:
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # The ablation matrices, rewriting docs/ABLATION.md with what they saw.
 ablation:
@@ -42,6 +42,11 @@ ablation:
 
 faults:
 	$(GO) test -tags faults -count=1 -timeout $(FAULTS_TIMEOUT) -v -run '^TestFaults$$' ./internal/faults/
+
+# The seat map's linearizability check at its larger size (64 clients,
+# thousands of operations); `make test` runs it small.
+linearizability:
+	SHOP_SEATS_LINEARIZABILITY_LARGE=1 $(GO) test -race -count=1 -run '^TestSeats_Linearizable' ./internal/app/
 
 # Pure rule tests only: no database, no Redis.
 test-short:
@@ -75,6 +80,7 @@ bench: build
 	./$(BIN) bench orders
 	./$(BIN) bench payments
 	./$(BIN) bench likes
+	./$(BIN) bench seats
 
 # A bundled k6 script, loadtest/k6/$(SCRIPT).js, against the compose stack
 # (started with the rate limits off: SHOP_RATE_LIMIT=off make up). K6_ARGS
