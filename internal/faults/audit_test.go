@@ -54,6 +54,21 @@ func setUp(t *testing.T, c *cluster, users, posts, flashStock int) *workload {
 	return w
 }
 
+// newHall creates the seat rush's hall for a scenario.
+func newHall(t *testing.T, c *cluster, w *workload) {
+	t.Helper()
+	cl := newClient(func() []string { return []string{c.replicas[0].url} }, &history{})
+	r := cl.do(context.Background(), "setup", "POST", "/v1/events", adminToken, "",
+		map[string]any{"name": "fault hall", "rows": hallRows, "seats_per_row": hallSeatsPerRow})
+	var e struct {
+		ID string `json:"id"`
+	}
+	if r.status != http.StatusCreated || json.Unmarshal(r.body, &e) != nil {
+		t.Fatalf("create event: %d %s", r.status, r.body)
+	}
+	w.event = e.ID
+}
+
 // restockFlash puts the flash sale's stock back to its size, so every
 // scenario's fault meets a sale that is still selling.
 func restockFlash(t *testing.T, c *cluster, w *workload) {
@@ -81,6 +96,7 @@ type audit struct {
 	books    books.Report
 	sold     map[string]int
 	stocked  int // the flash sale's stock over the run
+	tickets  int // seats booked over the run
 	liked    int
 	stuck    int // payments still processing after the settle wait
 }
@@ -180,6 +196,27 @@ func check(t *testing.T, c *cluster, w *workload, h *history) audit {
 	a.books = checkBooks(t, c)
 	a.problems = append(a.problems, a.books.Problems...)
 
+	// Seats: one ticket per seat, a seat booked if and only if it has its
+	// ticket, and every booking answered 201 kept.
+	var twice, mismatched, lostBookings int
+	if err := c.db.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM (SELECT 1 FROM tickets GROUP BY event_id, seat HAVING count(*) > 1) d)::int,
+		(SELECT count(*) FROM seats s WHERE (s.status = 'booked') <>
+			EXISTS (SELECT 1 FROM tickets k WHERE k.event_id = s.event_id AND k.seat = s.seat))::int,
+		(SELECT count(*) FROM unnest($1::uuid[]) AS a(id) WHERE NOT EXISTS (SELECT 1 FROM bookings b WHERE b.id = a.id))::int,
+		(SELECT count(*) FROM tickets)::int`, h.ackBookingsCopy()).Scan(&twice, &mismatched, &lostBookings, &a.tickets); err != nil {
+		t.Fatalf("read seats: %v", err)
+	}
+	if twice != 0 {
+		problem("%d seats with more than one ticket", twice)
+	}
+	if mismatched != 0 {
+		problem("%d seats whose status disagrees with their ticket", mismatched)
+	}
+	if lostBookings != 0 {
+		problem("%d bookings answered 201 are not in the database", lostBookings)
+	}
+
 	// Likes: every post's counter rows add up to its likes.
 	rows, err := c.db.Query(ctx, `SELECT p.id::text,
 		(SELECT count(*) FROM likes l WHERE l.post_id = p.id AND l.liked)::int,
@@ -235,4 +272,10 @@ func checkBooks(t *testing.T, c *cluster) books.Report {
 	}
 	rep.Problems = append(rep.Problems, fmt.Sprintf("%d orders still have a payment in flight", rep.InFlight))
 	return rep
+}
+
+func (h *history) ackBookingsCopy() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string{}, h.ackBookings...)
 }

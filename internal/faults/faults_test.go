@@ -40,7 +40,7 @@ func sizeFromEnv() size {
 		clients: 2, users: 60, posts: 3, flashStock: 1500}
 }
 
-var allFlows = []string{flowOrders, flowPay, flowLikes}
+var allFlows = []string{flowOrders, flowPay, flowLikes, flowSeats}
 
 // scenario is one fault under load.
 type scenario struct {
@@ -140,6 +140,7 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 		during = sc.during
 	}
 	restockFlash(t, c, w)
+	newHall(t, c, w)
 	countersAt := snapshotCounters(c)
 
 	h := &history{}
@@ -258,7 +259,7 @@ func fmtRecover(d time.Duration) string {
 
 func answersLine(m map[string]map[string]int) string {
 	var parts []string
-	for _, f := range []string{flowOrders, "pay storm: order", flowPay, flowLikes} {
+	for _, f := range []string{flowOrders, "pay storm: order", flowPay, flowLikes, flowSeats} {
 		if m[f] != nil {
 			parts = append(parts, f+": "+formatTally(m[f]))
 		}
@@ -308,10 +309,10 @@ func writeReport(t *testing.T, sz size, results []result) {
 		if r.unanswered > 0 {
 			check += fmt.Sprintf("; known issue: %d requests unanswered", r.unanswered)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %d | %.1f → %.1f → %.1f | %s | %s | %s | %s; %d paid, %d charges, %d refunded; flash %d/%d sold; %d likes |\n",
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %.1f → %.1f → %.1f | %s | %s | %s | %s; %d paid, %d charges, %d refunded; flash %d/%d sold; %d likes; %d seats booked |\n",
 			r.sc.row, r.sc.name, strings.Join(flows, ", "), r.sent, r.before.rate(), r.during.rate(), r.after.rate(), check,
 			r.p99During.Round(time.Millisecond), fmtRecover(r.recover), audits, r.audit.books.Paid, r.audit.books.Charges,
-			r.audit.books.Refunded, r.audit.sold["SKU-FLASH"], r.audit.stocked, r.audit.liked)
+			r.audit.books.Refunded, r.audit.sold["SKU-FLASH"], r.audit.stocked, r.audit.liked, r.audit.tickets)
 	}
 	fmt.Fprintln(b, "\nUseful answers per second by flow, before → during → after:")
 	fmt.Fprintln(b)
@@ -351,7 +352,7 @@ func scenarios() []scenario {
 		}},
 		{row: "3a", name: "all Redis nodes down, degrade mode", fault: allRedisDown, unusable: true},
 		{row: "3b", name: "all Redis nodes down, strict mode", fault: allRedisDown, lockMode: "strict", unusable: true},
-		{row: "4", name: "replica SIGSTOPped past the lease while paying and liking, resumed", flows: []string{flowPay, flowLikes},
+		{row: "4", name: "replica SIGSTOPped past the lease while paying and liking, resumed", flows: []string{flowPay, flowLikes, flowSeats},
 			during: pauseFor, fault: pausedHolder, isolate: true, observe: fencing, report: reportFencing,
 			noFloor: "the keys the paused replica holds are locked until its lease ends (8 s): a request on one waits its lock budget and answers 409 resource_busy",
 			knownStall: "a replica stopped inside a transaction keeps its row locks (the pay storm's SKU row) until it resumes; " +

@@ -23,6 +23,7 @@ const (
 	flowOrders = "flash sale"
 	flowPay    = "pay storm"
 	flowLikes  = "likes"
+	flowSeats  = "seat rush"
 )
 
 // answer is one request as its client saw it, after at most one failover.
@@ -62,7 +63,8 @@ func (a answer) useful() bool {
 	switch {
 	case a.status >= 200 && a.status < 300:
 		return true
-	case a.status == http.StatusConflict && (a.code == "out_of_stock" || a.code == "invalid_state"):
+	case a.status == http.StatusConflict && (a.code == "out_of_stock" || a.code == "invalid_state" ||
+		a.code == "seat_unavailable" || a.code == "hold_expired"):
 		return true
 	case a.status == http.StatusPaymentRequired:
 		return true
@@ -76,8 +78,9 @@ type history struct {
 	answers []answer
 	// acknowledged are the ids the service said it created: orders
 	// answered 201 and payments answered 201 (paid).
-	ackOrders []string
-	ackPaid   []string
+	ackOrders   []string
+	ackPaid     []string
+	ackBookings []string // bookings answered 201
 }
 
 func (h *history) add(a answer) {
@@ -246,6 +249,8 @@ type workload struct {
 	posts      []string
 	clients    int // goroutines per flow
 	payClicks  int // concurrent clicks per order in the pay storm
+	// event is the seat rush's hall, a fresh one per scenario.
+	event string
 	// stocked is each SKU's stock over the run: created plus restocked.
 	stocked map[string]int
 }
@@ -265,6 +270,8 @@ func (w *workload) run(ctx context.Context, c *client, flows []string) {
 						w.payStorm(ctx, c, rng)
 					case flowLikes:
 						w.like(ctx, c, rng)
+					case flowSeats:
+						w.seatRush(ctx, c, rng)
 					}
 				}
 			})
@@ -333,6 +340,45 @@ func (w *workload) payStormAs(ctx context.Context, c *client, rng *rand.Rand, fl
 		})
 	}
 	wg.Wait()
+}
+
+// Hall size of the seat rush: small, so that fans collide.
+const (
+	hallRows        = 4
+	hallSeatsPerRow = 10
+)
+
+// seatRush holds two adjacent seats of the hall and, when the hold is
+// granted, confirms it.
+func (w *workload) seatRush(ctx context.Context, c *client, rng *rand.Rand) {
+	token := w.token(rng)
+	row := string(rune('A' + rng.IntN(hallRows)))
+	first := 1 + rng.IntN(hallSeatsPerRow-1)
+	seats := []string{fmt.Sprintf("%s%d", row, first), fmt.Sprintf("%s%d", row, first+1)}
+	r := c.do(ctx, flowSeats, "POST", "/v1/events/"+w.event+"/holds", token, crand.Text(), map[string]any{"seats": seats})
+	if r.status != http.StatusCreated {
+		if r.status == 0 || r.status >= 500 {
+			pause(ctx, 50*time.Millisecond)
+		}
+		return
+	}
+	var h struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(r.body, &h) != nil {
+		return
+	}
+	r = c.do(ctx, flowSeats, "POST", "/v1/holds/"+h.ID+"/confirm", token, crand.Text(), nil)
+	if r.status == http.StatusCreated && !r.replayed {
+		var b struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(r.body, &b) == nil {
+			c.hist.mu.Lock()
+			c.hist.ackBookings = append(c.hist.ackBookings, b.ID)
+			c.hist.mu.Unlock()
+		}
+	}
 }
 
 // like likes or unlikes one of a few hot posts.
