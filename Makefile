@@ -5,7 +5,13 @@ BIN     ?= bin/shop
 PKGS    ?= ./...
 FUZZTIME ?= 30s
 
-.PHONY: linearizability ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
+# The fault suite (internal/faults, docs/RELIABILITY.md): every flow under
+# Redis loss, a paused lock holder, gateway and database faults and replica
+# crashes. SHOP_FAULTS_SIZE=large for longer phases; SHOP_FAULTS_REPORT=file
+# writes the figures as Markdown.
+FAULTS_TIMEOUT ?= 20m
+
+.PHONY: faults linearizability ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
 
 # .env (written by `make images`, ignored by git) names the images to use
 # instead of the official ones. docker compose reads it by itself; here its
@@ -34,6 +40,9 @@ test:
 ablation:
 	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -run '^TestAblation_' ./internal/app/
 
+faults:
+	$(GO) test -tags faults -count=1 -timeout $(FAULTS_TIMEOUT) -v -run '^TestFaults$$' ./internal/faults/
+
 # The seat map's linearizability check at its larger size (64 clients,
 # thousands of operations); `make test` runs it small.
 linearizability:
@@ -56,6 +65,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags e2e ./e2e/
+	$(GO) vet -tags faults ./internal/faults/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -63,6 +63,7 @@ type Charge struct {
 const (
 	orderPaid          = "paid"
 	orderPending       = "pending_payment"
+	orderPaying        = "paying" // a payment of it is in flight
 	paymentProcessing  = "processing"
 	paymentSucceeded   = "succeeded"
 	paymentRefunded    = "refunded"
@@ -164,7 +165,7 @@ func Audit(orders []Order, payments []Payment, charges []Charge) Report {
 				problem("paid order %s: its payment records charge %q, the gateway's live charge is %s",
 					o.ID, succeeded[0].ChargeID, live[0].ID)
 			}
-		case o.Status == orderPending && inFlight[o.ID]:
+		case (o.Status == orderPending || o.Status == orderPaying) && inFlight[o.ID]:
 			// A charge may be made and not yet recorded: not judged.
 		default:
 			if len(live) != 0 {

@@ -58,6 +58,19 @@ func TestAudit(t *testing.T) {
 			payments: []books.Payment{{ID: "p5", OrderID: "o5", Status: "processing", AmountCents: 100}},
 			charges:  []books.Charge{{ID: "ch5", Reference: "o5", Status: "succeeded", AmountCents: 100}},
 			inFlight: 1},
+		// What the database holds while a charge is in flight since the
+		// order learned to say paying: the fault suite's audit, taken
+		// while a reconciler was settling, judged it and cried wolf.
+		{name: "PayingInFlightIsNotJudged",
+			orders:   []books.Order{{ID: "o6", Status: "paying"}},
+			payments: []books.Payment{{ID: "p6", OrderID: "o6", Status: "processing", AmountCents: 100}},
+			charges:  []books.Charge{{ID: "ch6", Reference: "o6", Status: "succeeded", AmountCents: 100}},
+			inFlight: 1},
+		{name: "PayingWithNothingInFlight",
+			orders:   []books.Order{{ID: "o7", Status: "paying"}},
+			payments: []books.Payment{{ID: "p7", OrderID: "o7", Status: "succeeded", AmountCents: 100, ChargeID: "ch7"}},
+			charges:  []books.Charge{{ID: "ch7", Reference: "o7", Status: "succeeded", AmountCents: 100}},
+			want:     []string{"paying order o7 has 1 unrefunded charges", "paying order o7 has 1 succeeded payments"}},
 		{name: "PendingWithLiveCharge",
 			orders:  []books.Order{{ID: "o5", Status: "pending_payment"}},
 			charges: []books.Charge{{ID: "ch5", Reference: "o5", Status: "succeeded", AmountCents: 100}},

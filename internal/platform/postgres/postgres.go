@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -110,9 +112,20 @@ func SQLState(err error) string {
 // succeed later, so the HTTP edge answers 503 with Retry-After, not 500.
 // A pool that waits for a free connection until the request's deadline
 // ends with context.DeadlineExceeded, which the edge already answers 503.
+//
+// A connection that breaks under a query, without a word from the server
+// (a proxy or the network between cut it, or the host died), has no
+// SQLSTATE: pgx reports the socket's error (an EOF, a reset) and then
+// "conn closed" to the transaction still holding it. Those are
+// unavailability too (the fault suite's row 7, internal/faults).
 func Unavailable(err error) bool {
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) {
+		return true
+	}
+	var netErr *net.OpError
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) {
 		return true
 	}
 	switch code := SQLState(err); {

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	neturl "net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -470,6 +474,42 @@ func TestUnavailable(t *testing.T) {
 			t.Errorf("Unavailable(%v) = false, want true (SQLSTATE %q)", err, postgres.SQLState(err))
 		}
 	})
+	// A connection cut under a query, with no word from the server: the
+	// fault suite's PostgreSQL resets answered 500 until these counted.
+	for _, cut := range []struct {
+		name string
+		cut  func(c net.Conn)
+	}{
+		{"ClosedUnderQuery", func(c net.Conn) { _ = c.Close() }},
+		{"ResetUnderQuery", func(c net.Conn) {
+			_ = c.(*net.TCPConn).SetLinger(0)
+			_ = c.Close()
+		}},
+	} {
+		t.Run(cut.name, func(t *testing.T) {
+			url, cutAll := cuttable(t, testenv.DatabaseURL(t), cut.cut)
+			pool, err := pgxpool.New(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			err = postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+					return err
+				}
+				time.AfterFunc(100*time.Millisecond, cutAll)
+				_, err := tx.Exec(ctx, "SELECT pg_sleep(2)")
+				return err
+			})
+			if err == nil || !postgres.Unavailable(err) {
+				t.Errorf("Unavailable(%v) = false, want true", err)
+			}
+			_, err = pool.Exec(ctx, "SELECT 1") // the proxy is gone: refused
+			if err == nil || !postgres.Unavailable(err) {
+				t.Errorf("after the cut: Unavailable(%v) = false, want true", err)
+			}
+		})
+	}
 	for _, tt := range []struct {
 		code string
 		want bool
@@ -489,6 +529,56 @@ func TestUnavailable(t *testing.T) {
 	for _, err := range []error{nil, errors.New("boom"), context.Canceled, pgx.ErrNoRows} {
 		if postgres.Unavailable(err) {
 			t.Errorf("Unavailable(%v) = true, want false", err)
+		}
+	}
+}
+
+// cuttable returns url through a loopback forwarder and a func that cuts
+// every connection through it with cut (to the client's side) and stops
+// accepting.
+func cuttable(t *testing.T, url string, cut func(net.Conn)) (string, func()) {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	u.Host = ln.Addr().String()
+	return u.String(), func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for i, c := range conns {
+			if i%2 == 0 {
+				cut(c)
+			} else {
+				_ = c.Close()
+			}
 		}
 	}
 }

@@ -1,0 +1,499 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Flows of the workload.
+const (
+	flowOrders = "flash sale"
+	flowPay    = "pay storm"
+	flowLikes  = "likes"
+	flowSeats  = "seat rush"
+)
+
+// answer is one request as its client saw it, after at most one failover.
+type answer struct {
+	flow     string
+	status   int    // 0: no HTTP answer (transport error or client timeout)
+	code     string // the problem's code, "" on success
+	retry    bool   // a Retry-After header came with it
+	replayed bool
+	at       time.Time     // when the answer arrived
+	took     time.Duration // from the first attempt to the answer
+	// answerTook is how long the replica that answered took: took less
+	// the wait for one that did not.
+	answerTook time.Duration
+	failover   bool // the first replica did not answer; the other did or did not
+}
+
+// key names the answer in the tables: "201", "409 out_of_stock", "no answer".
+func (a answer) key() string {
+	if a.status == 0 {
+		return "no answer"
+	}
+	k := strconv.Itoa(a.status)
+	if a.code != "" {
+		k += " " + a.code
+	}
+	if a.replayed {
+		k += " replayed"
+	}
+	return k
+}
+
+// useful says the answer is a final outcome of the business request:
+// done, or refused for a business reason. Busy, unavailable and timeouts
+// are not.
+func (a answer) useful() bool {
+	switch {
+	case a.status >= 200 && a.status < 300:
+		return true
+	case a.status == http.StatusConflict && (a.code == "out_of_stock" || a.code == "invalid_state" ||
+		a.code == "seat_unavailable" || a.code == "hold_expired"):
+		return true
+	case a.status == http.StatusPaymentRequired:
+		return true
+	}
+	return false
+}
+
+// history is every answer of a run, in arrival order.
+type history struct {
+	mu      sync.Mutex
+	answers []answer
+	// acknowledged are the ids the service said it created: orders
+	// answered 201 and payments answered 201 (paid).
+	ackOrders   []string
+	ackPaid     []string
+	ackBookings []string // bookings answered 201
+}
+
+func (h *history) add(a answer) {
+	h.mu.Lock()
+	h.answers = append(h.answers, a)
+	h.mu.Unlock()
+}
+
+func (h *history) snapshot() []answer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]answer(nil), h.answers...)
+}
+
+// client sends requests to the replicas in turn, as a load balancer
+// would, and fails over once to the other replica when one does not
+// answer (connection refused, or nothing within attemptTimeout).
+type client struct {
+	http     *http.Client
+	replicas func() []string // their URLs now
+	next     atomic.Uint64
+	hist     *history
+	// down holds, per replica URL, until when it is left out after it
+	// did not answer: a balancer's passive health check (nginx's
+	// max_fails=1 fail_timeout=2s).
+	mu   sync.Mutex
+	down map[string]time.Time
+	// quick bounds an attempt other than a payment (quickTimeout unless
+	// the scenario waits longer).
+	quick time.Duration
+}
+
+// downFor is how long a replica that did not answer is left out.
+const downFor = 2 * time.Second
+
+// pick returns the replicas in the order to try them: the next in turn
+// first, unless it is left out.
+func (c *client) pick() []string {
+	urls := c.replicas()
+	first := int(c.next.Add(1)) % len(urls)
+	order := append(append([]string(nil), urls[first:]...), urls[:first]...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	sort.SliceStable(order, func(i, j int) bool { return !c.down[order[i]].After(now) && c.down[order[j]].After(now) })
+	return order
+}
+
+// probe is the balancer's active health check: every replica's /readyz
+// every 200 ms; one that does not answer 200 within 300 ms is left out
+// for downFor. It runs until ctx ends.
+func (c *client) probe(ctx context.Context) {
+	hc := &http.Client{Timeout: 300 * time.Millisecond}
+	for ctx.Err() == nil {
+		for _, u := range c.replicas() {
+			res, err := hc.Get(u + "/readyz")
+			if err == nil {
+				io.Copy(io.Discard, res.Body) //nolint:errcheck
+				res.Body.Close()
+			}
+			if err != nil || res.StatusCode != http.StatusOK {
+				c.markDown(u)
+			}
+		}
+		pause(ctx, 200*time.Millisecond)
+	}
+}
+
+func (c *client) markDown(url string) {
+	c.mu.Lock()
+	c.down[url] = time.Now().Add(downFor)
+	c.mu.Unlock()
+}
+
+// attemptTimeout bounds one attempt of a payment: longer than
+// SHOP_REQUEST_TIMEOUT, so a live replica always answers within it.
+// quickTimeout bounds the others (an order, a like), which take
+// milliseconds when all is well: a client gives up on a replica that has
+// not answered in 2 s and asks the other, with the same key.
+const (
+	attemptTimeout = 7 * time.Second
+	quickTimeout   = 2 * time.Second
+)
+
+func newClient(replicas func() []string, hist *history) *client {
+	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
+	return &client{http: &http.Client{Transport: tr, Timeout: attemptTimeout}, replicas: replicas, hist: hist, down: map[string]time.Time{}, quick: quickTimeout}
+}
+
+type reply struct {
+	answer
+	body []byte
+}
+
+// do sends one request (with the same Idempotency-Key on the failover) and
+// records its answer under flow.
+func (c *client) do(ctx context.Context, flow, method, path, token, key string, body any) reply {
+	timeout := c.quick
+	if flow == flowPay || c.http.Timeout > attemptTimeout {
+		timeout = c.http.Timeout
+	}
+	var b []byte
+	if body != nil {
+		b, _ = json.Marshal(body)
+	}
+	urls := c.pick()
+	start := time.Now()
+	r := c.once(ctx, timeout, urls[0], method, path, token, key, b)
+	second := start
+	if r.status == 0 && ctx.Err() == nil && len(urls) > 1 {
+		c.markDown(urls[0])
+		second = time.Now()
+		r = c.once(ctx, timeout, urls[1], method, path, token, key, b)
+		r.failover = true
+	}
+	r.flow, r.at, r.took, r.answerTook = flow, time.Now(), time.Since(start), time.Since(second)
+	if ctx.Err() == nil {
+		c.hist.add(r.answer)
+	}
+	return r
+}
+
+func (c *client) once(ctx context.Context, timeout time.Duration, base, method, path, token, key string, body []byte) reply {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = strings.NewReader(string(body))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return reply{}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return reply{}
+	}
+	defer res.Body.Close()
+	rb, _ := io.ReadAll(res.Body)
+	r := reply{answer: answer{status: res.StatusCode, retry: res.Header.Get("Retry-After") != "",
+		replayed: res.Header.Get("Idempotent-Replayed") != ""}, body: rb}
+	if res.StatusCode >= 400 {
+		var p struct {
+			Code string `json:"code"`
+		}
+		_ = json.Unmarshal(rb, &p)
+		r.code = p.Code
+	}
+	return r
+}
+
+// workload is the fixture the flows run on.
+type workload struct {
+	tokens   []string
+	flashSKU string
+	// flashStock is the flash sale's stock at the start of each scenario.
+	flashStock int
+	payerSKU   string
+	posts      []string
+	clients    int // goroutines per flow
+	payClicks  int // concurrent clicks per order in the pay storm
+	// event is the seat rush's hall, a fresh one per scenario.
+	event string
+	// stocked is each SKU's stock over the run: created plus restocked.
+	stocked map[string]int
+}
+
+// run drives every flow in flows until ctx ends.
+func (w *workload) run(ctx context.Context, c *client, flows []string) {
+	var wg sync.WaitGroup
+	for _, f := range flows {
+		for i := range w.clients {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(len(f))))
+				for ctx.Err() == nil {
+					switch f {
+					case flowOrders:
+						w.flashOrder(ctx, c, rng)
+					case flowPay:
+						w.payStorm(ctx, c, rng)
+					case flowLikes:
+						w.like(ctx, c, rng)
+					case flowSeats:
+						w.seatRush(ctx, c, rng)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+func (w *workload) token(rng *rand.Rand) string { return w.tokens[rng.IntN(len(w.tokens))] }
+
+// flashOrder buys one unit of the flash-sale SKU, whose stock runs out.
+func (w *workload) flashOrder(ctx context.Context, c *client, rng *rand.Rand) {
+	r := c.do(ctx, flowOrders, "POST", "/v1/orders", w.token(rng), crand.Text(),
+		map[string]any{"items": []map[string]any{{"sku": w.flashSKU, "quantity": 1}}})
+	if r.status == http.StatusCreated && !r.replayed {
+		var o struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(r.body, &o) == nil {
+			c.hist.mu.Lock()
+			c.hist.ackOrders = append(c.hist.ackOrders, o.ID)
+			c.hist.mu.Unlock()
+		}
+	}
+}
+
+// payStorm creates an order and clicks Pay on it payClicks times at once,
+// on both replicas: two thirds of the clicks share a key (a client
+// retrying), the others carry their own (the user clicking again).
+func (w *workload) payStorm(ctx context.Context, c *client, rng *rand.Rand) {
+	w.payStormAs(ctx, c, rng, flowPay)
+}
+
+// payStormAs is payStorm with its clicks recorded under flow.
+func (w *workload) payStormAs(ctx context.Context, c *client, rng *rand.Rand, flow string) {
+	token := w.token(rng)
+	r := c.do(ctx, "pay storm: order", "POST", "/v1/orders", token, crand.Text(),
+		map[string]any{"items": []map[string]any{{"sku": w.payerSKU, "quantity": 1}}})
+	if r.status != http.StatusCreated {
+		if r.status == 0 || r.status >= 500 || r.code == "resource_busy" {
+			pause(ctx, 100*time.Millisecond)
+		}
+		return
+	}
+	var o struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(r.body, &o) != nil {
+		return
+	}
+	shared := crand.Text()
+	var wg sync.WaitGroup
+	for k := range w.payClicks {
+		key := shared
+		if k >= w.payClicks*2/3 {
+			key = crand.Text()
+		}
+		wg.Go(func() {
+			r := c.do(ctx, flow, "POST", "/v1/orders/"+o.ID+"/payments", token, key,
+				map[string]string{"payment_method": "pm_card_ok"})
+			if r.status == http.StatusCreated {
+				c.hist.mu.Lock()
+				c.hist.ackPaid = append(c.hist.ackPaid, o.ID)
+				c.hist.mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Hall size of the seat rush: small, so that fans collide.
+const (
+	hallRows        = 4
+	hallSeatsPerRow = 10
+)
+
+// seatRush holds two adjacent seats of the hall and, when the hold is
+// granted, confirms it.
+func (w *workload) seatRush(ctx context.Context, c *client, rng *rand.Rand) {
+	token := w.token(rng)
+	row := string(rune('A' + rng.IntN(hallRows)))
+	first := 1 + rng.IntN(hallSeatsPerRow-1)
+	seats := []string{fmt.Sprintf("%s%d", row, first), fmt.Sprintf("%s%d", row, first+1)}
+	r := c.do(ctx, flowSeats, "POST", "/v1/events/"+w.event+"/holds", token, crand.Text(), map[string]any{"seats": seats})
+	if r.status != http.StatusCreated {
+		if r.status == 0 || r.status >= 500 {
+			pause(ctx, 50*time.Millisecond)
+		}
+		return
+	}
+	var h struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(r.body, &h) != nil {
+		return
+	}
+	r = c.do(ctx, flowSeats, "POST", "/v1/holds/"+h.ID+"/confirm", token, crand.Text(), nil)
+	if r.status == http.StatusCreated && !r.replayed {
+		var b struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(r.body, &b) == nil {
+			c.hist.mu.Lock()
+			c.hist.ackBookings = append(c.hist.ackBookings, b.ID)
+			c.hist.mu.Unlock()
+		}
+	}
+}
+
+// like likes or unlikes one of a few hot posts.
+func (w *workload) like(ctx context.Context, c *client, rng *rand.Rand) {
+	w.likeAs(ctx, c, rng, flowLikes)
+}
+
+// likeAs is like recorded under flow.
+func (w *workload) likeAs(ctx context.Context, c *client, rng *rand.Rand, flow string) {
+	method := "PUT"
+	if rng.IntN(2) == 0 {
+		method = "DELETE"
+	}
+	r := c.do(ctx, flow, method, "/v1/posts/"+w.posts[rng.IntN(len(w.posts))]+"/like", w.token(rng), "", nil)
+	if r.status == 0 || r.status >= 500 {
+		pause(ctx, 50*time.Millisecond)
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// phaseStats are the figures of one phase of a scenario.
+type phaseStats struct {
+	seconds float64
+	useful  int
+	total   int
+}
+
+func (p phaseStats) rate() float64 {
+	if p.seconds <= 0 {
+		return 0
+	}
+	return float64(p.useful) / p.seconds
+}
+
+// byFlow returns the answers of one flow.
+func byFlow(answers []answer, flow string) []answer {
+	var out []answer
+	for _, a := range answers {
+		if a.flow == flow {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// split counts answers in [from, to).
+func split(answers []answer, from, to time.Time) phaseStats {
+	s := phaseStats{seconds: to.Sub(from).Seconds()}
+	for _, a := range answers {
+		if a.at.Before(from) || !a.at.Before(to) {
+			continue
+		}
+		s.total++
+		if a.useful() {
+			s.useful++
+		}
+	}
+	return s
+}
+
+// recovery is how long after healed the useful answers per half second
+// first reached half the rate before the fault; -1 if never before end.
+func recovery(answers []answer, healed, end time.Time, before float64) time.Duration {
+	const step = 250 * time.Millisecond
+	const window = 500 * time.Millisecond
+	for t := healed; !t.Add(window).After(end); t = t.Add(step) {
+		if split(answers, t, t.Add(window)).rate() >= before/2 {
+			return t.Add(window).Sub(healed)
+		}
+	}
+	return -1
+}
+
+// tally counts answers by flow and key.
+func tally(answers []answer) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for _, a := range answers {
+		if out[a.flow] == nil {
+			out[a.flow] = map[string]int{}
+		}
+		out[a.flow][a.key()]++
+	}
+	return out
+}
+
+func formatTally(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s ×%d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// percentile of the answers' latencies in [from, to).
+func percentile(answers []answer, from, to time.Time, q float64) time.Duration {
+	var ds []time.Duration
+	for _, a := range answers {
+		if !a.at.Before(from) && a.at.Before(to) {
+			ds = append(ds, a.took)
+		}
+	}
+	if len(ds) == 0 {
+		return 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
