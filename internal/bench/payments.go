@@ -186,17 +186,19 @@ func startGateway(ctx context.Context) (*gw.Server, *service, error) {
 	return processor, srv, nil
 }
 
-// pendingOrders are orders seeded pending_payment, handed out once each.
+// pendingOrders are orders seeded pending_payment, handed out once each,
+// or repeat times each in a row when repeat is more than 1.
 type pendingOrders struct {
 	ids    []string
 	owners []int // the client (user) whose order each is
+	repeat int
 	next   atomic.Int64
 }
 
 // take hands out the next order not yet taken, or ok false when none is
 // left.
 func (p *pendingOrders) take() (id string, owner int, ok bool) {
-	i := int(p.next.Add(1)) - 1
+	i := (int(p.next.Add(1)) - 1) / max(p.repeat, 1)
 	if i >= len(p.ids) {
 		return "", 0, false
 	}
