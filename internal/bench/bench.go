@@ -160,6 +160,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread order cases pick from at random")
 		fs.IntVar(&o.posts, "posts", 1000, "posts the spread like cases pick from at random")
 		fs.IntVar(&o.clicks, "clicks", 4, "clients that pay each order of the hot payment cases, one after the other")
+		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered cell to this file, suffixed -flow-hot / -flow-spread")
 		fs.StringVar(&o.chart, "chart", "", "write the throughput chart to this SVG file, and a PNG beside it")
 		list(fs, &o.flows, "flows", "orders,payments,likes", "comma-separated flows to run")
 		list(fs, &o.shapes, "cases", "hot,spread", "comma-separated cases to run")

@@ -26,8 +26,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -211,7 +213,11 @@ func runCell(ctx context.Context, a *arena, f flowSpec, name string, s strategy,
 		return cellResult{}, fmt.Errorf("analyze: %w", err)
 	}
 	sc := scenario{name: f.name + "/" + name + "/" + shape, skus: c.keys, order: c.op, layered: name == "layered"}
-	res, err := runScenarios(ctx, a.pool, a.o, []scenario{sc}, logger)
+	o := a.o
+	if ext := filepath.Ext(o.cpuProfile); o.cpuProfile != "" {
+		o.cpuProfile = strings.TrimSuffix(o.cpuProfile, ext) + "-" + f.name + ext // then suffixed -hot or -spread
+	}
+	res, err := runScenarios(ctx, a.pool, o, []scenario{sc}, logger)
 	if err != nil {
 		return cellResult{}, err
 	}

@@ -77,7 +77,7 @@ func writeTo(path string, c io.WriterTo) error {
 func flowPanel(f flowSpec, results []cellResult) (*plot.Plot, error) {
 	rates := map[string]plotter.Values{hot: make(plotter.Values, len(strategyNames)), spread: make(plotter.Values, len(strategyNames))}
 	marks := map[string]plotter.XYLabels{}
-	ran := false
+	ran, top := false, 0.0
 	for _, r := range results {
 		if r.flow != f.name {
 			continue
@@ -85,6 +85,7 @@ func flowPanel(f flowSpec, results []cellResult) (*plot.Plot, error) {
 		ran = true
 		i := slices.Index(strategyNames, r.strategy)
 		m := marks[r.shape]
+		top = max(top, r.rate())
 		switch {
 		case r.na != "":
 			m.XYs, m.Labels = append(m.XYs, plotter.XY{X: float64(i)}), append(m.Labels, "n/a")
@@ -102,7 +103,7 @@ func flowPanel(f flowSpec, results []cellResult) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = f.title + " — red: anomalies the audit found"
 	p.Y.Label.Text = f.unit
-	p.Y.Min = 0
+	p.Y.Min, p.Y.Max = 0, top*1.1 // room for the marks above the highest bar
 	p.NominalX(strategyNames...)
 	p.Legend.Top = true
 	width := vg.Points(18)
@@ -127,11 +128,12 @@ func flowPanel(f flowSpec, results []cellResult) (*plot.Plot, error) {
 		}
 		labels.Offset = vg.Point{X: c.offset, Y: vg.Points(2)}
 		for i := range labels.TextStyle {
-			labels.TextStyle[i].Color = anomalyColor
+			if marks[c.shape].Labels[i] != "n/a" {
+				labels.TextStyle[i].Color = anomalyColor
+			}
 			labels.TextStyle[i].XAlign = draw.XCenter
 		}
 		p.Add(labels)
 	}
 	return p, nil
 }
-
