@@ -85,15 +85,14 @@ func flowPanel(f flowSpec, results []cellResult) (*plot.Plot, error) {
 		ran = true
 		i := slices.Index(strategyNames, r.strategy)
 		m := marks[r.shape]
-		top = max(top, r.rate())
 		switch {
 		case r.na != "":
 			m.XYs, m.Labels = append(m.XYs, plotter.XY{X: float64(i)}), append(m.Labels, "n/a")
 		case r.anomalies > 0:
-			rates[r.shape][i] = r.rate()
+			rates[r.shape][i], top = r.rate(), max(top, r.rate())
 			m.XYs, m.Labels = append(m.XYs, plotter.XY{X: float64(i), Y: r.rate()}), append(m.Labels, strconv.Itoa(r.anomalies))
 		default:
-			rates[r.shape][i] = r.rate()
+			rates[r.shape][i], top = r.rate(), max(top, r.rate())
 		}
 		marks[r.shape] = m
 	}
@@ -103,7 +102,7 @@ func flowPanel(f flowSpec, results []cellResult) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = f.title + " — red: anomalies the audit found"
 	p.Y.Label.Text = f.unit
-	p.Y.Min, p.Y.Max = 0, top*1.1 // room for the marks above the highest bar
+	p.Y.Min, p.Y.Max = 0, max(top, 1)*1.1 // room for the marks above the highest bar
 	p.NominalX(strategyNames...)
 	p.Legend.Top = true
 	width := vg.Points(18)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -55,5 +56,11 @@ func TestStrategies_AuditSeesTheRaces(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("%s/hot did not run", name)
 		}
+	}
+	// The chart of what ran, with strategies missing and one that does not
+	// apply, must still draw.
+	results = append(results, cellResult{flow: "likes", strategy: "unique only", shape: hot, na: "why"})
+	if err := writeChart(filepath.Join(t.TempDir(), "chart.svg"), results); err != nil {
+		t.Fatal(err)
 	}
 }
