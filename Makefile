@@ -60,11 +60,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime $(FUZZTIME) ./internal/orders/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/platform/httpx/
 
-# Each flow measured against its baseline (docs/BENCHMARKS.md).
+# Each flow measured against its baseline (docs/BENCHMARKS.md), then every
+# way to guard each flow side by side, redrawing the chart
+# (docs/STRATEGIES.md).
 bench: build
 	./$(BIN) bench orders
 	./$(BIN) bench payments
 	./$(BIN) bench likes
+	./$(BIN) bench strategies -chart docs/strategies.svg
 
 # Local stand-ins for every image compose and the tests need, built from
 # Debian packages, for a Docker engine that cannot pull (README, "No
