@@ -141,7 +141,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	fs.IntVar(&o.clients, "clients", clients, "concurrent clients, each a user of its own")
 	duration, warmup := 10*time.Second, 2*time.Second
 	if what == "strategies" {
-		duration, warmup = 2*time.Second, 500*time.Millisecond // 42 cells in a few minutes
+		duration, warmup = 2*time.Second, 500*time.Millisecond // 46 cells in about 5 minutes
 	}
 	fs.DurationVar(&o.duration, "duration", duration, "measured time of each scenario")
 	fs.DurationVar(&o.warmup, "warmup", warmup, "unmeasured time before each scenario's measurement")
