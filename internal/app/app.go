@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shop-example/shop/docs"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
@@ -31,6 +32,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/ratelimit"
 	"github.com/shop-example/shop/internal/platform/redisx"
+	"github.com/shop-example/shop/internal/seats"
 )
 
 // Deps are the connections the service runs on. The caller owns them.
@@ -64,6 +66,7 @@ type App struct {
 	Orders   *orders.Service
 	Payments *payments.Service
 	Likes    *likes.Service
+	Seats    *seats.Service
 
 	cfg         config.Config
 	deps        Deps
@@ -126,6 +129,11 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		bookkeeping.Close()
 		return nil, err
 	}
+	seatSvc, err := newSeats(cfg, deps, locker, m)
+	if err != nil {
+		bookkeeping.Close()
+		return nil, err
+	}
 	limit, err := newLimits(cfg, deps, m)
 	if err != nil {
 		bookkeeping.Close()
@@ -140,11 +148,14 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	}
 
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
 		bookkeeping: bookkeeping, limits: limit, readiness: readiness}
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", readiness.handle)
+	// The contract itself (docs/openapi.yaml, embedded), so a client can
+	// fetch what this replica answers to.
+	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", docs.OpenAPI()) })
 
 	// Layer 0 on the routes that take an Idempotency-Key.
 	idemFor := func(flow string) echo.MiddlewareFunc {
@@ -170,6 +181,10 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	// idempotent by meaning (package likes).
 	likes.Register(v1, likeSvc, likes.Guards{
 		User: authn.User, Admin: authn.Admin, WriteLimit: limit.writes, LikeLimit: limit.likes,
+	})
+	seats.Register(v1, seatSvc, seats.Guards{
+		User: authn.User, Admin: authn.Admin, Idempotency: idemFor,
+		PublicLimit: limit.public, WriteLimit: limit.writes,
 	})
 	return a, nil
 }
@@ -295,6 +310,25 @@ func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Servic
 	})
 }
 
+// newSeats builds events, holds and bookings with the seat lock strategy
+// of cfg (SHOP_SEAT_LOCK).
+func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*seats.Service, error) {
+	strategy, err := seats.ParseLockStrategy(cfg.SeatLock)
+	if err != nil {
+		return nil, fmt.Errorf("SHOP_SEAT_LOCK: %w", err)
+	}
+	return seats.NewService(seats.Config{
+		Store:   seats.NewStore(deps.Pool),
+		Locker:  locker,
+		Metrics: m,
+		Logger:  deps.Logger,
+		Now:     deps.Now,
+		HoldTTL: cfg.SeatHoldTTL,
+		Lock:    strategy,
+		Layers:  deps.Layers,
+	})
+}
+
 // Close releases the connections New opened (not those in Deps).
 func (a *App) Close() {
 	a.bookkeeping.Close()
@@ -303,7 +337,7 @@ func (a *App) Close() {
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
 // expiry, payment reconciliation, idempotency-key sweeping, the check of
-// the like counts, and the readiness check that keeps shop_ready and
+// the like counts, seat hold expiry, and the readiness check that keeps shop_ready and
 // shop_degraded current. Every replica runs them; each is safe to run
 // concurrently with its twins elsewhere.
 func (a *App) RunJobs(ctx context.Context) {
@@ -312,6 +346,7 @@ func (a *App) RunJobs(ctx context.Context) {
 	wg.Go(func() { a.Payments.RunReconciler(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.idem.RunSweeper(ctx, time.Hour) })
 	wg.Go(func() { a.Likes.RunReconciler(ctx, likeReconcileInterval) })
+	wg.Go(func() { a.Seats.RunExpiry(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.readiness.run(ctx, a.cfg.JobInterval) })
 	wg.Wait()
 }

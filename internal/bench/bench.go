@@ -86,6 +86,9 @@ type benchOptions struct {
 	flows, shapes, only []string
 	chart               string
 	clicks              int
+	// seats only: the lock strategy of the service being measured
+	// (SHOP_SEAT_LOCK), set per scenario by benchSeats.
+	seatLock string
 	// serviceConns is what the service's pools may hold: SHOP_DB_MAX_CONNS
 	// plus half as many for idempotency bookkeeping, as app.New opens them.
 	serviceConns int
@@ -93,7 +96,7 @@ type benchOptions struct {
 
 // ErrUsage means the command line was not one Run understands; the caller
 // prints the usage.
-var ErrUsage = errors.New("usage: shop bench orders|payments|likes|strategies [flags]")
+var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies [flags]")
 
 // Run runs `shop bench <args>`: args[0] is what to measure (orders,
 // payments or likes), the rest its flags.
@@ -109,6 +112,8 @@ func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 		run = benchPayments
 	case "likes":
 		run = benchLikes
+	case "seats":
+		run = benchSeats
 	case "strategies":
 		run = benchStrategies
 	default:
@@ -135,14 +140,17 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1}
 	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
 	clients := 32
-	if what == "likes" {
+	duration, warmup := 10*time.Second, 2*time.Second
+	switch what {
+	case "likes":
 		clients = 64 // a viral post: more users at once than buyers of one SKU
+	case "seats":
+		// Fans at an on-sale; eight scenarios, so short ones by default.
+		clients, duration, warmup = 64, 3*time.Second, time.Second
+	case "strategies":
+		duration, warmup = 2*time.Second, 500*time.Millisecond // every cell in about 6 minutes
 	}
 	fs.IntVar(&o.clients, "clients", clients, "concurrent clients, each a user of its own")
-	duration, warmup := 10*time.Second, 2*time.Second
-	if what == "strategies" {
-		duration, warmup = 2*time.Second, 500*time.Millisecond // 46 cells in about 5 minutes
-	}
 	fs.DurationVar(&o.duration, "duration", duration, "measured time of each scenario")
 	fs.DurationVar(&o.warmup, "warmup", warmup, "unmeasured time before each scenario's measurement")
 	fs.StringVar(&o.dbURL, "db", "", "PostgreSQL server to create the scratch database on (default $SHOP_DATABASE_URL)")
