@@ -170,7 +170,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.IntVar(&o.clicks, "clicks", 4, "clients that pay each order of the hot payment cases, one after the other")
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered cell to this file, suffixed -flow-hot / -flow-spread")
 		fs.StringVar(&o.chart, "chart", "", "write the throughput chart to this SVG file, and a PNG beside it")
-		list(fs, &o.flows, "flows", "orders,payments,likes", "comma-separated flows to run")
+		list(fs, &o.flows, "flows", "orders,payments,seats,likes", "comma-separated flows to run")
 		list(fs, &o.shapes, "cases", "hot,spread", "comma-separated cases to run")
 		list(fs, &o.only, "strategies", "", "comma-separated strategies to run (default all): "+strings.Join(strategyNames, ","))
 	case "likes":

@@ -118,7 +118,7 @@ func (r cellResult) conflicts() int {
 }
 
 func strategyFlows() []flowSpec {
-	return []flowSpec{ordersFlow(), paymentsFlow(), likesFlow()}
+	return []flowSpec{ordersFlow(), paymentsFlow(), seatsFlow(), likesFlow()}
 }
 
 func benchStrategies(ctx context.Context, o benchOptions, logger *slog.Logger) (err error) {
@@ -145,9 +145,9 @@ func runStrategies(ctx context.Context, o benchOptions, logger *slog.Logger) (re
 		return nil, "", err
 	}
 	defer func() { pool.Close(); err = errors.Join(err, db.drop()) }()
-	for _, add := range []string{sqlSingleAddColumn, sqlLikesAddAuditColumn} {
+	for _, add := range []string{sqlSingleAddColumn, sqlLikesAddAuditColumn, sqlSeatsAddAuditColumn} {
 		if _, err := pool.Exec(ctx, add); err != nil {
-			return nil, "", fmt.Errorf("add the likes baselines' columns: %w", err)
+			return nil, "", fmt.Errorf("add the baselines' audit columns: %w", err)
 		}
 	}
 	if _, err := pool.Exec(ctx, sqlSeedProducts, payPrefix, 1, benchStock); err != nil {

@@ -34,6 +34,7 @@ func TestStrategies_AuditSeesTheRaces(t *testing.T) {
 	wantAnomalies := map[string]bool{
 		"orders/naive": true, "orders/conditional": false, "orders/layered": false,
 		"payments/naive": true, "payments/conditional": true, "payments/layered": false,
+		"seats/naive": true, "seats/conditional": false, "seats/layered": false,
 		"likes/naive": true, "likes/conditional": false, "likes/layered": false,
 	}
 	seen := map[string]bool{}
