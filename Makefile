@@ -75,12 +75,15 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCreate -fuzztime $(FUZZTIME) ./internal/orders/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/platform/httpx/
 
-# Each flow measured against its baseline (docs/BENCHMARKS.md).
+# Each flow measured against its baseline (docs/BENCHMARKS.md), then every
+# way to guard each flow side by side, redrawing the chart
+# (docs/STRATEGIES.md).
 bench: build
 	./$(BIN) bench orders
 	./$(BIN) bench payments
 	./$(BIN) bench likes
 	./$(BIN) bench seats
+	./$(BIN) bench strategies -chart docs/strategies.svg
 
 # A bundled k6 script, loadtest/k6/$(SCRIPT).js, against the compose stack
 # (started with the rate limits off: SHOP_RATE_LIMIT=off make up). K6_ARGS

@@ -4,6 +4,7 @@
 //	shop migrate up|down|version      manage the database schema
 //	shop seed                         load the demo catalogue
 //	shop bench orders|payments|likes|seats  measure order creation, payment, likes or seat holds (see docs/BENCHMARKS.md)
+//	shop bench strategies                   every way to guard each flow, side by side (see docs/STRATEGIES.md)
 //	shop gateway                      run the stand-in card processor (its own port)
 //	shop health <url>                 exit 0 if the URL answers 200 (container healthcheck)
 //
@@ -29,6 +30,7 @@ commands:
   migrate up|down|version            manage the database schema
   seed                               load the demo catalogue (safe to run again)
   bench orders|payments|likes|seats  benchmark order creation, payment, likes or seat holds against a baseline
+  bench strategies                   every way to guard each flow, side by side, with an anomaly audit
   gateway                            run the stand-in card processor (payment gateway)
   health <url>                       exit 0 if the URL answers 200 (container healthcheck)
 `

@@ -81,6 +81,11 @@ type benchOptions struct {
 	// hot ones run once per count of counter rows in shardCounts.
 	posts       int
 	shardCounts []int
+	// strategies only: the flows, cases and strategies to run, the chart
+	// to write, and how many clients pay each order of the hot payments.
+	flows, shapes, only []string
+	chart               string
+	clicks              int
 	// seats only: the lock strategy of the service being measured
 	// (SHOP_SEAT_LOCK), set per scenario by benchSeats.
 	seatLock string
@@ -91,7 +96,7 @@ type benchOptions struct {
 
 // ErrUsage means the command line was not one Run understands; the caller
 // prints the usage.
-var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats [flags]")
+var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies [flags]")
 
 // Run runs `shop bench <args>`: args[0] is what to measure (orders,
 // payments or likes), the rest its flags.
@@ -109,6 +114,8 @@ func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 		run = benchLikes
 	case "seats":
 		run = benchSeats
+	case "strategies":
+		run = benchStrategies
 	default:
 		return ErrUsage
 	}
@@ -130,7 +137,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		return benchOptions{}, fmt.Errorf("config: %w", err)
 	}
 	// The counts of the other command stay at 1, so the checks below pass.
-	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1}
+	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1}
 	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
 	clients := 32
 	duration, warmup := 10*time.Second, 2*time.Second
@@ -140,6 +147,8 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	case "seats":
 		// Fans at an on-sale; eight scenarios, so short ones by default.
 		clients, duration, warmup = 64, 3*time.Second, time.Second
+	case "strategies":
+		duration, warmup = 2*time.Second, 500*time.Millisecond // 62 cells in about 5½ minutes
 	}
 	fs.IntVar(&o.clients, "clients", clients, "concurrent clients, each a user of its own")
 	fs.DurationVar(&o.duration, "duration", duration, "measured time of each scenario")
@@ -155,6 +164,15 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.IntVar(&o.stormClicks, "storm-clicks", 15, "pay requests fired at once at each order of a storm")
 		fs.IntVar(&o.storms, "storms", 3, "duplicate storms, one after the other, each on fresh orders")
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the layered throughput and of the storms to this file, suffixed -distinct / -storm")
+	case "strategies":
+		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread order cases pick from at random")
+		fs.IntVar(&o.posts, "posts", 1000, "posts the spread like cases pick from at random")
+		fs.IntVar(&o.clicks, "clicks", 4, "clients that pay each order of the hot payment cases, one after the other")
+		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered cell to this file, suffixed -flow-hot / -flow-spread")
+		fs.StringVar(&o.chart, "chart", "", "write the throughput chart to this SVG file, and a PNG beside it")
+		list(fs, &o.flows, "flows", "orders,payments,seats,likes", "comma-separated flows to run")
+		list(fs, &o.shapes, "cases", "hot,spread", "comma-separated cases to run")
+		list(fs, &o.only, "strategies", "", "comma-separated strategies to run (default all): "+strings.Join(strategyNames, ","))
 	case "likes":
 		fs.IntVar(&o.posts, "posts", 1000, "posts the spread scenarios pick from at random")
 		fs.Func("shards", "comma-separated counts of counter rows of the hot post, one scenario each (default 1,4,16,64)", func(v string) error {
@@ -185,12 +203,27 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("bench %s: unexpected arguments %q", what, fs.Args())
-	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1:
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1:
 		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive, -warmup and -storms not negative", what)
 	case len(o.redisAddrs) == 0:
 		return o, fmt.Errorf("bench %s: -redis needs at least one node", what)
 	}
 	return o, nil
+}
+
+// list defines a comma-separated list flag with a default.
+func list(fs *flag.FlagSet, dst *[]string, name, def, usage string) {
+	set := func(v string) error {
+		*dst = nil
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				*dst = append(*dst, f)
+			}
+		}
+		return nil
+	}
+	set(def) //nolint:errcheck // set never fails
+	fs.Func(name, usage+" (default "+def+")", set)
 }
 
 // parseShardCounts reads -shards: counts of counter rows, 1 to

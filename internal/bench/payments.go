@@ -57,12 +57,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/books"
 	gw "github.com/shop-example/shop/internal/gateway"
-	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/config"
 )
@@ -186,17 +184,19 @@ func startGateway(ctx context.Context) (*gw.Server, *service, error) {
 	return processor, srv, nil
 }
 
-// pendingOrders are orders seeded pending_payment, handed out once each.
+// pendingOrders are orders seeded pending_payment, handed out once each,
+// or repeat times each in a row when repeat is more than 1.
 type pendingOrders struct {
 	ids    []string
 	owners []int // the client (user) whose order each is
+	repeat int
 	next   atomic.Int64
 }
 
 // take hands out the next order not yet taken, or ok false when none is
 // left.
 func (p *pendingOrders) take() (id string, owner int, ok bool) {
-	i := int(p.next.Add(1)) - 1
+	i := (int(p.next.Add(1)) - 1) / max(p.repeat, 1)
 	if i >= len(p.ids) {
 		return "", 0, false
 	}
@@ -211,29 +211,32 @@ func outOfOrders() string {
 	return "out of orders"
 }
 
+// sqlSeedPendingOrders inserts pending orders, one unit of the bench
+// product each, in one statement: the rows orders.Insert writes, for ids
+// $1 owned by users $2.
+const sqlSeedPendingOrders = `WITH o AS (
+		INSERT INTO orders (id, user_id, request_key, status, total_cents, version, created_at, updated_at, expires_at)
+		SELECT t.id, t.user_id, t.id::text, 'pending_payment', $3, 1, $4::timestamptz, $4::timestamptz, $4::timestamptz + interval '1 day'
+		FROM unnest($1::uuid[], $2::uuid[]) AS t (id, user_id)
+		RETURNING id)
+	INSERT INTO order_items (order_id, sku, quantity, unit_price_cents)
+	SELECT o.id, $5, 1, $3 FROM o`
+
 // seedPendingOrders creates n pending orders, owned by the users in turn,
-// each with one unit of the bench product, with the order store's own
-// insert (orders.Insert), in one transaction.
+// each with one unit of the bench product, in one statement.
 func seedPendingOrders(ctx context.Context, pool *pgxpool.Pool, userIDs []string, n int) (*pendingOrders, error) {
 	p := &pendingOrders{ids: make([]string, n), owners: make([]int, n)}
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		for i := range n {
-			id, err := uuid.NewV7()
-			if err != nil {
-				return err
-			}
-			p.ids[i], p.owners[i] = id.String(), i%len(userIDs)
-			err = orders.Insert(ctx, tx, orders.Order{ID: p.ids[i], UserID: userIDs[p.owners[i]], RequestKey: p.ids[i],
-				Status: orders.StatusPendingPayment, TotalCents: payPrice, Version: 1, CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour),
-				Items: []orders.Item{{SKU: payPrefix + "1", Quantity: 1, UnitPriceCents: payPrice}}})
-			if err != nil {
-				return err
-			}
+	owners := make([]string, n)
+	for i := range n {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("seed orders: %w", err)
 		}
-		return nil
-	})
-	if err != nil {
+		p.ids[i], p.owners[i] = id.String(), i%len(userIDs)
+		owners[i] = userIDs[p.owners[i]]
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if _, err := pool.Exec(ctx, sqlSeedPendingOrders, p.ids, owners, payPrice, now, payPrefix+"1"); err != nil {
 		return nil, fmt.Errorf("seed orders: %w", err)
 	}
 	return p, nil

@@ -1,0 +1,353 @@
+package bench
+
+// Payment in the shoot-out: each operation pays a pending order through
+// the stand-in gateway (a charge, fsynced) and records the outcome. Spread:
+// every order is paid once. Hot: every order is handed to -clicks clients
+// one after the other, so that about that many pay it at once (a user
+// clicking again, each click with a key of its own). The audit reads the
+// gateway's charges and the books (package books) for the cell's orders:
+// every charge beyond the first of an order is a double charge.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shop-example/shop/internal/books"
+	gw "github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/payments"
+	"github.com/shop-example/shop/internal/platform/postgres"
+)
+
+// Statements of the payment baselines.
+const (
+	sqlOrderStatus          = `SELECT status FROM orders WHERE id = $1`
+	sqlOrderStatusForUpdate = `SELECT status FROM orders WHERE id = $1 FOR UPDATE`
+	sqlOrderVersioned       = `SELECT status, version FROM orders WHERE id = $1`
+	// optimistic: the order's version is checked as it moves to paying.
+	sqlClaimOrderVersioned = `UPDATE orders SET status = 'paying', version = version + 1, updated_at = $3
+		WHERE id = $1 AND version = $2`
+	sqlPayOrderFromPaying = `UPDATE orders SET status = 'paid', version = version + 1, updated_at = $2
+		WHERE id = $1 AND status = 'paying'`
+	// naive: the order is written paid whatever it was.
+	sqlPayOrderBlind = `UPDATE orders SET status = 'paid', version = version + 1, updated_at = $2 WHERE id = $1`
+	// unique only: the processing payment is opened first; the unique
+	// index payments_one_active_per_order admits one per order.
+	sqlOpenPayment = `INSERT INTO payments (id, order_id, status, amount_cents, payment_method, version, created_at, updated_at)
+		VALUES ($1, $2, 'processing', $3, $4, 1, $5, $5)`
+	sqlSucceedPayment = `UPDATE payments SET status = 'succeeded', charge_id = $2, version = version + 1, updated_at = $3
+		WHERE id = $1 AND status = 'processing'`
+)
+
+var (
+	errNotPendingRead = errors.New("order not pending (read)")
+	errPayConflict    = errors.New("payment refused by a guard")
+)
+
+func paymentsFlow() flowSpec {
+	pay := func(op func(a *arena, o *pendingOrders) orderFunc) func(ctx context.Context, a *arena, shape string) (cell, error) {
+		return payCell(op)
+	}
+	return flowSpec{
+		name:    "payments",
+		title:   "Payment",
+		unit:    "payments/s",
+		anomaly: "double charges: charges at the gateway beyond the first of an order (or, if none, the books audit's problems)",
+		strategies: map[string]strategy{
+			"naive": {how: "read the order's status, check in Go, charge, write paid and the payment",
+				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payNaive(o) })},
+			"unique only": {how: "minimal correct: open the processing payment (unique index, one live per order), charge, settle; two commits, no lock, no key",
+				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payUnique(o) })},
+			"optimistic": {how: "read the order's version, move it to paying only if unchanged (up to 5 attempts), charge, settle",
+				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payOptimistic(o) })},
+			"row lock": {how: "SELECT … FOR UPDATE on the order, charge inside the transaction, write; one commit, the lock held over the gateway call",
+				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payLocked(o, sqlOrderStatusForUpdate, false) })},
+			"advisory": {how: "pg_advisory_xact_lock on the order, read, charge inside the transaction, write",
+				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payLocked(o, sqlOrderStatus, true) })},
+			"redsync only": {how: "the naive flow inside a Redlock on the order over the three nodes",
+				cell: pay(func(a *arena, o *pendingOrders) orderFunc {
+					naive := a.payNaive(nil)
+					return func(ctx context.Context, client int, _ string) string {
+						id, _, ok := o.take()
+						if !ok {
+							return outOfOrders()
+						}
+						return underLock(ctx, a, "order:"+id, func(ctx context.Context) string { return naive(ctx, client, id) })
+					}
+				})},
+			"conditional": {how: "unsafe one commit: charge, then UPDATE … WHERE status = 'pending_payment' and the payment (the raw baseline of bench payments)",
+				cell: pay(func(a *arena, o *pendingOrders) orderFunc {
+					return rawPayFlow{pool: a.pool, gateway: a.gateway, orders: o}.pay
+				})},
+			"layered": {how: "POST /v1/orders/{id}/payments through the service: auth, idempotency, Redis lock, processing row, charge, versioned settle",
+				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return layeredPayFlow{svc: a.svc, orders: o}.pay })},
+		},
+	}
+}
+
+// payCell seeds the pending orders of one cell and audits them afterwards.
+func payCell(op func(a *arena, o *pendingOrders) orderFunc) func(ctx context.Context, a *arena, shape string) (cell, error) {
+	return func(ctx context.Context, a *arena, shape string) (cell, error) {
+		n := int(payOrdersPerSecond * (a.o.warmup + a.o.duration).Seconds())
+		o, err := seedPendingOrders(ctx, a.pool, a.users, max(n, 1))
+		if err != nil {
+			return cell{}, err
+		}
+		if shape == hot {
+			o.repeat = a.o.clicks
+		}
+		audit := func(ctx context.Context) (int, error) { return a.auditPayments(ctx, o.ids) }
+		return cell{op: op(a, o), audit: audit}, nil
+	}
+}
+
+// auditPayments counts the double charges of orders at the gateway; with
+// none, it counts what the books audit finds wrong with them instead.
+func (a *arena) auditPayments(ctx context.Context, ids []string) (int, error) {
+	mine := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		mine[id] = true
+	}
+	allOrders, allPayments, err := books.FromDB(ctx, a.pool)
+	if err != nil {
+		return 0, err
+	}
+	allCharges, err := books.FromGateway(ctx, nil, a.gatewayURL)
+	if err != nil {
+		return 0, err
+	}
+	var os []books.Order
+	var ps []books.Payment
+	var cs []books.Charge
+	live := map[string]int{}
+	for _, o := range allOrders {
+		if mine[o.ID] {
+			os = append(os, o)
+		}
+	}
+	for _, p := range allPayments {
+		if mine[p.OrderID] {
+			ps = append(ps, p)
+		}
+	}
+	doubles := 0
+	for _, c := range allCharges {
+		if !mine[c.Reference] {
+			continue
+		}
+		cs = append(cs, c)
+		if c.Status != "refunded" {
+			if live[c.Reference]++; live[c.Reference] > 1 {
+				doubles++
+			}
+		}
+	}
+	if doubles > 0 {
+		return doubles, nil
+	}
+	return len(books.Audit(os, ps, cs).Problems), nil
+}
+
+// charge charges an order's price under key (a fresh one per attempt, so
+// the gateway's own deduplication cannot hide a second charge).
+func (a *arena) charge(ctx context.Context, key, orderID string) (string, error) {
+	c, err := a.gateway.Charge(ctx, key, payments.ChargeRequest{AmountCents: payPrice, PaymentMethod: gw.MethodOK, Reference: orderID})
+	if err != nil {
+		return "", err
+	}
+	return c.ID, nil
+}
+
+// payNaive reads the order's status, checks it in Go, charges and writes.
+// With o nil it pays the order passed as the operation's key (redsync
+// only hands it one under its lock).
+func (a *arena) payNaive(o *pendingOrders) orderFunc {
+	return func(ctx context.Context, _ int, orderID string) string {
+		if o != nil {
+			id, _, ok := o.take()
+			if !ok {
+				return outOfOrders()
+			}
+			orderID = id
+		}
+		var status string
+		if err := a.pool.QueryRow(ctx, sqlOrderStatus, orderID).Scan(&status); err != nil {
+			return payFailure(ctx, err)
+		}
+		if status != "pending_payment" {
+			return payFailure(ctx, errNotPendingRead)
+		}
+		id, err := newID()
+		if err != nil {
+			return payFailure(ctx, err)
+		}
+		chargeID, err := a.charge(ctx, id, orderID)
+		if err != nil {
+			return payFailure(ctx, err)
+		}
+		now := time.Now().UTC()
+		err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, sqlPayOrderBlind, orderID, now); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, sqlRawInsertPayment, id, orderID, payPrice, gw.MethodOK, chargeID, now)
+			return err
+		})
+		return payFailure(ctx, err)
+	}
+}
+
+// payUnique opens the processing payment (the unique index admits one live
+// payment per order), charges, then settles the payment and the order.
+func (a *arena) payUnique(o *pendingOrders) orderFunc {
+	return func(ctx context.Context, _ int, _ string) string {
+		orderID, _, ok := o.take()
+		if !ok {
+			return outOfOrders()
+		}
+		id, err := newID()
+		if err != nil {
+			return payFailure(ctx, err)
+		}
+		now := time.Now().UTC()
+		if _, err := a.pool.Exec(ctx, sqlOpenPayment, id, orderID, payPrice, gw.MethodOK, now); err != nil {
+			return payFailure(ctx, err)
+		}
+		chargeID, err := a.charge(ctx, id, orderID)
+		if err != nil {
+			return payFailure(ctx, err)
+		}
+		return payFailure(ctx, pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			now := time.Now().UTC()
+			if _, err := tx.Exec(ctx, sqlSucceedPayment, id, chargeID, now); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, sqlRawPayOrder, orderID, now)
+			return err
+		}))
+	}
+}
+
+// payOptimistic moves the order to paying with a version check, charges,
+// then pays the order and records the payment.
+func (a *arena) payOptimistic(o *pendingOrders) orderFunc {
+	return func(ctx context.Context, _ int, _ string) string {
+		orderID, _, ok := o.take()
+		if !ok {
+			return outOfOrders()
+		}
+		claimed := false
+		for range optimisticAttempts {
+			var status string
+			var version int64
+			if err := a.pool.QueryRow(ctx, sqlOrderVersioned, orderID).Scan(&status, &version); err != nil {
+				return payFailure(ctx, err)
+			}
+			if status != "pending_payment" {
+				return payFailure(ctx, errNotPendingRead)
+			}
+			tag, err := a.pool.Exec(ctx, sqlClaimOrderVersioned, orderID, version, time.Now().UTC())
+			if err != nil {
+				return payFailure(ctx, err)
+			}
+			if claimed = tag.RowsAffected() == 1; claimed {
+				break
+			}
+		}
+		if !claimed {
+			return payFailure(ctx, errVersionConflict)
+		}
+		id, err := newID()
+		if err != nil {
+			return payFailure(ctx, err)
+		}
+		chargeID, err := a.charge(ctx, id, orderID)
+		if err != nil {
+			return payFailure(ctx, err)
+		}
+		now := time.Now().UTC()
+		return payFailure(ctx, pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, sqlPayOrderFromPaying, orderID, now)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != 1 {
+				return errPayConflict
+			}
+			_, err = tx.Exec(ctx, sqlRawInsertPayment, id, orderID, payPrice, gw.MethodOK, chargeID, now)
+			return err
+		}))
+	}
+}
+
+// payLocked serialises the payments of an order inside PostgreSQL: the row
+// lock of the read (readSQL FOR UPDATE) or, with advisory, a transaction
+// advisory lock on the order. The charge runs inside the transaction, so
+// the lock is held across the gateway call.
+func (a *arena) payLocked(o *pendingOrders, readSQL string, advisory bool) orderFunc {
+	return func(ctx context.Context, _ int, _ string) string {
+		orderID, _, ok := o.take()
+		if !ok {
+			return outOfOrders()
+		}
+		return payFailure(ctx, pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			if advisory {
+				if _, err := tx.Exec(ctx, sqlAdvisoryLock, "order:"+orderID); err != nil {
+					return err
+				}
+			}
+			var status string
+			if err := tx.QueryRow(ctx, readSQL, orderID).Scan(&status); err != nil {
+				return err
+			}
+			if status != "pending_payment" {
+				return errNotPendingRead
+			}
+			id, err := newID()
+			if err != nil {
+				return err
+			}
+			chargeID, err := a.charge(ctx, id, orderID)
+			if err != nil {
+				return err
+			}
+			now := time.Now().UTC()
+			if _, err := tx.Exec(ctx, sqlPayOrderBlind, orderID, now); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, sqlRawInsertPayment, id, orderID, payPrice, gw.MethodOK, chargeID, now)
+			return err
+		}))
+	}
+}
+
+func payFailure(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, errNotPendingRead), errors.Is(err, errNotPending):
+		return "not pending"
+	case errors.Is(err, errVersionConflict), errors.Is(err, errPayConflict):
+		return "version conflict"
+	case payments.IsDeclined(err):
+		return "declined"
+	case errors.Is(err, payments.ErrOutcomeUnknown):
+		return "gateway outcome unknown"
+	case postgres.SQLState(err) == "23505":
+		return "unique violation"
+	case postgres.SQLState(err) != "":
+		return "sqlstate " + postgres.SQLState(err)
+	case ctx.Err() != nil:
+		return "cancelled"
+	}
+	return "error"
+}
+
+// newID is a new payment id, which is also its charge's key.
+func newID() (string, error) {
+	id, err := uuid.NewV7()
+	return id.String(), err
+}
