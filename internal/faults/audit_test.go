@@ -66,7 +66,7 @@ func newHall(t *testing.T, c *cluster, w *workload) {
 	if r.status != http.StatusCreated || json.Unmarshal(r.body, &e) != nil {
 		t.Fatalf("create event: %d %s", r.status, r.body)
 	}
-	w.event = e.ID
+	w.event, w.seats = e.ID, newSeatLog()
 }
 
 // restockFlash puts the flash sale's stock back to its size, so every

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -73,6 +75,9 @@ type scenario struct {
 	observe func(c *cluster) map[string]float64
 	// report describes those figures (at the heal, at the end).
 	report func(t *testing.T, c *cluster, healed, end map[string]float64) string
+	// linearizable: the seat rush's history is checked with porcupine
+	// against the seat map's model.
+	linearizable bool
 }
 
 // result is what a scenario's run showed.
@@ -89,6 +94,7 @@ type result struct {
 	perFlow               string // useful answers per second of each flow, before → during → after
 	unanswered            int    // requests without an answer during the fault, under knownStall
 	anomalies             []string
+	seatHistory           string // the porcupine check's verdict, when the scenario has one
 }
 
 func TestFaults(t *testing.T) {
@@ -197,6 +203,17 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	r.layers = counterDelta(countersAt, snapshotCounters(c))
 	r.audit = check(t, c, w, h)
 	r.anomalies = append(r.anomalies, r.audit.problems...)
+	if sc.linearizable {
+		res, n, unknown := w.seats.check(time.Minute)
+		r.seatHistory = fmt.Sprintf("seat history %s (%d operations, %d without a definite answer)", res, n, unknown)
+		t.Log(r.seatHistory)
+		switch res {
+		case porcupine.Illegal:
+			r.anomalies = append(r.anomalies, "the seat rush's history is not linearizable: "+r.seatHistory)
+		case porcupine.Unknown:
+			t.Errorf("the seat history check ran out of time: %s", r.seatHistory)
+		}
+	}
 	if sc.observe != nil {
 		r.extra = sc.report(t, c, obsHealed, sc.observe(c))
 	}
@@ -314,6 +331,13 @@ func writeReport(t *testing.T, sz size, results []result) {
 			r.p99During.Round(time.Millisecond), fmtRecover(r.recover), audits, r.audit.books.Paid, r.audit.books.Charges,
 			r.audit.books.Refunded, r.audit.sold["SKU-FLASH"], r.audit.stocked, r.audit.liked, r.audit.tickets)
 	}
+	fmt.Fprintln(b, "\nThe seat map's linearizability (porcupine, package seatcheck) under the faults that check it:")
+	fmt.Fprintln(b)
+	for _, r := range results {
+		if r.seatHistory != "" {
+			fmt.Fprintf(b, "- %s: %s\n", r.sc.row, r.seatHistory)
+		}
+	}
 	fmt.Fprintln(b, "\nUseful answers per second by flow, before → during → after:")
 	fmt.Fprintln(b)
 	for _, r := range results {
@@ -339,11 +363,11 @@ func writeReport(t *testing.T, sz size, results []result) {
 // scenarios are the table, row by row.
 func scenarios() []scenario {
 	return []scenario{
-		{row: "1", name: "one Redis node SIGKILLed, restarted", fault: func(t *testing.T, c *cluster) func() {
+		{row: "1", name: "one Redis node SIGKILLed, restarted", linearizable: true, fault: func(t *testing.T, c *cluster) func() {
 			c.redis[1].kill()
 			return c.redis[1].start
 		}},
-		{row: "2", name: "two of three Redis nodes restarted empty within the lease", fault: func(t *testing.T, c *cluster) func() {
+		{row: "2", name: "two of three Redis nodes restarted empty within the lease", linearizable: true, fault: func(t *testing.T, c *cluster) func() {
 			c.redis[0].kill()
 			c.redis[1].kill()
 			c.redis[0].start()
@@ -353,7 +377,7 @@ func scenarios() []scenario {
 		{row: "3a", name: "all Redis nodes down, degrade mode", fault: allRedisDown, unusable: true},
 		{row: "3b", name: "all Redis nodes down, strict mode", fault: allRedisDown, lockMode: "strict", unusable: true},
 		{row: "4", name: "replica SIGSTOPped past the lease while paying and liking, resumed", flows: []string{flowPay, flowLikes, flowSeats},
-			during: pauseFor, fault: pausedHolder, isolate: true, observe: fencing, report: reportFencing,
+			during: pauseFor, fault: pausedHolder, isolate: true, observe: fencing, report: reportFencing, linearizable: true,
 			noFloor: "the keys the paused replica holds are locked until its lease ends (8 s): a request on one waits its lock budget and answers 409 resource_busy",
 			knownStall: "a replica stopped inside a transaction keeps its row locks (the pay storm's SKU row) until it resumes; " +
 				"PostgreSQL has no timeout set for that (docs/RELIABILITY.md, \"What broke\")",

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shop-example/shop/internal/seats/seatcheck"
 )
 
 // Flows of the workload.
@@ -249,8 +251,10 @@ type workload struct {
 	posts      []string
 	clients    int // goroutines per flow
 	payClicks  int // concurrent clicks per order in the pay storm
-	// event is the seat rush's hall, a fresh one per scenario.
+	// event is the seat rush's hall, a fresh one per scenario, and seats
+	// the history of its holds and confirms.
 	event string
+	seats *seatLog
 	// stocked is each SKU's stock over the run: created plus restocked.
 	stocked map[string]int
 }
@@ -355,7 +359,10 @@ func (w *workload) seatRush(ctx context.Context, c *client, rng *rand.Rand) {
 	row := string(rune('A' + rng.IntN(hallRows)))
 	first := 1 + rng.IntN(hallSeatsPerRow-1)
 	seats := []string{fmt.Sprintf("%s%d", row, first), fmt.Sprintf("%s%d", row, first+1)}
+	in := seatcheck.Input{Kind: seatcheck.Hold, Hold: w.seats.next.Add(1), Seats: []int{seatIndex(seats[0]), seatIndex(seats[1])}}
+	call := w.seats.since()
 	r := c.do(ctx, flowSeats, "POST", "/v1/events/"+w.event+"/holds", token, crand.Text(), map[string]any{"seats": seats})
+	w.seats.add(in, r, call)
 	if r.status != http.StatusCreated {
 		if r.status == 0 || r.status >= 500 {
 			pause(ctx, 50*time.Millisecond)
@@ -368,7 +375,10 @@ func (w *workload) seatRush(ctx context.Context, c *client, rng *rand.Rand) {
 	if json.Unmarshal(r.body, &h) != nil {
 		return
 	}
+	in.Kind = seatcheck.Confirm
+	call = w.seats.since()
 	r = c.do(ctx, flowSeats, "POST", "/v1/holds/"+h.ID+"/confirm", token, crand.Text(), nil)
+	w.seats.add(in, r, call)
 	if r.status == http.StatusCreated && !r.replayed {
 		var b struct {
 			ID string `json:"id"`
