@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/lab"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
@@ -31,6 +32,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/ratelimit"
 	"github.com/shop-example/shop/internal/platform/redisx"
+	"github.com/shop-example/shop/web"
 )
 
 // Deps are the connections the service runs on. The caller owns them.
@@ -72,6 +74,7 @@ type App struct {
 	bookkeeping *pgxpool.Pool
 	limits      limits
 	readiness   *readyProbe
+	sandboxes   *sandboxes
 }
 
 // New builds the service on deps with the settings in cfg. Close releases
@@ -142,6 +145,9 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies})
 	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
 		bookkeeping: bookkeeping, limits: limit, readiness: readiness}
+	a.sandboxes = &sandboxes{a: a}
+	replica := replicaName(cfg.ReplicaName)
+	e.Use(servedBy(replica))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", readiness.handle)
@@ -171,6 +177,13 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	likes.Register(v1, likeSvc, likes.Guards{
 		User: authn.User, Admin: authn.Admin, WriteLimit: limit.writes, LikeLimit: limit.likes,
 	})
+
+	// The shop in a browser, and its race lab (demo servers only).
+	web.Register(e)
+	lab.Register(v1, lab.New(lab.Config{
+		Demo: cfg.Demo, Replica: replica, GatewayURL: cfg.GatewayURL, Logger: deps.Logger, Sandbox: a.sandboxes.build,
+		Live: lab.Target{Name: "live", URL: cfg.LabTarget, Pool: deps.Pool, Metrics: m, Layers: deps.Layers},
+	}))
 	return a, nil
 }
 
@@ -297,6 +310,7 @@ func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Servic
 
 // Close releases the connections New opened (not those in Deps).
 func (a *App) Close() {
+	a.sandboxes.close()
 	a.bookkeeping.Close()
 	a.limits.close()
 }

@@ -1,0 +1,76 @@
+package lab
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/shop-example/shop/internal/platform/metrics"
+)
+
+// shown are the metric families the lab reports: which layer stopped each
+// conflict, and what the locks did.
+var shown = map[string]bool{
+	"shop_conflicts_stopped_total":  true,
+	"shop_lock_acquisitions_total":  true,
+	"shop_lock_degraded_total":      true,
+	"shop_lock_extensions_total":    true,
+	"shop_lock_unlock_errors_total": true,
+	"shop_lock_wait_seconds":        true,
+}
+
+// gather reads the shown families of m as flat series, "name{k=v,…}" →
+// value; a histogram gives its _count and _sum.
+func gather(m *metrics.Metrics) (map[string]float64, error) {
+	out := map[string]float64{}
+	if m == nil {
+		return out, nil
+	}
+	families, err := m.Registry.Gather()
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range families {
+		if !shown[f.GetName()] {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			labels := seriesLabels(s.GetLabel())
+			switch {
+			case s.GetCounter() != nil:
+				out[f.GetName()+labels] = s.GetCounter().GetValue()
+			case s.GetHistogram() != nil:
+				out[f.GetName()+"_count"+labels] = float64(s.GetHistogram().GetSampleCount())
+				out[f.GetName()+"_sum"+labels] = s.GetHistogram().GetSampleSum()
+			case s.GetGauge() != nil:
+				out[f.GetName()+labels] = s.GetGauge().GetValue()
+			}
+		}
+	}
+	return out, nil
+}
+
+func seriesLabels(ls []*dto.LabelPair) string {
+	if len(ls) == 0 {
+		return ""
+	}
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.GetName() + "=" + strconv.Quote(l.GetValue())
+	}
+	sort.Strings(parts)
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// delta returns the series that moved from before to after, by how much.
+func delta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
