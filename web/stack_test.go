@@ -130,4 +130,3 @@ func (s *stack) count(t *testing.T, sql string, args ...any) int64 {
 	}
 	return n
 }
-
