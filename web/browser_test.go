@@ -310,6 +310,14 @@ func raceLab(t *testing.T, p page, s *stack) {
 	if n := eval[int](p, `document.querySelectorAll('#replicas li').length`); n != 2 {
 		t.Errorf("answers came from %d replicas, want both", n)
 	}
+	// Every buyer turned away was stopped by the conditional decrement
+	// (layer 3), counted on whichever replica served it: the page adds
+	// both up.
+	stopped := eval[string](p, `document.querySelector('#metrics tr[data-series='+JSON.stringify('shop_conflicts_stopped_total{flow="create_order",layer="version"}')+']')?.dataset.value || '0'`)
+	refused := eval[int](p, `Number(document.querySelector('#tally li[data-key="409 out_of_stock"] .n')?.textContent || 0)`)
+	if stopped != strconv.Itoa(refused) || refused != size/2 {
+		t.Errorf("%d answers out_of_stock, the version layer's counter moved by %s", refused, stopped)
+	}
 
 	// Pay storm: one charge at the gateway, as the gateway says.
 	d = race(t, p, "pay_storm", size)

@@ -78,11 +78,11 @@ function onOutcome(o) {
   outcome.dataset.ok = String(o.ok);
   for (const [k, v] of Object.entries(o.facts)) outcome.dataset[k.replace(/_(.)/g, (_, c) => c.toUpperCase())] = String(v);
   const series = Object.entries(o.metrics).sort();
-  metrics.replaceChildren(...(series.length ? series.map(([k, v]) => el('tr', {},
+  metrics.replaceChildren(...(series.length ? series.map(([k, v]) => el('tr', { 'data-series': k, 'data-value': String(v) },
     el('td', {}, el('code', { text: k })), el('td', { class: 'num', text: Number.isInteger(v) ? String(v) : v.toFixed(3) })))
     : [el('tr', {}, el('td', { colspan: '2', text: 'Nothing moved.' }))]));
   document.getElementById('metrics-note').textContent =
-    `As they moved on ${o.metrics_replica} during the run (${o.took_ms} ms). Every replica counts its own: behind a load balancer, the others' moves are on their /metrics.`;
+    `As they moved during the run (${o.took_ms} ms), added up over ${o.metrics_from.join(', ')}.`;
 }
 
 // run posts the race and reads the event stream off the response body.

@@ -85,7 +85,7 @@ function orderRow(o) {
     actions.append(el('button', { type: 'button', class: 'secondary cancel', onclick: () => cancel(o) }, 'Cancel'));
   }
   return el('tr', { 'data-order': o.id },
-    el('td', {}, el('code', { text: o.id.slice(0, 8) })),
+    el('td', {}, el('code', { title: o.id, text: `…${o.id.slice(-8)}` })),
     el('td', { text: o.items.map((i) => `${i.quantity}× ${i.sku}`).join(', ') }),
     el('td', { class: 'num', text: cents(o.total_cents) }),
     el('td', {}, el('span', { class: `status ${o.status}`, text: o.status })),
@@ -94,7 +94,7 @@ function orderRow(o) {
 
 async function pay(o, card) {
   const key = newKey();
-  say(orderResult, `Paying ${o.id.slice(0, 8)} with ${card}…`);
+  say(orderResult, `Paying ${`…${o.id.slice(-8)}`} with ${card}…`);
   const r = await api('POST', `/v1/orders/${o.id}/payments`, { body: { payment_method: card }, key });
   let text;
   if (r.status === 201) text = `Paid: payment ${r.data.status}, ${cents(r.data.amount_cents)}`;
@@ -106,7 +106,7 @@ async function pay(o, card) {
 
 async function cancel(o) {
   const r = await api('POST', `/v1/orders/${o.id}/cancel`);
-  say(orderResult, r.ok ? `Order ${o.id.slice(0, 8)} cancelled: its stock is back` : `Not cancelled: ${describe(r)}`, r.ok ? 'ok' : 'bad');
+  say(orderResult, r.ok ? `Order ${`…${o.id.slice(-8)}`} cancelled: its stock is back` : `Not cancelled: ${describe(r)}`, r.ok ? 'ok' : 'bad');
   await Promise.all([loadOrders(), loadCatalogue()]);
 }
 

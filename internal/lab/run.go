@@ -50,7 +50,8 @@ type Outcome struct {
 	Tally    map[string]int     `json:"tally"`
 	Replicas map[string]int     `json:"replicas"`
 	Metrics  map[string]float64 `json:"metrics"`
-	Replica  string             `json:"metrics_replica"`
+	// MetricsFrom are the replicas whose counters Metrics adds up.
+	MetricsFrom []string `json:"metrics_from"`
 	TookMS   int64              `json:"took_ms"`
 }
 
@@ -76,7 +77,7 @@ type scenario struct {
 }
 
 func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, error) {
-	before, err := gather(r.target.Metrics)
+	before, err := r.snapshot(ctx)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -102,10 +103,7 @@ func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, err
 	close(gate)
 	go func() { wg.Wait(); close(answers) }()
 
-	out := Outcome{Tally: map[string]int{}, Replicas: map[string]int{}, Replica: r.lab.cfg.Replica}
-	if r.target.Name != "live" {
-		out.Replica = r.target.Name
-	}
+	out := Outcome{Tally: map[string]int{}, Replicas: map[string]int{}}
 	for a := range answers {
 		key := strconv.Itoa(a.Status)
 		if a.Code != "" {
@@ -122,11 +120,11 @@ func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, err
 	}
 	out.TookMS = time.Since(start).Milliseconds()
 
-	after, err := gather(r.target.Metrics)
+	after, err := r.snapshot(ctx)
 	if err != nil {
 		return Outcome{}, err
 	}
-	out.Metrics = delta(before, after)
+	out.Metrics, out.MetricsFrom = deltas(before, after)
 	c, err := sc.check(ctx, r, out.Tally)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("check: %w", err)

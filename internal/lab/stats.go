@@ -1,6 +1,9 @@
 package lab
 
 import (
+	"context"
+	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -73,4 +76,60 @@ func delta(before, after map[string]float64) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// snapshot reads the counters of every replica behind the target: each
+// replica counts its own, and a race through the load balancer moves
+// them all. The lab asks the target's GET /v1/lab/stats until two answers
+// in a row come from replicas it has already seen (a round-robin
+// balancer has then shown them all), at most maxStatsCalls times. A
+// sandbox is one copy in this process: its registry is read directly.
+func (r *run) snapshot(ctx context.Context) (map[string]map[string]float64, error) {
+	if r.target.Name != "live" {
+		m, err := gather(r.target.Metrics)
+		return map[string]map[string]float64{r.target.Name: m}, err
+	}
+	out := map[string]map[string]float64{}
+	seen := 0
+	for range maxStatsCalls {
+		var doc statsDoc
+		if err := r.callJSON(ctx, request{method: http.MethodGet, path: "/v1/lab/stats"}, &doc); err != nil {
+			break
+		}
+		if _, ok := out[doc.Replica]; ok {
+			if seen++; seen == 2 {
+				break
+			}
+			continue
+		}
+		seen = 0
+		out[doc.Replica] = doc.Metrics
+	}
+	if len(out) == 0 {
+		// The target cannot be asked (no lab behind it): this replica's
+		// own counters are all there is.
+		m, err := gather(r.target.Metrics)
+		return map[string]map[string]float64{r.lab.cfg.Replica: m}, err
+	}
+	return out, nil
+}
+
+const maxStatsCalls = 12
+
+// deltas adds up the moves of every replica seen both before and after.
+func deltas(before, after map[string]map[string]float64) (map[string]float64, []string) {
+	sum := map[string]float64{}
+	var from []string
+	for replica, a := range after {
+		b, ok := before[replica]
+		if !ok {
+			continue
+		}
+		from = append(from, replica)
+		for k, d := range delta(b, a) {
+			sum[k] += d
+		}
+	}
+	slices.Sort(from)
+	return sum, from
 }
