@@ -52,7 +52,7 @@ type Outcome struct {
 	Metrics  map[string]float64 `json:"metrics"`
 	// MetricsFrom are the replicas whose counters Metrics adds up.
 	MetricsFrom []string `json:"metrics_from"`
-	TookMS   int64              `json:"took_ms"`
+	TookMS      int64    `json:"took_ms"`
 }
 
 // request is one call of the race.
