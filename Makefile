@@ -5,7 +5,7 @@ BIN     ?= bin/shop
 PKGS    ?= ./...
 FUZZTIME ?= 30s
 
-.PHONY: ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs
+.PHONY: ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs
 
 # .env (written by `make images`, ignored by git) names the images to use
 # instead of the official ones. docker compose reads it by itself; here its
@@ -30,6 +30,13 @@ build:
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
+# The pages of web/ in real Chromium (Debian's chromium package;
+# SHOP_CHROMIUM names another binary): register, buy, pay, cancel, like and
+# each race-lab scenario against two replicas, checked against the API.
+# Screenshots go to bin/screenshots.
+test-browser:
+	SHOP_SCREENSHOTS=$(CURDIR)/bin/screenshots $(GO) test -tags browser -count=1 -timeout 10m -run '^TestBrowser$$' ./web/
+
 # The ablation matrices, rewriting docs/ABLATION.md with what they saw.
 ablation:
 	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -run '^TestAblation_' ./internal/app/
@@ -51,6 +58,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags e2e ./e2e/
+	$(GO) vet -tags browser ./web/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
