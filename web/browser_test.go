@@ -292,6 +292,21 @@ func raceLab(t *testing.T, p page, s *stack) {
 	p.do("open the lab", chromedp.Navigate(s.url+"/web/lab.html"), chromedp.WaitVisible(chromedp.CSS("#race")))
 	const size = 10
 
+	// Six clicks from the page itself, one key: one order more.
+	token := eval[string](p, `sessionStorage.getItem('shop.token') || ''`)
+	var before, after orderList
+	s.get(t, s.url, "/v1/orders?limit=100", token, &before)
+	p.do("six at once", chromedp.Click(chromedp.CSS("#six")))
+	p.waitFor("six answers", `document.querySelector('#six-outcome').dataset.orders !== undefined`, 20*time.Second)
+	s.get(t, s.url, "/v1/orders?limit=100", token, &after)
+	if shown := p.text("#six-outcome"); !strings.HasPrefix(shown, "✔ 6 requests with one key, 1 order") || len(after.Items) != len(before.Items)+1 {
+		t.Fatalf("page: %q; the API: %d orders before, %d after", shown, len(before.Items), len(after.Items))
+	}
+	if n := eval[int](p, `document.querySelectorAll('#six-answers li').length`); n != 6 {
+		t.Fatalf("%d answers shown, want 6", n)
+	}
+	t.Logf("six clicks: %s", eval[string](p, `document.querySelector('#six-answers').innerText`))
+
 	// Flash sale: the page's counts are the database's.
 	d := race(t, p, "flash_sale", size)
 	sku := "LAB-" + d["run"]

@@ -1,7 +1,7 @@
 // The race lab: asks the service to run a race, shows each answer as it
 // lands (Server-Sent Events over a POST), then the outcome and the layers'
 // counters.
-import { el, header, say } from './api.js';
+import { api, describe, el, header, newKey, say, session } from './api.js';
 
 const form = document.getElementById('race');
 const runButton = document.getElementById('run');
@@ -143,6 +143,37 @@ runOn.addEventListener('click', () => {
   for (const c of form.querySelectorAll('input[name=off]')) c.checked = false;
   run(chosen());
 });
+
+// six is the small race the page can run itself: one intent, sent six
+// times at once with one key.
+async function six() {
+  const list = document.getElementById('six-answers');
+  const out = document.getElementById('six-outcome');
+  list.replaceChildren();
+  out.textContent = '';
+  out.className = 'outcome';
+  delete out.dataset.orders;
+  if (!session.token) { say(msg, 'Register on the Shop page first: the six clicks are yours.', 'bad'); return; }
+  const key = newKey();
+  const body = { items: [{ sku: 'STICKER-PACK', quantity: 1 }] };
+  const sent = performance.now();
+  const answers = await Promise.all(Array.from({ length: 6 }, async (_, i) => {
+    const r = await api('POST', '/v1/orders', { body, key });
+    const ms = (performance.now() - sent).toFixed(0);
+    const replayed = r.headers.get('Idempotent-Replayed') === 'true';
+    list.append(el('li', { 'data-status': String(r.status) }, el('span', { class: `status s${String(r.status)[0]}`, text: String(r.status) }),
+      ` #${i + 1} ${r.ok ? `order …${r.data.id.slice(-8)}${replayed ? ' (replayed)' : ''}` : describe(r)} — ${ms} ms, ${r.headers.get('X-Served-By') || '?'}`));
+    return r;
+  }));
+  const ids = new Set(answers.filter((r) => r.ok).map((r) => r.data.id));
+  const mine = await api('GET', '/v1/orders?limit=100');
+  const stored = mine.ok ? mine.data.items.filter((o) => ids.has(o.id)).length : 0;
+  const ok = ids.size === 1 && stored === 1;
+  out.dataset.orders = String(ids.size);
+  out.textContent = `${ok ? '✔' : '✘'} 6 requests with one key, ${ids.size} order${ids.size === 1 ? '' : 's'} (key ${key.slice(0, 8)}…)`;
+  out.className = `outcome ${ok ? 'ok' : 'bad'}`;
+}
+document.getElementById('six').addEventListener('click', six);
 
 header();
 checkLab();
