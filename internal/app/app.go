@@ -181,8 +181,8 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	// The shop in a browser, and its race lab (demo servers only).
 	web.Register(e)
 	lab.Register(v1, lab.New(lab.Config{
-		Demo: cfg.Demo, Replica: replica, GatewayURL: cfg.GatewayURL, Logger: deps.Logger, Sandbox: a.sandboxes.build,
-		Live: lab.Target{Name: "live", URL: cfg.LabTarget, Pool: deps.Pool, Metrics: m, Layers: deps.Layers},
+		Demo: cfg.Demo, Replica: replica, Logger: deps.Logger, Sandbox: a.sandboxes.build,
+		Live: lab.Target{Name: "live", URL: cfg.LabTarget, GatewayURL: cfg.GatewayURL, Pool: deps.Pool, Metrics: m, Layers: deps.Layers},
 	}))
 	return a, nil
 }

@@ -31,7 +31,7 @@ func TestLab_Refusals(t *testing.T) {
 		"TooBig":          `{"scenario":"flash_sale","size":201}`,
 		"TooSmall":        `{"scenario":"flash_sale","size":9}`,
 		"UnknownScenario": `{"scenario":"bank_run","size":10}`,
-		"ConstraintOff":   `{"scenario":"flash_sale","size":10,"layers_off":["constraint"]}`,
+		"UnknownLayer":    `{"scenario":"flash_sale","size":10,"layers_off":["gravity"]}`,
 		"UnknownField":    `{"scenario":"flash_sale","size":10,"amplify":true}`,
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -36,6 +36,9 @@ type Target struct {
 	Name string
 	// URL is its public address, e.g. the load balancer's.
 	URL string
+	// GatewayURL is the payment gateway it charges, asked how many
+	// charges an order got.
+	GatewayURL string
 	// Pool reaches its tables: the lab creates its users and products
 	// there and checks the invariant there.
 	Pool *pgxpool.Pool
@@ -60,10 +63,7 @@ type Config struct {
 	Live Target
 	// Sandbox builds the copies runs with layers off go to.
 	Sandbox Sandbox
-	// GatewayURL is the payment gateway's, asked how many charges an
-	// order got.
-	GatewayURL string
-	Logger     *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Lab runs races, one at a time.
@@ -123,14 +123,14 @@ type raceRequest struct {
 	LayersOff []string `json:"layers_off"`
 }
 
-// switchable are the layers a sandbox can take off. A constraint is
-// schema, not code: taking it off would mean altering the sandbox's
-// tables under the next run.
+// switchable are the layers a sandbox can take off: all five (the
+// constraints by running on a schema without them).
 var switchable = map[string]layers.Layer{
 	"idempotency": layers.Idempotency,
 	"lock":        layers.Lock,
 	"state":       layers.State,
 	"version":     layers.Version,
+	"constraint":  layers.Constraint,
 }
 
 func (r raceRequest) validate() (scenario, layers.Set, error) {
@@ -150,7 +150,7 @@ func (r raceRequest) validate() (scenario, layers.Set, error) {
 	for _, name := range r.LayersOff {
 		layer, ok := switchable[name]
 		if !ok {
-			return scenario{}, layers.Set{}, problem.Errorf(problem.Invalid, "layers_off: %q is not one of idempotency, lock, state, version", name)
+			return scenario{}, layers.Set{}, problem.Errorf(problem.Invalid, "layers_off: %q is not one of idempotency, lock, state, version, constraint", name)
 		}
 		off = append(off, layer)
 	}

@@ -102,7 +102,7 @@ func payStormCheck(ctx context.Context, r *run, _ map[string]int) (check, error)
 			ID string `json:"id"`
 		} `json:"items"`
 	}
-	gw := &run{lab: r.lab, target: Target{URL: r.lab.cfg.GatewayURL}}
+	gw := &run{lab: r.lab, target: Target{URL: r.target.GatewayURL}}
 	if err := gw.callJSON(ctx, request{method: http.MethodGet, path: "/v1/charges?reference=" + r.orderID}, &charges); err != nil {
 		return check{}, fmt.Errorf("gateway: %w", err)
 	}
@@ -121,11 +121,7 @@ func payStormCheck(ctx context.Context, r *run, _ map[string]int) (check, error)
 		ok:    n == 1 && succeeded == 1,
 		facts: map[string]int64{"charges": n, "payments_succeeded": succeeded},
 	}
-	plural := "s"
-	if n == 1 {
-		plural = ""
-	}
-	c.line = fmt.Sprintf("%d charge%s at the gateway, %d payment succeeded, order %s", n, plural, succeeded, o.Status)
+	c.line = fmt.Sprintf("%s at the gateway, %s succeeded, order %s", plural(n, "charge"), plural(succeeded, "payment"), o.Status)
 	return c, nil
 }
 
@@ -170,4 +166,12 @@ func likeStormCheck(ctx context.Context, r *run, _ map[string]int) (check, error
 		line:  fmt.Sprintf("%d likers, like_count %d, %d likes stored", likers, p.LikeCount, rows),
 		facts: map[string]int64{"likers": likers, "like_count": p.LikeCount, "liked_rows": rows},
 	}, nil
+}
+
+// plural writes "1 charge" or "2 charges".
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
