@@ -392,6 +392,25 @@ func raceLab(t *testing.T, p page, s *stack) {
 	}
 	t.Logf("flash_sale ×%d, every layer on: %s", big, p.text("#outcome"))
 	p.screenshot("lab")
+
+	// A pay storm with every layer off: the sandbox's own gateway counts
+	// the charges; the real one never sees them.
+	var realCharges struct {
+		Items []struct{} `json:"items"`
+	}
+	s.get(t, s.gateway, "/v1/charges", "", &realCharges)
+	d = race(t, p, "pay_storm", size, "idempotency", "lock", "state", "version", "constraint")
+	if d["target"] != "sandbox" || atoi(t, d["charges"]) < 1 {
+		t.Fatalf("pay storm, every layer off: %v", d)
+	}
+	var stillReal struct {
+		Items []struct{} `json:"items"`
+	}
+	s.get(t, s.gateway, "/v1/charges", "", &stillReal)
+	if len(stillReal.Items) != len(realCharges.Items) {
+		t.Fatalf("a sandbox run charged the real gateway: %d charges, then %d", len(realCharges.Items), len(stillReal.Items))
+	}
+	p.screenshot("lab-double-charge")
 }
 
 func phone(t *testing.T, p page, s *stack) {
