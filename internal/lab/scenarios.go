@@ -8,7 +8,12 @@ import (
 	"github.com/shop-example/shop/internal/inventory"
 )
 
-// scenarios are the races the page offers, by name.
+// scenarios are the races the page offers, by name. The seat rush joins
+// them when the seats flow is served (docs/API.md, "Seats"): its setup
+// creates an event (the events store, as the flash sale creates its
+// product), request i holds seat A1 for user i, and its check asks
+// GET /v1/events/{id}/seats that A1 is held once, by one hold; the page
+// (web/lab.html) gets one more radio button, and web/ a seats page.
 var scenarios = map[string]scenario{
 	"flash_sale": {setup: flashSaleSetup, request: flashSaleRequest, check: flashSaleCheck},
 	"pay_storm":  {setup: payStormSetup, request: payStormRequest, check: payStormCheck},
