@@ -5,7 +5,7 @@ BIN     ?= bin/shop
 PKGS    ?= ./...
 FUZZTIME ?= 30s
 
-.PHONY: ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs
+.PHONY: ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
 
 # .env (written by `make images`, ignored by git) names the images to use
 # instead of the official ones. docker compose reads it by itself; here its
@@ -73,6 +73,29 @@ bench: build
 	./$(BIN) bench orders
 	./$(BIN) bench payments
 	./$(BIN) bench likes
+
+# A bundled k6 script, loadtest/k6/$(SCRIPT).js, against the compose stack
+# (started with the rate limits off: SHOP_RATE_LIMIT=off make up). K6_ARGS
+# passes more to k6, e.g. K6_ARGS='-e BUYERS=100 -e STOCK=20'. Without a k6
+# on the PATH, the compose profile runs one: see the message below.
+SCRIPT  ?= smoke
+K6_ARGS ?=
+LOAD_BASE_URL    ?= http://localhost:$(or $(SHOP_PORT),8080)
+LOAD_GATEWAY_URL ?= http://localhost:$(or $(SHOP_GATEWAY_PORT),8081)
+load:
+	@test -f loadtest/k6/$(SCRIPT).js || { echo "no loadtest/k6/$(SCRIPT).js; scripts: $$(cd loadtest/k6 && ls *.js | sed 's/\.js$$//' | tr '\n' ' ')"; exit 2; }
+	@command -v k6 >/dev/null 2>&1 || { \
+		echo "k6 is not installed. Get it from https://grafana.com/docs/k6/latest/set-up/install-k6/"; \
+		echo "(a package for Debian/Ubuntu, Homebrew, winget, or a binary), or run it from the compose profile:"; \
+		echo "  $(COMPOSE) --profile load run --rm k6 run $(if $(K6_ARGS),$(K6_ARGS) )/scripts/$(SCRIPT).js"; \
+		exit 1; }
+	k6 run -e BASE_URL=$(LOAD_BASE_URL) -e GATEWAY_URL=$(LOAD_GATEWAY_URL) \
+		-e ADMIN_TOKEN=$(or $(SHOP_ADMIN_TOKEN),admin-dev-token) $(K6_ARGS) loadtest/k6/$(SCRIPT).js
+
+# The k6 scripts checked without k6 (also part of `make test`): each runs
+# with a few VUs against two replicas, the gateway, PostgreSQL and Redis.
+load-check:
+	$(GO) test -race -count=1 -timeout 10m ./internal/k6compat/
 
 # Local stand-ins for every image compose and the tests need, built from
 # Debian packages, for a Docker engine that cannot pull (README, "No
