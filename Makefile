@@ -5,7 +5,7 @@ BIN     ?= bin/shop
 PKGS    ?= ./...
 FUZZTIME ?= 30s
 
-.PHONY: ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
+.PHONY: linearizability ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
 
 # .env (written by `make images`, ignored by git) names the images to use
 # instead of the official ones. docker compose reads it by itself; here its
@@ -28,7 +28,7 @@ build:
 # testcontainers starts them, unless SHOP_TEST_POSTGRES_URL and
 # SHOP_TEST_REDIS_ADDRS point at running servers.
 test:
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # The pages of web/ in real Chromium (Debian's chromium package;
 # SHOP_CHROMIUM names another binary): register, buy, pay, cancel, like and
@@ -40,6 +40,11 @@ test-browser:
 # The ablation matrices, rewriting docs/ABLATION.md with what they saw.
 ablation:
 	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -run '^TestAblation_' ./internal/app/
+
+# The seat map's linearizability check at its larger size (64 clients,
+# thousands of operations); `make test` runs it small.
+linearizability:
+	SHOP_SEATS_LINEARIZABILITY_LARGE=1 $(GO) test -race -count=1 -run '^TestSeats_Linearizable' ./internal/app/
 
 # Pure rule tests only: no database, no Redis.
 test-short:
@@ -73,6 +78,7 @@ bench: build
 	./$(BIN) bench orders
 	./$(BIN) bench payments
 	./$(BIN) bench likes
+	./$(BIN) bench seats
 
 # A bundled k6 script, loadtest/k6/$(SCRIPT).js, against the compose stack
 # (started with the rate limits off: SHOP_RATE_LIMIT=off make up). K6_ARGS

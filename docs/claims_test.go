@@ -13,7 +13,7 @@ import (
 )
 
 // documents are the files whose claims name their tests.
-var documents = []string{"../README.md", "API.md", "DESIGN.md", "BENCHMARKS.md", "ABLATION.md"}
+var documents = []string{"../README.md", "API.md", "openapi.yaml", "DESIGN.md", "BENCHMARKS.md", "ABLATION.md"}
 
 var (
 	// A test named in a document: TestX or TestX/Sub, anywhere in the text.

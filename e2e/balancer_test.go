@@ -15,7 +15,7 @@ import (
 // /readyz reports its checks.
 func (sc *scenario) balancerEdge(ctx context.Context, t *testing.T) {
 	resp, err := sc.c.once(ctx, request{method: http.MethodPost, path: "/v1/users",
-		body: map[string]string{"name": strings.Repeat("x", 64<<10)}})
+		body: map[string]string{"name": strings.Repeat("x", 64<<10)}, offContract: "body over 64 KiB"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func (sc *scenario) balancerEdge(ctx context.Context, t *testing.T) {
 			resp, resp.header.Get("Content-Type"))
 	}
 
-	resp, err = sc.c.once(ctx, request{method: http.MethodGet, path: "/metrics"})
+	resp, err = sc.c.once(ctx, request{method: http.MethodGet, path: "/metrics", offContract: "no /metrics on the API's port"})
 	if err != nil {
 		t.Fatal(err)
 	}

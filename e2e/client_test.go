@@ -9,11 +9,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shop-example/shop/internal/platform/contract"
 )
 
 // Retry bounds: a request is sent at most maxAttempts times; between
@@ -36,12 +39,34 @@ type client struct {
 	retries map[string]int // why requests were sent again, counted
 }
 
-func newClient(base string) *client {
+// newClient returns a client of the API at base. Every exchange with the
+// API is checked against docs/openapi.yaml (package contract) and a
+// mismatch reported to report, or to the test the request's context names
+// (contract.WithReporter). The balancer's own answers (502, 504) and other
+// servers' (the gateway's audit) are not the API's and are not checked.
+func newClient(base string, report contract.Reporter) (*client, error) {
+	spec, err := contract.Load()
+	if err != nil {
+		return nil, err
+	}
+	baseURL, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	checked := &contract.Transport{
+		Spec:   spec,
+		Next:   &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64},
+		Report: report,
+		Skip: func(req *http.Request, res *http.Response) bool {
+			return req.URL.Host != baseURL.Host ||
+				res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusGatewayTimeout
+		},
+	}
 	return &client{
 		base:    base,
-		http:    &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}, Timeout: 20 * time.Second},
+		http:    &http.Client{Transport: checked, Timeout: 20 * time.Second},
 		retries: map[string]int{},
-	}
+	}, nil
 }
 
 type request struct {
@@ -50,6 +75,9 @@ type request struct {
 	token        string // bearer token, if any
 	key          string // Idempotency-Key, if any
 	body         any    // sent as JSON, if not nil
+	// offContract is why the request breaks docs/openapi.yaml on purpose
+	// (contract.OffContract); its answer is still checked.
+	offContract string
 }
 
 type response struct {
@@ -131,6 +159,9 @@ func (c *client) once(ctx context.Context, req request) (response, error) {
 	base := c.base
 	if req.base != "" {
 		base = req.base
+	}
+	if req.offContract != "" {
+		ctx = contract.OffContract(ctx, req.offContract)
 	}
 	hr, err := http.NewRequestWithContext(ctx, req.method, base+req.path, body)
 	if err != nil {

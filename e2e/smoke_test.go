@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/shop-example/shop/internal/books"
+	"github.com/shop-example/shop/internal/platform/contract"
 )
 
 // The scenario's sizes: small enough for two cores, large enough to race.
@@ -36,9 +37,13 @@ func TestStack(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	s := startStack(ctx, t)
+	c, err := newClient(s.base, t)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sc := &scenario{
 		s:    s,
-		c:    newClient(s.base),
+		c:    c,
 		ltd:  "E2E-" + rand.Text()[:8] + "-LTD",
 		bulk: "E2E-" + rand.Text()[:8] + "-BULK",
 	}
@@ -56,7 +61,7 @@ func TestStack(t *testing.T) {
 		{"BooksBalance", sc.booksBalance},
 	}
 	for _, st := range steps {
-		if !t.Run(st.name, func(t *testing.T) { st.run(ctx, t) }) {
+		if !t.Run(st.name, func(t *testing.T) { st.run(contract.WithReporter(ctx, t), t) }) {
 			return
 		}
 	}

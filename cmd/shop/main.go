@@ -3,7 +3,7 @@
 //	shop serve                        run the HTTP API and the background jobs
 //	shop migrate up|down|version      manage the database schema
 //	shop seed                         load the demo catalogue
-//	shop bench orders|payments|likes  measure order creation, payment or likes (see docs/BENCHMARKS.md)
+//	shop bench orders|payments|likes|seats  measure order creation, payment, likes or seat holds (see docs/BENCHMARKS.md)
 //	shop gateway                      run the stand-in card processor (its own port)
 //	shop health <url>                 exit 0 if the URL answers 200 (container healthcheck)
 //
@@ -25,12 +25,12 @@ import (
 const usage = `usage: shop <command>
 
 commands:
-  serve                        run the HTTP API and background jobs
-  migrate up|down|version      manage the database schema
-  seed                         load the demo catalogue (safe to run again)
-  bench orders|payments|likes  benchmark order creation, payment or likes against a baseline
-  gateway                      run the stand-in card processor (payment gateway)
-  health <url>                 exit 0 if the URL answers 200 (container healthcheck)
+  serve                              run the HTTP API and background jobs
+  migrate up|down|version            manage the database schema
+  seed                               load the demo catalogue (safe to run again)
+  bench orders|payments|likes|seats  benchmark order creation, payment, likes or seat holds against a baseline
+  gateway                            run the stand-in card processor (payment gateway)
+  health <url>                       exit 0 if the URL answers 200 (container healthcheck)
 `
 
 func main() {

@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shop-example/shop/docs"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/lab"
 	"github.com/shop-example/shop/internal/likes"
@@ -32,6 +33,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/ratelimit"
 	"github.com/shop-example/shop/internal/platform/redisx"
+	"github.com/shop-example/shop/internal/seats"
 	"github.com/shop-example/shop/web"
 )
 
@@ -66,6 +68,7 @@ type App struct {
 	Orders   *orders.Service
 	Payments *payments.Service
 	Likes    *likes.Service
+	Seats    *seats.Service
 
 	cfg         config.Config
 	deps        Deps
@@ -129,6 +132,11 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		bookkeeping.Close()
 		return nil, err
 	}
+	seatSvc, err := newSeats(cfg, deps, locker, m)
+	if err != nil {
+		bookkeeping.Close()
+		return nil, err
+	}
 	limit, err := newLimits(cfg, deps, m)
 	if err != nil {
 		bookkeeping.Close()
@@ -143,7 +151,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	}
 
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
 		bookkeeping: bookkeeping, limits: limit, readiness: readiness}
 	a.sandboxes = &sandboxes{a: a}
 	replica := replicaName(cfg.ReplicaName)
@@ -151,6 +159,9 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", readiness.handle)
+	// The contract itself (docs/openapi.yaml, embedded), so a client can
+	// fetch what this replica answers to.
+	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", docs.OpenAPI()) })
 
 	// Layer 0 on the routes that take an Idempotency-Key.
 	idemFor := func(flow string) echo.MiddlewareFunc {
@@ -176,6 +187,10 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	// idempotent by meaning (package likes).
 	likes.Register(v1, likeSvc, likes.Guards{
 		User: authn.User, Admin: authn.Admin, WriteLimit: limit.writes, LikeLimit: limit.likes,
+	})
+	seats.Register(v1, seatSvc, seats.Guards{
+		User: authn.User, Admin: authn.Admin, Idempotency: idemFor,
+		PublicLimit: limit.public, WriteLimit: limit.writes,
 	})
 
 	// The shop in a browser, and its race lab (demo servers only).
@@ -308,6 +323,25 @@ func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Servic
 	})
 }
 
+// newSeats builds events, holds and bookings with the seat lock strategy
+// of cfg (SHOP_SEAT_LOCK).
+func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*seats.Service, error) {
+	strategy, err := seats.ParseLockStrategy(cfg.SeatLock)
+	if err != nil {
+		return nil, fmt.Errorf("SHOP_SEAT_LOCK: %w", err)
+	}
+	return seats.NewService(seats.Config{
+		Store:   seats.NewStore(deps.Pool),
+		Locker:  locker,
+		Metrics: m,
+		Logger:  deps.Logger,
+		Now:     deps.Now,
+		HoldTTL: cfg.SeatHoldTTL,
+		Lock:    strategy,
+		Layers:  deps.Layers,
+	})
+}
+
 // Close releases the connections New opened (not those in Deps).
 func (a *App) Close() {
 	a.sandboxes.close()
@@ -317,7 +351,7 @@ func (a *App) Close() {
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
 // expiry, payment reconciliation, idempotency-key sweeping, the check of
-// the like counts, and the readiness check that keeps shop_ready and
+// the like counts, seat hold expiry, and the readiness check that keeps shop_ready and
 // shop_degraded current. Every replica runs them; each is safe to run
 // concurrently with its twins elsewhere.
 func (a *App) RunJobs(ctx context.Context) {
@@ -326,6 +360,7 @@ func (a *App) RunJobs(ctx context.Context) {
 	wg.Go(func() { a.Payments.RunReconciler(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.idem.RunSweeper(ctx, time.Hour) })
 	wg.Go(func() { a.Likes.RunReconciler(ctx, likeReconcileInterval) })
+	wg.Go(func() { a.Seats.RunExpiry(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.readiness.run(ctx, a.cfg.JobInterval) })
 	wg.Wait()
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/contract"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -54,7 +55,13 @@ type replica struct {
 	app        *app.App
 	url        string
 	metricsURL string
-	client     *http.Client
+	// client checks every exchange against docs/openapi.yaml
+	// (checkedTransport); scrapes go around it, /metrics being the
+	// metrics listener's and no part of the API.
+	client *http.Client
+	// breach, when set, is why the requests of this copy of the replica
+	// break the contract on purpose (offContract).
+	breach string
 }
 
 // serveReplica serves a's API and metrics on servers of their own, as
@@ -105,7 +112,17 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 
 	logger := testLogger(t)
 	transport := &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
-	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	checked := checkedTransport(t, transport)
+	if len(switches.Layers.Taken()) > 0 {
+		// A service with defences taken off is broken on purpose: the
+		// 500s the ablation counts (a constraint the missing layers let a
+		// write run into) are its breakage, not a drift of the contract.
+		// Every other answer is still checked.
+		checked.Skip = func(_ *http.Request, res *http.Response) bool {
+			return res.StatusCode == http.StatusInternalServerError
+		}
+	}
+	client := &http.Client{Transport: checked, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
 	e := &env{db: testenv.PoolFor(t, dbURL), clock: testenv.NewClock(), gateway: gw, cfg: cfg}
@@ -161,7 +178,7 @@ func (e *env) assertBooks(t *testing.T) {
 // scrape returns the replica's metrics, from its metrics listener.
 func scrape(t testing.TB, r *replica) string {
 	t.Helper()
-	res, err := r.client.Get(r.metricsURL + "/metrics")
+	res, err := (&http.Client{Transport: unchecked(r.client.Transport)}).Get(r.metricsURL + "/metrics")
 	if err != nil {
 		t.Fatalf("scrape: %v", err)
 	}
@@ -262,7 +279,11 @@ func (r *replica) do(t testing.TB, method, path, token string, body any, header 
 		}
 		rd = bytes.NewReader(enc)
 	}
-	req, err := http.NewRequest(method, r.url+path, rd)
+	ctx := contract.WithReporter(context.Background(), t)
+	if r.breach != "" {
+		ctx = contract.OffContract(ctx, r.breach)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.url+path, rd)
 	if err != nil {
 		t.Errorf("%s %s: %v", method, path, err)
 		return response{}
@@ -477,4 +498,40 @@ func inParallel(n, workers int, fn func(i int)) {
 		})
 	}
 	wg.Wait()
+}
+
+// checkedTransport sends through next and checks every request and answer
+// against docs/openapi.yaml (package contract), failing the test that sent
+// the request on a mismatch.
+func checkedTransport(t testing.TB, next http.RoundTripper) *contract.Transport {
+	t.Helper()
+	spec, err := contract.Load()
+	if err != nil {
+		t.Fatalf("openapi: %v", err)
+	}
+	return &contract.Transport{Spec: spec, Next: next, Report: t}
+}
+
+// unchecked returns the transport a checked one sends through.
+func unchecked(rt http.RoundTripper) http.RoundTripper {
+	if c, ok := rt.(*contract.Transport); ok && c.Next != nil {
+		return c.Next
+	}
+	return rt
+}
+
+// offContract returns a copy of the replica whose requests break the API's
+// contract on purpose, for the reason why (a hostile-input test sending
+// invalid JSON, a missing header, an unknown route). Their answers are still
+// checked against docs/openapi.yaml and must be 4xx refusals; a request so
+// marked that the document admits fails the test, so marks stay narrow.
+// An empty why is no mark: r itself, held to the contract (table tests mark
+// only their hostile cases).
+func (r *replica) offContract(why string) *replica {
+	if why == "" {
+		return r
+	}
+	c := *r
+	c.breach = why
+	return &c
 }

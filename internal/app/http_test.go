@@ -21,10 +21,24 @@ import (
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
-// badRequest is one request body the route must refuse with 400.
+// badRequest is one request body the route must refuse with 400, and
+// breach, why the body breaks docs/openapi.yaml (offContract). A body the
+// document admits, refused on a rule no schema states (a blank name,
+// duplicate SKUs, trailing data), has none.
 type badRequest struct {
-	name string
-	body string
+	name   string
+	body   string
+	breach string
+}
+
+// limitBreach is why a list query breaks docs/openapi.yaml: a limit out of
+// 1–100 or no integer does; a cursor the service cannot read does not (the
+// document says only that it is a string).
+func limitBreach(query string) string {
+	if strings.HasPrefix(query, "limit=") {
+		return "limit is no integer 1–100"
+	}
+	return ""
 }
 
 func TestUsers_Create(t *testing.T) {
@@ -46,23 +60,23 @@ func TestUsers_Create(t *testing.T) {
 		mustCreateUser(t, r, strings.Repeat("é", 100))
 	})
 	for _, tc := range []badRequest{
-		{"NoName", `{}`},
-		{"EmptyName", `{"name": ""}`},
-		{"BlankName", `{"name": "   "}`},
-		{"NameTooLong", `{"name": "` + strings.Repeat("a", 101) + `"}`},
-		{"ControlCharacter", `{"name": "a\u0007b"}`},
-		{"NameNotAString", `{"name": 5}`},
-		{"UnknownField", `{"name": "bob", "admin": true}`},
-		{"FieldCase", `{"Name": "bob"}`},
-		{"DuplicateField", `{"name": "bob", "name": "eve"}`},
-		{"MalformedJSON", `{"name": `},
-		{"NotAnObject", `["bob"]`},
-		{"TrailingData", `{"name": "bob"} {}`},
-		{"DeepNesting", strings.Repeat("[", 60_000)},
-		{"DeepNestingInField", `{"name": "bob", "x": ` + strings.Repeat("[", 60_000)},
+		{"NoName", `{}`, "body breaks the schema"},
+		{"EmptyName", `{"name": ""}`, "body breaks the schema"},
+		{"BlankName", `{"name": "   "}`, ""},
+		{"NameTooLong", `{"name": "` + strings.Repeat("a", 101) + `"}`, "body breaks the schema"},
+		{"ControlCharacter", `{"name": "a\u0007b"}`, "body breaks the schema"},
+		{"NameNotAString", `{"name": 5}`, "body breaks the schema"},
+		{"UnknownField", `{"name": "bob", "admin": true}`, "body breaks the schema"},
+		{"FieldCase", `{"Name": "bob"}`, "body breaks the schema"},
+		{"DuplicateField", `{"name": "bob", "name": "eve"}`, ""},
+		{"MalformedJSON", `{"name": `, "body breaks the schema"},
+		{"NotAnObject", `["bob"]`, "body breaks the schema"},
+		{"TrailingData", `{"name": "bob"} {}`, ""},
+		{"DeepNesting", strings.Repeat("[", 60_000), "body breaks the schema"},
+		{"DeepNestingInField", `{"name": "bob", "x": ` + strings.Repeat("[", 60_000), "body breaks the schema"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := r.do(t, http.MethodPost, "/v1/users", "", tc.body)
+			res := r.offContract(tc.breach).do(t, http.MethodPost, "/v1/users", "", tc.body)
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
@@ -147,20 +161,20 @@ func TestProducts_Create(t *testing.T) {
 		wantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
 	})
 	for _, tc := range []badRequest{
-		{"EmptySKU", `{"sku": "", "name": "x", "price_cents": 1, "stock": 1}`},
-		{"SKUWithSpace", `{"sku": "A B", "name": "x", "price_cents": 1, "stock": 1}`},
-		{"SKUTooLong", `{"sku": "` + strings.Repeat("A", 65) + `", "name": "x", "price_cents": 1, "stock": 1}`},
-		{"NegativePrice", `{"sku": "NEG-P", "name": "x", "price_cents": -1, "stock": 1}`},
-		{"NegativeStock", `{"sku": "NEG-S", "name": "x", "price_cents": 1, "stock": -1}`},
-		{"NoPrice", `{"sku": "NO-P", "name": "x", "stock": 1}`},
-		{"NoStock", `{"sku": "NO-S", "name": "x", "price_cents": 1}`},
-		{"NoName", `{"sku": "NO-N", "price_cents": 1, "stock": 1}`},
-		{"PriceNotInteger", `{"sku": "PF", "name": "x", "price_cents": 1.5, "stock": 1}`},
-		{"UnknownField", `{"sku": "UF", "name": "x", "price_cents": 1, "stock": 1, "color": "red"}`},
-		{"MalformedJSON", `{"sku": "MJ"`},
+		{"EmptySKU", `{"sku": "", "name": "x", "price_cents": 1, "stock": 1}`, "body breaks the schema"},
+		{"SKUWithSpace", `{"sku": "A B", "name": "x", "price_cents": 1, "stock": 1}`, "body breaks the schema"},
+		{"SKUTooLong", `{"sku": "` + strings.Repeat("A", 65) + `", "name": "x", "price_cents": 1, "stock": 1}`, "body breaks the schema"},
+		{"NegativePrice", `{"sku": "NEG-P", "name": "x", "price_cents": -1, "stock": 1}`, "body breaks the schema"},
+		{"NegativeStock", `{"sku": "NEG-S", "name": "x", "price_cents": 1, "stock": -1}`, "body breaks the schema"},
+		{"NoPrice", `{"sku": "NO-P", "name": "x", "stock": 1}`, "body breaks the schema"},
+		{"NoStock", `{"sku": "NO-S", "name": "x", "price_cents": 1}`, "body breaks the schema"},
+		{"NoName", `{"sku": "NO-N", "price_cents": 1, "stock": 1}`, "body breaks the schema"},
+		{"PriceNotInteger", `{"sku": "PF", "name": "x", "price_cents": 1.5, "stock": 1}`, "body breaks the schema"},
+		{"UnknownField", `{"sku": "UF", "name": "x", "price_cents": 1, "stock": 1, "color": "red"}`, "body breaks the schema"},
+		{"MalformedJSON", `{"sku": "MJ"`, "body breaks the schema"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := r.do(t, http.MethodPost, "/v1/products", testAdminToken, tc.body)
+			res := r.offContract(tc.breach).do(t, http.MethodPost, "/v1/products", testAdminToken, tc.body)
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
@@ -238,7 +252,7 @@ func TestProducts_List(t *testing.T) {
 		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("not a sku")),
 	} {
 		t.Run("Bad/"+q, func(t *testing.T) {
-			res := r.do(t, http.MethodGet, "/v1/products?"+q, "", nil)
+			res := r.offContract(limitBreach(q)).do(t, http.MethodGet, "/v1/products?"+q, "", nil)
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
@@ -312,18 +326,18 @@ func TestProducts_Update(t *testing.T) {
 		})
 	}
 	t.Run("NoIfMatch", func(t *testing.T) {
-		res := patch(t, testAdminToken, "", `{"price_cents": 1}`)
+		res := r.offContract("no If-Match").do(t, http.MethodPatch, "/v1/products/PATCH-1", testAdminToken, `{"price_cents": 1}`)
 		wantProblem(t, res, http.StatusPreconditionRequired, "precondition_required")
 	})
 	for _, tc := range []badRequest{
-		{"UnknownField", `{"price_cents": 1, "stock": 100}`},
-		{"Empty", `{}`},
-		{"NegativePrice", `{"price_cents": -5}`},
-		{"EmptyName", `{"name": ""}`},
-		{"Malformed", `{"name"`},
+		{"UnknownField", `{"price_cents": 1, "stock": 100}`, "body breaks the schema"},
+		{"Empty", `{}`, "body breaks the schema"},
+		{"NegativePrice", `{"price_cents": -5}`, "body breaks the schema"},
+		{"EmptyName", `{"name": ""}`, "body breaks the schema"},
+		{"Malformed", `{"name"`, "body breaks the schema"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := patch(t, testAdminToken, `"3"`, tc.body)
+			res := r.offContract(tc.breach).do(t, http.MethodPatch, "/v1/products/PATCH-1", testAdminToken, tc.body, "If-Match", `"3"`)
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
@@ -399,18 +413,18 @@ func TestProducts_Restock(t *testing.T) {
 			if tc.key != "" {
 				hdr = []string{"Idempotency-Key", tc.key}
 			}
-			res := restock(t, "RS-1", testAdminToken, `{"quantity": 1}`, hdr...)
+			res := r.offContract("Idempotency-Key missing or malformed").do(t, http.MethodPost, "/v1/products/RS-1/restock", testAdminToken, `{"quantity": 1}`, hdr...)
 			wantProblem(t, res, http.StatusBadRequest, "idempotency_key_required")
 		})
 	}
 	for _, tc := range []badRequest{
-		{"ZeroQuantity", `{"quantity": 0}`},
-		{"NegativeQuantity", `{"quantity": -3}`},
-		{"NoQuantity", `{}`},
-		{"UnknownField", `{"quantity": 1, "sku": "RS-2"}`},
+		{"ZeroQuantity", `{"quantity": 0}`, "body breaks the schema"},
+		{"NegativeQuantity", `{"quantity": -3}`, "body breaks the schema"},
+		{"NoQuantity", `{}`, "body breaks the schema"},
+		{"UnknownField", `{"quantity": 1, "sku": "RS-2"}`, "body breaks the schema"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := restock(t, "RS-1", testAdminToken, tc.body, "Idempotency-Key", newKey())
+			res := r.offContract(tc.breach).do(t, http.MethodPost, "/v1/products/RS-1/restock", testAdminToken, tc.body, "Idempotency-Key", newKey())
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
@@ -539,31 +553,31 @@ func TestOrders_Create(t *testing.T) {
 	}
 	many, _ := json.Marshal(orderBody(items21...))
 	for _, tc := range []badRequest{
-		{"MalformedJSON", `{"items": [`},
-		{"UnknownField", `{"items": [{"sku": "ORD-A", "quantity": 1}], "coupon": "FREE"}`},
-		{"UnknownItemField", `{"items": [{"sku": "ORD-A", "quantity": 1, "price_cents": 0}]}`},
-		{"QuantityString", `{"items": [{"sku": "ORD-A", "quantity": "2"}]}`},
-		{"QuantityFraction", `{"items": [{"sku": "ORD-A", "quantity": 1.5}]}`},
-		{"ItemsNotArray", `{"items": {"sku": "ORD-A", "quantity": 1}}`},
-		{"ItemNotObject", `{"items": ["ORD-A"]}`},
-		{"BodyNotObject", `[{"sku": "ORD-A", "quantity": 1}]`},
-		{"QuantityZero", `{"items": [{"sku": "ORD-A", "quantity": 0}]}`},
-		{"QuantityNegative", `{"items": [{"sku": "ORD-A", "quantity": -1}]}`},
-		{"Quantity101", `{"items": [{"sku": "ORD-A", "quantity": 101}]}`},
-		{"NoQuantity", `{"items": [{"sku": "ORD-A"}]}`},
-		{"NoItems", `{"items": []}`},
-		{"ItemsNull", `{"items": null}`},
-		{"EmptyObject", `{}`},
-		{"EmptyBody", ``},
-		{"TwentyOneItems", string(many)},
-		{"DuplicateSKU", `{"items": [{"sku": "ORD-A", "quantity": 1}, {"sku": "ORD-A", "quantity": 2}]}`},
-		{"BadSKU", `{"items": [{"sku": "ORD A", "quantity": 1}]}`},
-		{"DuplicateKey", `{"items": [{"sku": "ORD-A", "quantity": 1, "quantity": 2}]}`},
-		{"KeyCase", `{"Items": [{"sku": "ORD-A", "quantity": 1}]}`},
-		{"TrailingData", `{"items": [{"sku": "ORD-A", "quantity": 1}]} x`},
+		{"MalformedJSON", `{"items": [`, "body breaks the schema"},
+		{"UnknownField", `{"items": [{"sku": "ORD-A", "quantity": 1}], "coupon": "FREE"}`, "body breaks the schema"},
+		{"UnknownItemField", `{"items": [{"sku": "ORD-A", "quantity": 1, "price_cents": 0}]}`, "body breaks the schema"},
+		{"QuantityString", `{"items": [{"sku": "ORD-A", "quantity": "2"}]}`, "body breaks the schema"},
+		{"QuantityFraction", `{"items": [{"sku": "ORD-A", "quantity": 1.5}]}`, "body breaks the schema"},
+		{"ItemsNotArray", `{"items": {"sku": "ORD-A", "quantity": 1}}`, "body breaks the schema"},
+		{"ItemNotObject", `{"items": ["ORD-A"]}`, "body breaks the schema"},
+		{"BodyNotObject", `[{"sku": "ORD-A", "quantity": 1}]`, "body breaks the schema"},
+		{"QuantityZero", `{"items": [{"sku": "ORD-A", "quantity": 0}]}`, "body breaks the schema"},
+		{"QuantityNegative", `{"items": [{"sku": "ORD-A", "quantity": -1}]}`, "body breaks the schema"},
+		{"Quantity101", `{"items": [{"sku": "ORD-A", "quantity": 101}]}`, "body breaks the schema"},
+		{"NoQuantity", `{"items": [{"sku": "ORD-A"}]}`, "body breaks the schema"},
+		{"NoItems", `{"items": []}`, "body breaks the schema"},
+		{"ItemsNull", `{"items": null}`, "body breaks the schema"},
+		{"EmptyObject", `{}`, "body breaks the schema"},
+		{"EmptyBody", ``, "body breaks the schema"},
+		{"TwentyOneItems", string(many), "body breaks the schema"},
+		{"DuplicateSKU", `{"items": [{"sku": "ORD-A", "quantity": 1}, {"sku": "ORD-A", "quantity": 2}]}`, ""},
+		{"BadSKU", `{"items": [{"sku": "ORD A", "quantity": 1}]}`, "body breaks the schema"},
+		{"DuplicateKey", `{"items": [{"sku": "ORD-A", "quantity": 1, "quantity": 2}]}`, ""},
+		{"KeyCase", `{"Items": [{"sku": "ORD-A", "quantity": 1}]}`, "body breaks the schema"},
+		{"TrailingData", `{"items": [{"sku": "ORD-A", "quantity": 1}]} x`, ""},
 	} {
 		t.Run("Invalid/"+tc.name, func(t *testing.T) {
-			res := create(t, u.Token, tc.body, "Idempotency-Key", newKey())
+			res := r.offContract(tc.breach).do(t, http.MethodPost, "/v1/orders", u.Token, tc.body, "Idempotency-Key", newKey())
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
@@ -620,7 +634,7 @@ func TestOrders_Create(t *testing.T) {
 		wantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
 	})
 	t.Run("NoIdempotencyKey", func(t *testing.T) {
-		res := create(t, u.Token, body)
+		res := r.offContract("no Idempotency-Key").do(t, http.MethodPost, "/v1/orders", u.Token, body)
 		wantProblem(t, res, http.StatusBadRequest, "idempotency_key_required")
 	})
 	t.Run("TwoIdempotencyKeys", func(t *testing.T) {
@@ -728,7 +742,7 @@ func TestOrders_List(t *testing.T) {
 		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|not-a-uuid")),
 		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|urn:uuid:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"))} {
 		t.Run("Bad/"+q, func(t *testing.T) {
-			wantProblem(t, r.do(t, http.MethodGet, "/v1/orders?"+q, a.Token, nil), http.StatusBadRequest, "invalid_request")
+			wantProblem(t, r.offContract(limitBreach(q)).do(t, http.MethodGet, "/v1/orders?"+q, a.Token, nil), http.StatusBadRequest, "invalid_request")
 		})
 	}
 	t.Run("NoToken", func(t *testing.T) {
@@ -875,17 +889,17 @@ func TestOperations(t *testing.T) {
 		})
 	}
 	t.Run("UnknownRoute", func(t *testing.T) {
-		wantProblem(t, r.do(t, http.MethodGet, "/v1/nothing-here", "", nil), http.StatusNotFound, "not_found")
+		wantProblem(t, r.offContract("no such route").do(t, http.MethodGet, "/v1/nothing-here", "", nil), http.StatusNotFound, "not_found")
 	})
 	t.Run("WrongMethod", func(t *testing.T) {
-		res := r.do(t, http.MethodDelete, "/v1/products", "", nil)
+		res := r.offContract("no such method").do(t, http.MethodDelete, "/v1/products", "", nil)
 		wantProblem(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
 		if allow := res.Header.Get("Allow"); !strings.Contains(allow, http.MethodGet) {
 			t.Errorf("Allow %q, want it to list GET", allow)
 		}
 	})
 	t.Run("NoMetricsOnTheAPIPort", func(t *testing.T) {
-		wantProblem(t, r.do(t, http.MethodGet, "/metrics", "", nil), http.StatusNotFound, "not_found")
+		wantProblem(t, r.offContract("no /metrics on the API's port").do(t, http.MethodGet, "/metrics", "", nil), http.StatusNotFound, "not_found")
 	})
 	t.Run("Metrics", func(t *testing.T) {
 		metrics := func() string { return scrape(t, r) }

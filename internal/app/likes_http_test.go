@@ -54,7 +54,12 @@ func TestPosts_Create(t *testing.T) {
 		"NotJSON":        "title=x",
 	} {
 		t.Run("Bad/"+name, func(t *testing.T) {
-			res := r.do(t, http.MethodPost, "/v1/posts", u.Token, body)
+			// A blank title is the one the document admits: no schema says "not all blank".
+			breach := "body breaks the schema"
+			if name == "BlankTitle" {
+				breach = ""
+			}
+			res := r.offContract(breach).do(t, http.MethodPost, "/v1/posts", u.Token, body)
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
@@ -130,7 +135,7 @@ func TestPosts_List(t *testing.T) {
 	for _, q := range []string{"limit=0", "limit=101", "limit=x", "cursor=" + url.QueryEscape("%%%"),
 		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|not-a-uuid"))} {
 		t.Run("Bad/"+q, func(t *testing.T) {
-			wantProblem(t, r.do(t, http.MethodGet, "/v1/posts?"+q, us[0].Token, nil), http.StatusBadRequest, "invalid_request")
+			wantProblem(t, r.offContract(limitBreach(q)).do(t, http.MethodGet, "/v1/posts?"+q, us[0].Token, nil), http.StatusBadRequest, "invalid_request")
 		})
 	}
 }
@@ -199,7 +204,7 @@ func TestLikes_PutDelete(t *testing.T) {
 			wantProblem(t, r.do(t, method, likePath(strings.ToUpper(p.ID)), us[0].Token, nil), http.StatusNotFound, "not_found")
 		})
 		t.Run(method+"/Body", func(t *testing.T) {
-			wantProblem(t, r.do(t, method, likePath(p.ID), us[0].Token, map[string]bool{"liked": true}), http.StatusBadRequest, "invalid_request")
+			wantProblem(t, r.offContract("a body other than {}").do(t, method, likePath(p.ID), us[0].Token, map[string]bool{"liked": true}), http.StatusBadRequest, "invalid_request")
 		})
 		t.Run(method+"/NoToken", func(t *testing.T) {
 			wantProblem(t, r.do(t, method, likePath(p.ID), "", nil), http.StatusUnauthorized, "unauthenticated")
@@ -212,7 +217,7 @@ func TestLikes_PutDelete(t *testing.T) {
 		t.Errorf("refused requests changed the post: %+v", got)
 	}
 	t.Run("MethodNotAllowed", func(t *testing.T) {
-		res := r.do(t, http.MethodPost, likePath(p.ID), us[0].Token, nil)
+		res := r.offContract("no such method").do(t, http.MethodPost, likePath(p.ID), us[0].Token, nil)
 		wantProblem(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
 		if allow := res.Header.Get("Allow"); !strings.Contains(allow, "PUT") || !strings.Contains(allow, "DELETE") {
 			t.Errorf("Allow %q, want PUT and DELETE", allow)

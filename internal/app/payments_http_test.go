@@ -535,28 +535,28 @@ func TestPayments_Validation(t *testing.T) {
 	valid := `{"payment_method": "pm_card_ok"}`
 
 	t.Run("NoIdempotencyKey", func(t *testing.T) {
-		res := r.do(t, http.MethodPost, payPath(o.ID), owner.Token, valid)
+		res := r.offContract("no Idempotency-Key").do(t, http.MethodPost, payPath(o.ID), owner.Token, valid)
 		wantProblem(t, res, http.StatusBadRequest, "idempotency_key_required")
 	})
 	for _, tc := range []badRequest{
-		{"MalformedJSON", `{"payment_method": `},
-		{"UnknownField", `{"payment_method": "pm_card_ok", "amount_cents": 1}`},
-		{"FieldCase", `{"Payment_Method": "pm_card_ok"}`},
-		{"EmptyObject", `{}`},
-		{"EmptyBody", ``},
-		{"Null", `null`},
-		{"NotAnObject", `["pm_card_ok"]`},
-		{"TrailingData", valid + ` {}`},
-		{"MethodNotAString", `{"payment_method": 5}`},
-		{"EmptyMethod", `{"payment_method": ""}`},
-		{"MethodWithSpace", `{"payment_method": "pm card ok"}`},
-		{"MethodTooLong", `{"payment_method": "` + strings.Repeat("m", 65) + `"}`},
+		{"MalformedJSON", `{"payment_method": `, "body breaks the schema"},
+		{"UnknownField", `{"payment_method": "pm_card_ok", "amount_cents": 1}`, "body breaks the schema"},
+		{"FieldCase", `{"Payment_Method": "pm_card_ok"}`, "body breaks the schema"},
+		{"EmptyObject", `{}`, "body breaks the schema"},
+		{"EmptyBody", ``, "body breaks the schema"},
+		{"Null", `null`, "body breaks the schema"},
+		{"NotAnObject", `["pm_card_ok"]`, "body breaks the schema"},
+		{"TrailingData", valid + ` {}`, ""},
+		{"MethodNotAString", `{"payment_method": 5}`, "body breaks the schema"},
+		{"EmptyMethod", `{"payment_method": ""}`, ""},
+		{"MethodWithSpace", `{"payment_method": "pm card ok"}`, ""},
+		{"MethodTooLong", `{"payment_method": "` + strings.Repeat("m", 65) + `"}`, ""},
 		// Well formed, but no such method: the gateway refuses it, nothing
 		// is charged, and the payment begun for it is not kept.
-		{"UnknownMethod", `{"payment_method": "pm_card_gold"}`},
+		{"UnknownMethod", `{"payment_method": "pm_card_gold"}`, ""},
 	} {
 		t.Run("Invalid/"+tc.name, func(t *testing.T) {
-			res := r.do(t, http.MethodPost, payPath(o.ID), owner.Token, tc.body, "Idempotency-Key", newKey())
+			res := r.offContract(tc.breach).do(t, http.MethodPost, payPath(o.ID), owner.Token, tc.body, "Idempotency-Key", newKey())
 			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}

@@ -58,7 +58,7 @@ func newLinkedReplica(t *testing.T, lockMode string) linkedReplica {
 		t.Fatalf("app.New: %v", err)
 	}
 	t.Cleanup(a.Close)
-	lr.replica = serveReplica(t, a, &http.Client{})
+	lr.replica = serveReplica(t, a, &http.Client{Transport: checkedTransport(t, http.DefaultTransport)})
 	return lr
 }
 

@@ -42,7 +42,7 @@ func TestText_ControlCharacters(t *testing.T) {
 		t.Run(rt.name, func(t *testing.T) {
 			for _, c := range controls {
 				hdr := append([]string{"Idempotency-Key", newKey()}, rt.header...)
-				res := r.do(t, rt.method, rt.path, rt.token, rt.body(c), hdr...)
+				res := r.offContract("control character").do(t, rt.method, rt.path, rt.token, rt.body(c), hdr...)
 				if res.Status != http.StatusBadRequest || res.code() != "invalid_request" {
 					t.Errorf("%s: got %s, want 400 invalid_request", c, res)
 					continue

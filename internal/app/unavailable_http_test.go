@@ -44,7 +44,7 @@ func replicaOn(t *testing.T, dbURL string) *replica {
 	t.Cleanup(a.Close)
 	srv := httptest.NewServer(a.Echo)
 	t.Cleanup(srv.Close)
-	return &replica{app: a, url: srv.URL, client: &http.Client{Timeout: 30 * time.Second}}
+	return &replica{app: a, url: srv.URL, client: &http.Client{Transport: checkedTransport(t, http.DefaultTransport), Timeout: 30 * time.Second}}
 }
 
 // A database that refuses connections, or is full (SQLSTATE 53300, as

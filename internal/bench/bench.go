@@ -81,6 +81,9 @@ type benchOptions struct {
 	// hot ones run once per count of counter rows in shardCounts.
 	posts       int
 	shardCounts []int
+	// seats only: the lock strategy of the service being measured
+	// (SHOP_SEAT_LOCK), set per scenario by benchSeats.
+	seatLock string
 	// serviceConns is what the service's pools may hold: SHOP_DB_MAX_CONNS
 	// plus half as many for idempotency bookkeeping, as app.New opens them.
 	serviceConns int
@@ -88,7 +91,7 @@ type benchOptions struct {
 
 // ErrUsage means the command line was not one Run understands; the caller
 // prints the usage.
-var ErrUsage = errors.New("usage: shop bench orders|payments|likes [flags]")
+var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats [flags]")
 
 // Run runs `shop bench <args>`: args[0] is what to measure (orders,
 // payments or likes), the rest its flags.
@@ -104,6 +107,8 @@ func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 		run = benchPayments
 	case "likes":
 		run = benchLikes
+	case "seats":
+		run = benchSeats
 	default:
 		return ErrUsage
 	}
@@ -128,12 +133,17 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1}
 	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
 	clients := 32
-	if what == "likes" {
+	duration, warmup := 10*time.Second, 2*time.Second
+	switch what {
+	case "likes":
 		clients = 64 // a viral post: more users at once than buyers of one SKU
+	case "seats":
+		// Fans at an on-sale; eight scenarios, so short ones by default.
+		clients, duration, warmup = 64, 3*time.Second, time.Second
 	}
 	fs.IntVar(&o.clients, "clients", clients, "concurrent clients, each a user of its own")
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each scenario")
-	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each scenario's measurement")
+	fs.DurationVar(&o.duration, "duration", duration, "measured time of each scenario")
+	fs.DurationVar(&o.warmup, "warmup", warmup, "unmeasured time before each scenario's measurement")
 	fs.StringVar(&o.dbURL, "db", "", "PostgreSQL server to create the scratch database on (default $SHOP_DATABASE_URL)")
 	redis := fs.String("redis", strings.Join(cfg.RedisAddrs, ","), "comma-separated Redis nodes of the lock quorum; the default is $SHOP_REDIS_ADDRS")
 	switch what {

@@ -49,6 +49,9 @@ func startService(ctx context.Context, o benchOptions, dbURL, gatewayURL string,
 	// The bench measures the flows: its few users send hundreds of
 	// requests a second, which the limits would refuse.
 	cfg.RateLimit.Off = true
+	if o.seatLock != "" {
+		cfg.SeatLock = o.seatLock
+	}
 	if gatewayURL != "" {
 		cfg.GatewayURL = gatewayURL
 	}

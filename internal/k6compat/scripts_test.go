@@ -23,10 +23,10 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // seatsLanded says whether the service serves the seats flow
-// (/v1/events, holds, bookings). Until it does, seat-rush.js is skipped
-// and smoke.js and mixed.js run with SEATS=0. Set it to true when the
-// seats flow is merged.
-const seatsLanded = false
+// (/v1/events, holds, bookings); it does since internal/seats. Were it
+// false, seat-rush.js would be skipped and smoke.js and mixed.js run
+// with SEATS=0.
+const seatsLanded = true
 
 // scriptLimits keep each script to a few VUs and iterations: this checks
 // that the scripts run against the API and their invariants hold, on a

@@ -58,7 +58,11 @@ type Config struct {
 	LockMode       string        // SHOP_LOCK_MODE: degrade | strict
 	OrderTTL       time.Duration // SHOP_ORDER_TTL
 	SeatHoldTTL    time.Duration // SHOP_SEAT_HOLD_TTL
-	Migrate        bool          // SHOP_MIGRATE: apply migrations when serve starts
+	// SeatLock is how holds lock their seats (SHOP_SEAT_LOCK): redsync (a
+	// Redis lock per seat), advisory (pg_advisory_xact_lock per seat) or
+	// none.
+	SeatLock string
+	Migrate  bool // SHOP_MIGRATE: apply migrations when serve starts
 	// Demo makes `shop seed` add a demo user and print its token
 	// (SHOP_DEMO). The token is derived from the admin token, so it is
 	// the same on every run and needs AdminToken set.
@@ -169,6 +173,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		PaymentBudget:    dur("SHOP_PAYMENT_BUDGET", 7*time.Second),
 		ReconcileAfter:   dur("SHOP_PAYMENT_RECONCILE_AFTER", 30*time.Second),
 		LockMode:         str("SHOP_LOCK_MODE", "degrade"),
+		SeatLock:         str("SHOP_SEAT_LOCK", "redsync"),
 		OrderTTL:         dur("SHOP_ORDER_TTL", 15*time.Minute),
 		SeatHoldTTL:      dur("SHOP_SEAT_HOLD_TTL", 5*time.Minute),
 		JobInterval:      dur("SHOP_JOB_INTERVAL", 5*time.Second),
@@ -252,6 +257,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.LockMode != "degrade" && c.LockMode != "strict" {
 		errs = append(errs, fmt.Errorf("SHOP_LOCK_MODE: want degrade or strict, got %q", c.LockMode))
+	}
+	if c.SeatLock != "redsync" && c.SeatLock != "advisory" && c.SeatLock != "none" {
+		errs = append(errs, fmt.Errorf("SHOP_SEAT_LOCK: want redsync, advisory or none, got %q", c.SeatLock))
 	}
 	if len(c.RedisAddrs) == 0 {
 		errs = append(errs, errors.New("SHOP_REDIS_ADDRS: need at least one Redis node"))
@@ -347,6 +355,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("lock_mode", c.LockMode),
 		slog.Duration("order_ttl", c.OrderTTL),
 		slog.Duration("seat_hold_ttl", c.SeatHoldTTL),
+		slog.String("seat_lock", c.SeatLock),
 		slog.Bool("migrate", c.Migrate),
 		slog.Bool("demo", c.Demo),
 		slog.String("replica_name", c.ReplicaName),

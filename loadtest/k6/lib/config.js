@@ -10,7 +10,7 @@ export const GATEWAY_URL = trimSlash(__ENV.GATEWAY_URL || 'http://localhost:8081
 export const ADMIN_TOKEN = __ENV.ADMIN_TOKEN || 'admin-dev-token';
 
 // SEATS=0 leaves the seats flow out of smoke.js and mixed.js, for a
-// service that does not serve /v1/events yet.
+// service that does not serve /v1/events.
 export const SEATS = __ENV.SEATS !== '0';
 
 // THINK is the pause between two steps of a user, in seconds.

@@ -1,0 +1,65 @@
+package app_test
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"testing"
+
+	"github.com/shop-example/shop/internal/platform/contract"
+)
+
+// echoParam is a path parameter as echo spells it (:id); the document
+// spells it {id}.
+var echoParam = regexp.MustCompile(`:([A-Za-z0-9_]+)`)
+
+// Every route the router registers is an operation of docs/openapi.yaml,
+// and every operation of the document is a registered route: a route added
+// without its contract, or a contract left behind by a removed route, fails
+// here. The HTTP tests check what each operation answers.
+func TestOpenAPI_Routes(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	spec, err := contract.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for _, r := range e.r(0).app.Echo.Routes() {
+		routes = append(routes, r.Method+" "+echoParam.ReplaceAllString(r.Path, "{$1}"))
+	}
+	slices.Sort(routes)
+	routes = slices.Compact(routes)
+	documented := spec.Operations()
+	for _, r := range routes {
+		if !slices.Contains(documented, r) {
+			t.Errorf("route %s is registered but not in docs/openapi.yaml", r)
+		}
+	}
+	for _, op := range documented {
+		if !slices.Contains(routes, op) {
+			t.Errorf("docs/openapi.yaml names %s, which no route serves", op)
+		}
+	}
+	if len(routes) < 20 {
+		t.Errorf("only %d routes registered: %v", len(routes), routes)
+	}
+}
+
+// GET /openapi.yaml serves docs/openapi.yaml byte for byte.
+func TestOpenAPI_Served(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	want, err := os.ReadFile("../../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := e.r(0).do(t, http.MethodGet, "/openapi.yaml", "", nil)
+	wantStatus(t, res, http.StatusOK)
+	if !bytes.Equal(res.Body, want) {
+		t.Errorf("GET /openapi.yaml serves %d bytes that are not docs/openapi.yaml (%d bytes)", len(res.Body), len(want))
+	}
+	if ct := res.Header.Get("Content-Type"); ct != "application/yaml" {
+		t.Errorf("Content-Type %q, want application/yaml", ct)
+	}
+}

@@ -1,0 +1,251 @@
+package seats
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// Limits of the seat map and of a hold (API.md, "Seats").
+const (
+	MaxRows        = 26 // rows A–Z
+	MaxSeatsPerRow = 50
+	MaxHoldSeats   = 10
+	MaxName        = 200
+)
+
+// SeatStatus is where one seat is.
+//
+//	available ──hold──▶ held ──confirm──▶ booked
+//	    ▲                 │
+//	    └─release/expiry──┘
+//
+// booked is final: a seat is sold once, ever.
+type SeatStatus string
+
+// The states of a seat.
+const (
+	Available SeatStatus = "available"
+	Held      SeatStatus = "held"
+	Booked    SeatStatus = "booked"
+)
+
+// HoldStatus is where a hold is.
+//
+//	active ──confirm──▶ confirmed
+//	   ├────release───▶ released
+//	   └────expiry────▶ expired
+//
+// Only an active hold moves; the other three are final.
+type HoldStatus string
+
+// The states of a hold.
+const (
+	Active    HoldStatus = "active"
+	Confirmed HoldStatus = "confirmed"
+	Released  HoldStatus = "released"
+	Expired   HoldStatus = "expired"
+)
+
+// Event is a show with a seat map of Rows × SeatsPerRow seats, and how
+// many of them are in each state, counted in one snapshot.
+type Event struct {
+	ID          string
+	Name        string
+	Rows        int
+	SeatsPerRow int
+	CreatedAt   time.Time
+	Available   int
+	Held        int
+	Booked      int
+}
+
+// Seat is one seat of an event as the seat map shows it.
+type Seat struct {
+	Label   string
+	Status  SeatStatus
+	HoldID  string // the active hold holding it, "" when none
+	Version int64
+}
+
+// Hold is a user's claim on a set of seats until ExpiresAt.
+type Hold struct {
+	ID        string
+	EventID   string
+	UserID    string
+	Seats     []string // in seat order (SortSeats)
+	Status    HoldStatus
+	ExpiresAt time.Time
+	Version   int64
+}
+
+// Booking is a confirmed hold: its seats are sold.
+type Booking struct {
+	ID        string
+	HoldID    string
+	EventID   string
+	UserID    string
+	Seats     []string
+	CreatedAt time.Time
+}
+
+// Confirm moves an active hold to confirmed at now. A hold whose time is
+// up is expired even if the expiry job has not reached it yet: the rule
+// is the clock, the job only frees the seats. Confirming a confirmed hold
+// is not an error: its booking is the answer (ErrAlreadyConfirmed tells
+// the store to return it).
+func (h *Hold) Confirm(now time.Time) error {
+	switch {
+	case h.Status == Confirmed:
+		return ErrAlreadyConfirmed
+	case h.Status == Expired, h.Status == Active && !now.Before(h.ExpiresAt):
+		return problem.Errorf(problem.HoldExpired, "hold %s expired at %s", h.ID, h.ExpiresAt.UTC().Format(time.RFC3339))
+	case h.Status != Active:
+		return problem.Errorf(problem.InvalidState, "hold %s is %s", h.ID, h.Status)
+	}
+	h.Status = Confirmed
+	return nil
+}
+
+// Release moves an active hold to released. Releasing a released hold
+// changes nothing (changed is false); a confirmed or expired one cannot
+// be released.
+func (h *Hold) Release(now time.Time) (changed bool, err error) {
+	switch {
+	case h.Status == Released:
+		return false, nil
+	case h.Status == Expired, h.Status == Active && !now.Before(h.ExpiresAt):
+		return false, problem.Errorf(problem.HoldExpired, "hold %s expired at %s", h.ID, h.ExpiresAt.UTC().Format(time.RFC3339))
+	case h.Status != Active:
+		return false, problem.Errorf(problem.InvalidState, "hold %s is %s", h.ID, h.Status)
+	}
+	h.Status = Released
+	return true, nil
+}
+
+// CheckAvailable is the seat side of the state machine for a new hold:
+// every seat must be available. Otherwise the refusal lists the seats
+// that are not, as the seat map read in this transaction shows them.
+func CheckAvailable(seats []Seat) error {
+	var taken []string
+	for _, s := range seats {
+		if s.Status != Available {
+			taken = append(taken, s.Label)
+		}
+	}
+	if len(taken) > 0 {
+		return Unavailable(taken)
+	}
+	return nil
+}
+
+// Unavailable is the 409 seat_unavailable naming the taken seats.
+func Unavailable(taken []string) *problem.Error {
+	return &problem.Error{Code: problem.SeatUnavailable,
+		Detail: "taken: " + strings.Join(taken, ", "), Extra: map[string]any{"seats": taken}}
+}
+
+// Errors returned by this package, matched with errors.Is.
+var (
+	ErrNotFound        = problem.New(problem.NotFound, "no such resource")
+	ErrSeatUnavailable = problem.New(problem.SeatUnavailable, "a seat is taken")
+	// ErrVersionConflict means a seat or hold changed between read and
+	// write (layer 3). It never reaches a client: the service re-reads.
+	ErrVersionConflict = errors.New("seat or hold changed since it was read")
+	// ErrSeatTaken means hold_seats_one_active_per_seat or
+	// tickets_one_per_seat refused a second active hold or a second
+	// ticket for a seat (layer 4). The service re-reads.
+	ErrSeatTaken = errors.New("seat already held or booked")
+	// ErrDeadlock means PostgreSQL broke a deadlock by rolling this
+	// transaction back: two writers locked the same seat rows in
+	// different orders (only reachable with a layer off, or holds whose
+	// multi-row updates interleave). Nothing was written; the service
+	// re-reads.
+	ErrDeadlock = errors.New("deadlock with another writer")
+	// ErrAlreadyConfirmed is Confirm's answer for a confirmed hold: the
+	// store then returns its booking.
+	ErrAlreadyConfirmed = errors.New("hold already confirmed")
+)
+
+// ValidID reports whether id is a UUID in its one spelling.
+func ValidID(id string) bool {
+	u, err := uuid.Parse(id)
+	return err == nil && u.String() == id
+}
+
+// ParseSeat reads a seat label in its one spelling: a row letter A–Z and
+// a number 1–50 without leading zeros ("A1", "Z50"). It returns the
+// row (0-based) and the number.
+func ParseSeat(label string) (row, num int, err error) {
+	if len(label) < 2 || label[0] < 'A' || label[0] > 'Z' || label[1] == '0' {
+		return 0, 0, fmt.Errorf("%q is not a seat (A1 to Z50)", label)
+	}
+	n, err := strconv.Atoi(label[1:])
+	if err != nil || n < 1 || n > MaxSeatsPerRow || strconv.Itoa(n) != label[1:] {
+		return 0, 0, fmt.Errorf("%q is not a seat (A1 to Z50)", label)
+	}
+	return int(label[0] - 'A'), n, nil
+}
+
+// Position orders seats: row by row, then by number (A1 = 1, B1 = 51).
+func Position(label string) int {
+	row, num, _ := ParseSeat(label)
+	return row*MaxSeatsPerRow + num
+}
+
+// Label is the seat at row (0-based) and number.
+func Label(row, num int) string { return string(rune('A'+row)) + strconv.Itoa(num) }
+
+// SortSeats sorts labels in seat order, the order locks are taken in.
+func SortSeats(labels []string) {
+	slices.SortFunc(labels, func(a, b string) int { return Position(a) - Position(b) })
+}
+
+// ValidateHold checks the seats of a hold on ev: 1–10 distinct seats of
+// its map, and returns them sorted. Nothing is read or written on a
+// refusal.
+func ValidateHold(ev Event, labels []string) ([]string, error) {
+	if len(labels) < 1 || len(labels) > MaxHoldSeats {
+		return nil, problem.Errorf(problem.Invalid, "seats: want 1–%d seats, got %d", MaxHoldSeats, len(labels))
+	}
+	out := slices.Clone(labels)
+	seen := make(map[string]bool, len(out))
+	for i, l := range out {
+		row, num, err := ParseSeat(l)
+		if err != nil {
+			return nil, problem.Errorf(problem.Invalid, "seats[%d]: %v", i, err)
+		}
+		if row >= ev.Rows || num > ev.SeatsPerRow {
+			return nil, problem.Errorf(problem.Invalid, "seats[%d]: %s is not a seat of this event (%d rows of %d)", i, l, ev.Rows, ev.SeatsPerRow)
+		}
+		if seen[l] {
+			return nil, problem.Errorf(problem.Invalid, "seats[%d]: %s is listed twice", i, l)
+		}
+		seen[l] = true
+	}
+	SortSeats(out)
+	return out, nil
+}
+
+// ValidateEvent checks a new event's name and seat map.
+func ValidateEvent(name string, rows, perRow int) error {
+	switch {
+	case !utf8.ValidString(name) || strings.TrimSpace(name) == "":
+		return problem.New(problem.Invalid, "name: must not be empty or blank")
+	case utf8.RuneCountInString(name) > MaxName:
+		return problem.Errorf(problem.Invalid, "name: at most %d characters", MaxName)
+	case rows < 1 || rows > MaxRows:
+		return problem.Errorf(problem.Invalid, "rows: want 1–%d, got %d", MaxRows, rows)
+	case perRow < 1 || perRow > MaxSeatsPerRow:
+		return problem.Errorf(problem.Invalid, "seats_per_row: want 1–%d, got %d", MaxSeatsPerRow, perRow)
+	}
+	return nil
+}

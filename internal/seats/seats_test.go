@@ -1,0 +1,129 @@
+package seats
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+func TestParseSeat(t *testing.T) {
+	tests := []struct {
+		label    string
+		row, num int
+		ok       bool
+	}{
+		{"A1", 0, 1, true},
+		{"Z50", 25, 50, true},
+		{"K12", 10, 12, true},
+		{"a1", 0, 0, false},
+		{"A0", 0, 0, false},
+		{"A01", 0, 0, false},
+		{"A51", 0, 0, false},
+		{"A", 0, 0, false},
+		{"1A", 0, 0, false},
+		{"A+1", 0, 0, false},
+		{"", 0, 0, false},
+	}
+	for _, tt := range tests {
+		row, num, err := ParseSeat(tt.label)
+		if (err == nil) != tt.ok || (tt.ok && (row != tt.row || num != tt.num)) {
+			t.Errorf("ParseSeat(%q) = %d, %d, %v; want %d, %d, ok %v", tt.label, row, num, err, tt.row, tt.num, tt.ok)
+		}
+	}
+}
+
+func TestValidateHold(t *testing.T) {
+	ev := Event{Rows: 2, SeatsPerRow: 10}
+	got, err := ValidateHold(ev, []string{"B2", "A10", "A2", "B1"})
+	if err != nil || !slices.Equal(got, []string{"A2", "A10", "B1", "B2"}) {
+		t.Fatalf("ValidateHold = %v, %v; want seat order", got, err)
+	}
+	for name, labels := range map[string][]string{
+		"None":        {},
+		"Eleven":      {"A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8", "A9", "A10", "B1"},
+		"Twice":       {"A1", "A1"},
+		"RowBeyond":   {"C1"},
+		"NumBeyond":   {"A11"},
+		"LowerCase":   {"a1"},
+		"LeadingZero": {"A01"},
+	} {
+		if _, err := ValidateHold(ev, labels); problem.CodeOf(err) != problem.Invalid {
+			t.Errorf("%s: ValidateHold(%v) = %v, want invalid_request", name, labels, err)
+		}
+	}
+}
+
+func TestHold_Confirm(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		status  HoldStatus
+		expires time.Time
+		want    error
+	}{
+		{"Active", Active, now.Add(time.Minute), nil},
+		{"ActivePastItsTime", Active, now, problem.New(problem.HoldExpired, "")},
+		{"Expired", Expired, now.Add(time.Minute), problem.New(problem.HoldExpired, "")},
+		{"Released", Released, now.Add(time.Minute), problem.New(problem.InvalidState, "")},
+		{"Confirmed", Confirmed, now.Add(time.Minute), ErrAlreadyConfirmed},
+	}
+	for _, tt := range tests {
+		h := Hold{Status: tt.status, ExpiresAt: tt.expires}
+		err := h.Confirm(now)
+		if (tt.want == nil) != (err == nil) || (tt.want != nil && !errors.Is(err, tt.want)) {
+			t.Errorf("%s: Confirm = %v, want %v", tt.name, err, tt.want)
+		}
+		if tt.want == nil && h.Status != Confirmed {
+			t.Errorf("%s: status %s after Confirm", tt.name, h.Status)
+		}
+	}
+}
+
+func TestHold_Release(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		status  HoldStatus
+		changed bool
+		code    problem.Code
+	}{
+		{"Active", Active, true, ""},
+		{"Released", Released, false, ""},
+		{"Confirmed", Confirmed, false, problem.InvalidState},
+		{"Expired", Expired, false, problem.HoldExpired},
+	}
+	for _, tt := range tests {
+		h := Hold{Status: tt.status, ExpiresAt: now.Add(time.Minute)}
+		changed, err := h.Release(now)
+		if changed != tt.changed || problem.CodeOf(err) != tt.code {
+			t.Errorf("%s: Release = %v, %v; want %v, %q", tt.name, changed, err, tt.changed, tt.code)
+		}
+	}
+}
+
+func TestCheckAvailable(t *testing.T) {
+	err := CheckAvailable([]Seat{{Label: "A1", Status: Available}, {Label: "A2", Status: Held}, {Label: "A3", Status: Booked}})
+	p, ok := problem.As(err)
+	if !ok || p.Code != problem.SeatUnavailable || !slices.Equal(p.Extra["seats"].([]string), []string{"A2", "A3"}) {
+		t.Fatalf("CheckAvailable = %v, want seat_unavailable listing A2, A3", err)
+	}
+	if err := CheckAvailable([]Seat{{Label: "A1", Status: Available}}); err != nil {
+		t.Fatalf("CheckAvailable(available) = %v", err)
+	}
+}
+
+func TestParseLockStrategy(t *testing.T) {
+	for _, ok := range []string{"redsync", "advisory", "none", "section"} {
+		if _, err := ParseLockStrategy(ok); err != nil {
+			t.Errorf("ParseLockStrategy(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "Redsync", "pg"} {
+		if _, err := ParseLockStrategy(bad); err == nil {
+			t.Errorf("ParseLockStrategy(%q) = nil error", bad)
+		}
+	}
+}

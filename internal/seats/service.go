@@ -1,0 +1,436 @@
+package seats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/lock"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/problem"
+)
+
+// The layers of the seat flows, where each one is:
+//
+//	layer           where                                         backed by
+//	0 idempotency   Idempotency-Key on POST holds and confirm      the route (http.go)
+//	1 lock          seat:{event}:{seat} per seat, sorted, nested   Service.lockSeats
+//	                (or pg_advisory_xact_lock per seat, sorted,     Store.Hold: advisoryLocks
+//	                SHOP_SEAT_LOCK=advisory); hold:{id} on confirm
+//	                and release
+//	2 state         seat available → held → booked; hold active →  CheckAvailable, Hold.Confirm,
+//	                confirmed | released | expired                  Hold.Release
+//	3 version       seats written WHERE status = 'available' AND   Store.Hold: sqlHoldSeats,
+//	                version = $read; the hold moved WHERE           Store.Update: sqlMoveHold
+//	                version = $read
+//	4 constraint    one active hold per seat; one ticket per seat, hold_seats_one_active_per_seat,
+//	                ever; one booking per hold                      tickets_one_per_seat, bookings_one_per_hold
+
+// Locker runs work under a distributed lock (platform/lock.Locker).
+type Locker interface {
+	Do(ctx context.Context, key string, fn func(ctx context.Context) error) error
+}
+
+// Flow names in the conflict counter and in docs/ABLATION.md.
+const (
+	FlowHold    = "hold_seats"
+	FlowConfirm = "confirm_hold"
+	FlowRelease = "release_hold"
+	flowExpire  = "expire_holds"
+)
+
+// LockStrategy is how layer 1 serialises holds on a seat
+// (SHOP_SEAT_LOCK).
+type LockStrategy string
+
+// The lock strategies.
+const (
+	// LockRedsync takes a redsync lock per seat, in seat order, before
+	// the transaction (the default).
+	LockRedsync LockStrategy = "redsync"
+	// LockAdvisory takes pg_advisory_xact_lock per seat, in seat order,
+	// inside the transaction: no Redis round trips, but a connection held
+	// while it waits.
+	LockAdvisory LockStrategy = "advisory"
+	// LockNone takes no lock: layers 2–4 alone.
+	LockNone LockStrategy = "none"
+	// LockSection takes one redsync lock per section (row) the hold
+	// touches, in row order: fewer Redis round trips than a lock per
+	// seat, but every hold in a row waits for every other. It is the
+	// alternative `shop bench seats` measures, not a setting of
+	// SHOP_SEAT_LOCK.
+	LockSection LockStrategy = "section"
+)
+
+// ParseLockStrategy reads SHOP_SEAT_LOCK.
+func ParseLockStrategy(s string) (LockStrategy, error) {
+	switch l := LockStrategy(s); l {
+	case LockRedsync, LockAdvisory, LockNone, LockSection:
+		return l, nil
+	}
+	return "", fmt.Errorf("want redsync, advisory or none, got %q", s)
+}
+
+// DefaultHoldTTL is how long a hold lasts unless configured
+// (SHOP_SEAT_HOLD_TTL).
+const DefaultHoldTTL = 5 * time.Minute
+
+// maxConflictRetries bounds how often a request re-reads after losing a
+// race at layer 3 or 4.
+const maxConflictRetries = 3
+
+// Config holds what the service is built from.
+type Config struct {
+	Store   *Store
+	Locker  Locker
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
+	HoldTTL time.Duration // 0 means DefaultHoldTTL
+	// Lock is the strategy of layer 1; "" means LockRedsync.
+	Lock LockStrategy
+	// Layers are the defences on. The zero value is all of them; only the
+	// layer tests take some off.
+	Layers layers.Set
+}
+
+// Service runs events, holds and bookings.
+type Service struct {
+	store   *Store
+	locker  Locker
+	metrics *metrics.Metrics
+	counts  *counters
+	logger  *slog.Logger
+	now     func() time.Time
+	ttl     time.Duration
+	lock    LockStrategy
+	layers  layers.Set
+}
+
+// NewService returns the seats service.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Locker == nil {
+		return nil, errors.New("seats: a store and a locker are required")
+	}
+	if cfg.Lock == "" {
+		cfg.Lock = LockRedsync
+	}
+	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil {
+		return nil, fmt.Errorf("seats: lock strategy: %w", err)
+	}
+	if cfg.HoldTTL == 0 {
+		cfg.HoldTTL = DefaultHoldTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	counts, err := newCounters(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{store: cfg.Store, locker: cfg.Locker, metrics: cfg.Metrics, counts: counts, logger: cfg.Logger,
+		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, layers: cfg.Layers}, nil
+}
+
+// Hold holds seats of eventID for userID, all or none. Any seat taken
+// gives seat_unavailable listing the seats taken as this request's
+// transaction read them.
+func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []string) (Hold, error) {
+	if !ValidID(eventID) {
+		return Hold{}, ErrNotFound
+	}
+	ev, err := s.store.EventShape(ctx, eventID)
+	if err != nil {
+		return Hold{}, err
+	}
+	sorted, err := ValidateHold(ev, labels)
+	if err != nil {
+		return Hold{}, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Hold{}, fmt.Errorf("new hold id: %w", err)
+	}
+	h := Hold{ID: id.String(), EventID: eventID, UserID: userID, Seats: sorted, Status: Active, Version: 1}
+	ran := false
+	// Layer 1: a lock per seat, taken in seat order and released in
+	// reverse, so two holds that overlap queue on their first common seat
+	// and never deadlock; holds of other seats never wait.
+	err = s.lockSeats(ctx, eventID, sorted, func(ctx context.Context) error {
+		ran = true
+		for attempt := 1; ; attempt++ {
+			now := s.stamp()
+			h.ExpiresAt = now.Add(s.ttl)
+			// Layers 3 and 4 are in the store's transaction: each seat is
+			// written at the version read, and hold_seats admits one
+			// active hold per seat.
+			err := s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(read []Seat) error {
+				// Layer 2: every seat must be available.
+				if !s.layers.On(layers.State) {
+					return nil
+				}
+				if err := CheckAvailable(read); err != nil {
+					s.metrics.Stopped(FlowHold, metrics.LayerState)
+					return err
+				}
+				return nil
+			})
+			switch {
+			case errors.Is(err, ErrVersionConflict):
+				s.metrics.Stopped(FlowHold, metrics.LayerVersion)
+			case errors.Is(err, ErrSeatTaken):
+				s.metrics.Stopped(FlowHold, metrics.LayerConstraint)
+			case errors.Is(err, ErrDeadlock):
+			default:
+				return err
+			}
+			if attempt == maxConflictRetries {
+				return &problem.Error{Code: problem.ResourceBusy, Detail: "the seats keep changing; try again", RetryAfter: time.Second}
+			}
+		}
+	})
+	s.countHold(err, ran)
+	if err != nil {
+		return Hold{}, s.lockLost(err)
+	}
+	return h, nil
+}
+
+// Confirm books the seats of userID's hold. Confirming a confirmed hold
+// answers its booking again; an expired hold gives hold_expired, a
+// released one invalid_state.
+func (s *Service) Confirm(ctx context.Context, userID, holdID string) (Booking, error) {
+	if !ValidID(holdID) {
+		return Booking{}, ErrNotFound
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Booking{}, fmt.Errorf("new booking id: %w", err)
+	}
+	var b Booking
+	err = s.update(ctx, FlowConfirm, userID, holdID, func(h *Hold, now time.Time) (Move, error) {
+		// Layer 2: only an active hold whose time is not up is confirmed.
+		if !s.layers.On(layers.State) {
+			return Move{To: Confirmed, BookingID: id.String()}, nil
+		}
+		if err := h.Confirm(now); err != nil {
+			return Move{}, err
+		}
+		return Move{To: Confirmed, BookingID: id.String()}, nil
+	}, nil, &b)
+	if err != nil {
+		return Booking{}, err
+	}
+	return b, nil
+}
+
+// Release frees the seats of userID's hold. Releasing a released hold
+// changes nothing and answers it again.
+func (s *Service) Release(ctx context.Context, userID, holdID string) (Hold, error) {
+	if !ValidID(holdID) {
+		return Hold{}, ErrNotFound
+	}
+	var out Hold
+	err := s.update(ctx, FlowRelease, userID, holdID, func(h *Hold, now time.Time) (Move, error) {
+		// Layer 2: only an active hold is released, once.
+		if !s.layers.On(layers.State) {
+			h.Status = Released
+			return Move{To: Released}, nil
+		}
+		changed, err := h.Release(now)
+		if err != nil || !changed {
+			return Move{}, err
+		}
+		return Move{To: Released}, nil
+	}, &out, nil)
+	if err != nil {
+		return Hold{}, err
+	}
+	return out, nil
+}
+
+// update runs one move of a hold (confirm or release) under the hold's
+// lock, re-reading after a lost race at layer 3 or 4.
+func (s *Service) update(ctx context.Context, flow, userID, holdID string,
+	rule func(h *Hold, now time.Time) (Move, error), hold *Hold, booking *Booking) error {
+	ran := false
+	// Layer 1: the hold's lock, so a double click on confirm runs once
+	// and the second finds the first's booking.
+	err := s.lockKey(ctx, "hold:"+holdID, func(ctx context.Context) error {
+		ran = true
+		for attempt := 1; ; attempt++ {
+			now := s.stamp()
+			h, b, err := s.store.Update(ctx, holdID, userID, now, s.layers, func(h *Hold) (Move, error) {
+				m, err := rule(h, now)
+				if err != nil && !errors.Is(err, ErrAlreadyConfirmed) {
+					s.metrics.Stopped(flow, metrics.LayerState)
+				}
+				return m, err
+			})
+			switch {
+			case errors.Is(err, ErrVersionConflict):
+				s.metrics.Stopped(flow, metrics.LayerVersion)
+			case errors.Is(err, ErrSeatTaken):
+				s.metrics.Stopped(flow, metrics.LayerConstraint)
+			case errors.Is(err, ErrDeadlock):
+			case err != nil:
+				return err
+			default:
+				if hold != nil {
+					*hold = h
+				}
+				if booking != nil {
+					*booking = b
+				}
+				return nil
+			}
+			if attempt == maxConflictRetries {
+				return &problem.Error{Code: problem.ResourceBusy, Detail: "the hold keeps changing; try again", RetryAfter: time.Second}
+			}
+		}
+	})
+	if problem.CodeOf(err) == problem.ResourceBusy && !ran {
+		s.metrics.Stopped(flow, metrics.LayerLock)
+	}
+	if err == nil {
+		s.counts.moves.WithLabelValues(flow).Inc()
+	}
+	return s.lockLost(err)
+}
+
+// lockSeats runs fn under the redsync lock of every seat (or of every
+// section, LockSection), taken in the order given (sorted) and released
+// in reverse, when layer 1 is on with a redsync strategy. The advisory
+// strategy locks inside the store's transaction instead.
+func (s *Service) lockSeats(ctx context.Context, eventID string, sorted []string, fn func(ctx context.Context) error) error {
+	var keys []string
+	switch {
+	case s.lockOn(LockRedsync):
+		for _, seat := range sorted {
+			keys = append(keys, "seat:"+eventID+":"+seat)
+		}
+	case s.lockOn(LockSection):
+		for _, seat := range sorted {
+			key := "section:" + eventID + ":" + seat[:1]
+			if len(keys) == 0 || keys[len(keys)-1] != key {
+				keys = append(keys, key)
+			}
+		}
+	}
+	return s.lockAll(ctx, keys, fn)
+}
+
+// lockAll runs fn under the locks of keys, each taken inside the one
+// before: in order, and released in reverse.
+func (s *Service) lockAll(ctx context.Context, keys []string, fn func(ctx context.Context) error) error {
+	if len(keys) == 0 {
+		return fn(ctx)
+	}
+	return s.locker.Do(ctx, keys[0], func(ctx context.Context) error {
+		return s.lockAll(ctx, keys[1:], fn)
+	})
+}
+
+// lockKey runs fn under the redsync lock on key when layer 1 is on and
+// the strategy is a redsync one.
+func (s *Service) lockKey(ctx context.Context, key string, fn func(ctx context.Context) error) error {
+	if !s.lockOn(LockRedsync) && !s.lockOn(LockSection) {
+		return fn(ctx)
+	}
+	return s.locker.Do(ctx, key, fn)
+}
+
+// lockOn reports whether layer 1 is on with strategy l.
+func (s *Service) lockOn(l LockStrategy) bool { return s.layers.On(layers.Lock) && s.lock == l }
+
+// lockLost turns a lease lost mid-work into 503 with Retry-After: the
+// transaction was cancelled, and may or may not have committed; the same
+// request with the same Idempotency-Key is safe to send again.
+func (s *Service) lockLost(err error) error {
+	if errors.Is(err, lock.ErrLockLost) {
+		return &problem.Error{Code: problem.Unavailable,
+			Detail: "the seat's lock was lost while it was written; send the request again", RetryAfter: time.Second}
+	}
+	return err
+}
+
+// countHold counts a hold's outcome, and a lock that stopped one.
+func (s *Service) countHold(err error, ran bool) {
+	outcome := "held"
+	switch code := problem.CodeOf(err); {
+	case err == nil:
+	case code == problem.SeatUnavailable:
+		outcome = "unavailable"
+	case code == problem.ResourceBusy:
+		outcome = "busy"
+		if !ran {
+			s.metrics.Stopped(FlowHold, metrics.LayerLock)
+		}
+	default:
+		outcome = "error"
+	}
+	s.counts.holds.WithLabelValues(outcome).Inc()
+}
+
+// CreateEvent creates an event with rows × perRow seats, all available.
+func (s *Service) CreateEvent(ctx context.Context, name string, rows, perRow int) (Event, error) {
+	if err := ValidateEvent(name, rows, perRow); err != nil {
+		return Event{}, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Event{}, fmt.Errorf("new event id: %w", err)
+	}
+	ev := Event{ID: id.String(), Name: name, Rows: rows, SeatsPerRow: perRow, CreatedAt: s.stamp(), Available: rows * perRow}
+	if err := s.store.CreateEvent(ctx, ev); err != nil {
+		return Event{}, err
+	}
+	return ev, nil
+}
+
+// Event returns an event with its counts.
+func (s *Service) Event(ctx context.Context, id string) (Event, error) {
+	if !ValidID(id) {
+		return Event{}, ErrNotFound
+	}
+	return s.store.Event(ctx, id)
+}
+
+// SeatMap returns an event's seats in seat order.
+func (s *Service) SeatMap(ctx context.Context, id string) ([]Seat, error) {
+	if !ValidID(id) {
+		return nil, ErrNotFound
+	}
+	m, err := s.store.SeatMap(ctx, id)
+	if err == nil && len(m) == 0 {
+		return nil, ErrNotFound
+	}
+	return m, err
+}
+
+// Booking returns userID's booking.
+func (s *Service) Booking(ctx context.Context, userID, id string) (Booking, error) {
+	if !ValidID(id) {
+		return Booking{}, ErrNotFound
+	}
+	return s.store.Booking(ctx, id, userID)
+}
+
+// stamp is the time now as PostgreSQL keeps it.
+func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// HoldOf returns userID's hold.
+func (s *Service) HoldOf(ctx context.Context, userID, id string) (Hold, error) {
+	if !ValidID(id) {
+		return Hold{}, ErrNotFound
+	}
+	return s.store.HoldOf(ctx, id, userID)
+}
