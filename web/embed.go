@@ -21,10 +21,10 @@ import (
 //go:embed *.html *.css *.js
 var files embed.FS
 
-// Register serves the shop at GET / and the files at GET /web/{name}.
+// Register serves the shop at GET / and the files at GET /web/{file}.
 func Register(e *echo.Echo) {
 	e.GET("/", func(c echo.Context) error { return serve(c, "index.html") })
-	e.GET("/web/*", func(c echo.Context) error { return serve(c, c.Param("*")) })
+	e.GET("/web/:file", func(c echo.Context) error { return serve(c, c.Param("file")) })
 }
 
 func serve(c echo.Context, name string) error {

@@ -35,7 +35,7 @@ func TestLab_Refusals(t *testing.T) {
 		"UnknownField":    `{"scenario":"flash_sale","size":10,"amplify":true}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			res := e.r(0).do(t, "POST", "/v1/lab/races", "", body)
+			res := e.r(0).offContract("a body outside the lab's schema, on purpose").do(t, "POST", "/v1/lab/races", "", body)
 			if res.Status != http.StatusBadRequest || res.code() != "invalid_request" {
 				t.Errorf("%s: %s, want 400 invalid_request", body, res)
 			}
