@@ -356,6 +356,13 @@ func raceLab(t *testing.T, p page, s *stack) {
 		t.Fatalf("like storm: page %v, database %d likes", d, rows)
 	}
 
+	// Seat rush: one active hold on the seat, as the database holds it.
+	d = race(t, p, "seat_rush", size)
+	held := s.count(t, `SELECT count(*) FROM hold_seats h JOIN events e ON e.id = h.event_id WHERE e.name = $1 AND h.seat = 'A1' AND h.active`, "Race lab seat rush "+d["run"])
+	if d["ok"] != "true" || d["activeHolds"] != strconv.FormatInt(held, 10) || held != 1 || d["created"] != "1" {
+		t.Fatalf("seat rush: page %v, database %d active holds", d, held)
+	}
+
 	// Layers off: the sandbox oversells, on its own tables; the real
 	// catalogue never sees its product.
 	const big = 40

@@ -40,6 +40,9 @@ var bareSchemaDrops = []string{
 	`DROP INDEX IF EXISTS payments_one_active_per_order`,
 	`ALTER TABLE likes DROP CONSTRAINT IF EXISTS likes_pkey`,
 	`ALTER TABLE post_like_shards DROP CONSTRAINT IF EXISTS post_like_shards_n_nonnegative`,
+	`DROP INDEX IF EXISTS hold_seats_one_active_per_seat`,
+	`ALTER TABLE tickets DROP CONSTRAINT IF EXISTS tickets_one_per_seat`,
+	`ALTER TABLE bookings DROP CONSTRAINT IF EXISTS bookings_one_per_hold`,
 }
 
 // replicaName is what X-Served-By says: SHOP_REPLICA_NAME, else the host's

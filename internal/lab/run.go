@@ -29,6 +29,7 @@ type run struct {
 	sku     string
 	orderID string
 	postID  string
+	eventID string
 }
 
 // answer is what one request of the race got: the event "answer".

@@ -4,17 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/seats"
 )
 
-// scenarios are the races the page offers, by name. The seat rush joins
-// them when the seats flow is served (docs/API.md, "Seats"): its setup
-// creates an event (the events store, as the flash sale creates its
-// product), request i holds seat A1 for user i, and its check asks
-// GET /v1/events/{id}/seats that A1 is held once, by one hold; the page
-// (web/lab.html) gets one more radio button, and web/ a seats page.
+// scenarios are the races the page offers, by name.
 var scenarios = map[string]scenario{
+	"seat_rush":  {setup: seatRushSetup, request: seatRushRequest, check: seatRushCheck},
 	"flash_sale": {setup: flashSaleSetup, request: flashSaleRequest, check: flashSaleCheck},
 	"pay_storm":  {setup: payStormSetup, request: payStormRequest, check: payStormCheck},
 	"like_storm": {setup: likeStormSetup, request: likeStormRequest, check: likeStormCheck},
@@ -179,4 +179,56 @@ func plural(n int64, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// Seat rush: N users hold seat A1 of one event at once.
+// Invariant: one active hold on the seat.
+
+func seatRushSetup(ctx context.Context, r *run) error {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	r.eventID = id.String()
+	err = seats.NewStore(r.target.Pool).CreateEvent(ctx, seats.Event{ID: r.eventID, Name: "Race lab seat rush " + r.id,
+		Rows: 1, SeatsPerRow: 10, CreatedAt: time.Now().UTC().Truncate(time.Microsecond)})
+	if err != nil {
+		return err
+	}
+	return r.users(ctx, r.size)
+}
+
+func seatRushRequest(r *run, i int) request {
+	return request{method: http.MethodPost, path: "/v1/events/" + r.eventID + "/holds", token: r.tokens[i],
+		key: fmt.Sprintf("lab-%s-%d", r.id, i), body: map[string]any{"seats": []string{"A1"}}}
+}
+
+const sqlActiveHoldsOfSeat = `SELECT count(*) FROM hold_seats WHERE event_id = $1 AND seat = 'A1' AND active`
+
+func seatRushCheck(ctx context.Context, r *run, tally map[string]int) (check, error) {
+	var seatMap struct {
+		Items []struct {
+			Seat   string `json:"seat"`
+			Status string `json:"status"`
+		} `json:"items"`
+	}
+	if err := r.callJSON(ctx, request{method: http.MethodGet, path: "/v1/events/" + r.eventID + "/seats"}, &seatMap); err != nil {
+		return check{}, err
+	}
+	status := "unknown"
+	for _, s := range seatMap.Items {
+		if s.Seat == "A1" {
+			status = s.Status
+		}
+	}
+	var active int64
+	if err := r.target.Pool.QueryRow(ctx, sqlActiveHoldsOfSeat, r.eventID).Scan(&active); err != nil {
+		return check{}, err
+	}
+	held := int64(tally["201"])
+	return check{
+		ok:    active == 1 && held == 1,
+		line:  fmt.Sprintf("seat A1 %s: %s granted, %s on it, %d double-booked", status, plural(held, "hold"), plural(active, "active hold"), max(0, active-1)),
+		facts: map[string]int64{"holds_granted": held, "active_holds": active, "double_booked": max(0, active-1)},
+	}, nil
 }
