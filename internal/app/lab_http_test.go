@@ -98,3 +98,34 @@ func TestLab_SandboxOversells(t *testing.T) {
 	}
 	t.Logf("%s (ok=%t)", out.Line, out.OK)
 }
+
+// TestLab_SeatRushSandbox: a seat rush with the lock, the version check
+// and the constraints off runs on the bare sandbox schema, and its outcome
+// counts the active holds that schema has.
+func TestLab_SeatRushSandbox(t *testing.T) {
+	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	res := e.r(0).do(t, "POST", "/v1/lab/races", "", map[string]any{"scenario": "seat_rush", "size": 20, "layers_off": []string{"lock", "version", "constraint"}})
+	if res.Status != http.StatusOK {
+		t.Fatalf("race: %s", res)
+	}
+	var start struct{ Run string }
+	var out struct {
+		Line  string           `json:"line"`
+		Facts map[string]int64 `json:"facts"`
+	}
+	for _, block := range strings.Split(string(res.Body), "\n\n") {
+		event, data, _ := strings.Cut(block, "\ndata: ")
+		switch event {
+		case "event: start":
+			_ = json.Unmarshal([]byte(data), &start)
+		case "event: outcome":
+			_ = json.Unmarshal([]byte(data), &out)
+		}
+	}
+	active := e.count(t, `SELECT count(*) FROM shop_lab_bare.hold_seats h JOIN shop_lab_bare.events v ON v.id = h.event_id
+		WHERE v.name = $1 AND h.seat = 'A1' AND h.active`, "Race lab seat rush "+start.Run)
+	if out.Line == "" || out.Facts["active_holds"] != int64(active) {
+		t.Fatalf("outcome %+v; the bare sandbox has %d active holds on A1\n%s", out, active, res.Body)
+	}
+	t.Log(out.Line)
+}
