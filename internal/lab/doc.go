@@ -13,9 +13,11 @@
 // With layers taken off, a run goes to a sandbox instead: a second copy
 // of the service, built with the flows' layer switches and serving on a
 // loopback port of this process, over tables of its own (the shop_lab
-// schema). Real orders never see it, and a visitor sees what a missing
-// layer lets through — oversold stock, a second charge — next to the same
-// run with every layer on.
+// schema; shop_lab_bare, without the constraints, when layer 4 is off)
+// and with a payment gateway of its own. Real orders never see it, and a
+// visitor sees what a missing layer lets through — oversold stock, a
+// second charge, a seat held twice — next to the same run with every
+// layer on.
 //
 // The lab is an amplifier if left open: N is bounded, one run at a time
 // per replica, and it answers 404 unless the server is a demo.
