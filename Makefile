@@ -11,7 +11,7 @@ FUZZTIME ?= 30s
 # writes the figures as Markdown.
 FAULTS_TIMEOUT ?= 20m
 
-.PHONY: faults linearizability ablation all build test test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
+.PHONY: faults linearizability ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
 
 # .env (written by `make images`, ignored by git) names the images to use
 # instead of the official ones. docker compose reads it by itself; here its
@@ -35,6 +35,13 @@ build:
 # SHOP_TEST_REDIS_ADDRS point at running servers.
 test:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+# The pages of web/ in real Chromium (Debian's chromium package;
+# SHOP_CHROMIUM names another binary): register, buy, pay, cancel, like and
+# each race-lab scenario against two replicas, checked against the API.
+# Screenshots go to bin/screenshots.
+test-browser:
+	SHOP_SCREENSHOTS=$(CURDIR)/bin/screenshots $(GO) test -tags browser -count=1 -timeout 10m -run '^TestBrowser$$' ./web/
 
 # The ablation matrices, rewriting docs/ABLATION.md with what they saw.
 ablation:
@@ -66,6 +73,7 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags e2e ./e2e/
 	$(GO) vet -tags faults ./internal/faults/
+	$(GO) vet -tags browser ./web/
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -19,6 +19,7 @@ import (
 
 	"github.com/shop-example/shop/docs"
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/lab"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
@@ -33,6 +34,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/ratelimit"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/seats"
+	"github.com/shop-example/shop/web"
 )
 
 // Deps are the connections the service runs on. The caller owns them.
@@ -75,6 +77,7 @@ type App struct {
 	bookkeeping *pgxpool.Pool
 	limits      limits
 	readiness   *readyProbe
+	sandboxes   *sandboxes
 }
 
 // New builds the service on deps with the settings in cfg. Close releases
@@ -150,6 +153,9 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies})
 	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
 		bookkeeping: bookkeeping, limits: limit, readiness: readiness}
+	a.sandboxes = &sandboxes{a: a}
+	replica := replicaName(cfg.ReplicaName)
+	e.Use(servedBy(replica))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", readiness.handle)
@@ -186,6 +192,13 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		User: authn.User, Admin: authn.Admin, Idempotency: idemFor,
 		PublicLimit: limit.public, WriteLimit: limit.writes,
 	})
+
+	// The shop in a browser, and its race lab (demo servers only).
+	web.Register(e)
+	lab.Register(v1, lab.New(lab.Config{
+		Demo: cfg.Demo, Replica: replica, Logger: deps.Logger, Sandbox: a.sandboxes.build,
+		Live: lab.Target{Name: "live", URL: cfg.LabTarget, GatewayURL: cfg.GatewayURL, Pool: deps.Pool, Metrics: m, Layers: deps.Layers},
+	}))
 	return a, nil
 }
 
@@ -331,6 +344,7 @@ func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 
 // Close releases the connections New opened (not those in Deps).
 func (a *App) Close() {
+	a.sandboxes.close()
 	a.bookkeeping.Close()
 	a.limits.close()
 }

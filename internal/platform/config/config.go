@@ -66,7 +66,14 @@ type Config struct {
 	// Demo makes `shop seed` add a demo user and print its token
 	// (SHOP_DEMO). The token is derived from the admin token, so it is
 	// the same on every run and needs AdminToken set.
-	Demo          bool
+	Demo bool
+	// ReplicaName names this replica in the X-Served-By header of every
+	// answer (SHOP_REPLICA_NAME); empty means the host's name.
+	ReplicaName string
+	// LabTarget is the public address the race lab sends its requests to
+	// (SHOP_LAB_TARGET): the load balancer under compose, by default this
+	// replica's own listener. The lab answers only with Demo on.
+	LabTarget     string
 	DBMaxConns    int32         // SHOP_DB_MAX_CONNS
 	JobInterval   time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
 	ShutdownDrain time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
@@ -171,6 +178,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		SeatHoldTTL:      dur("SHOP_SEAT_HOLD_TTL", 5*time.Minute),
 		JobInterval:      dur("SHOP_JOB_INTERVAL", 5*time.Second),
 		ShutdownDrain:    dur("SHOP_SHUTDOWN_DRAIN", 15*time.Second),
+		ReplicaName:      str("SHOP_REPLICA_NAME", ""),
+	}
+	c.LabTarget = str("SHOP_LAB_TARGET", ownURL(c.HTTPAddr))
+	if u, err := url.Parse(c.LabTarget); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		errs = append(errs, fmt.Errorf("SHOP_LAB_TARGET: want an http:// URL, got %q", c.LabTarget))
 	}
 	rate := func(name, def string) Rate {
 		r, err := ParseRate(str(name, def))
@@ -302,6 +314,19 @@ func (c Config) checkTimings() []error {
 	return errs
 }
 
+// ownURL is the URL of a listen address as seen from this host: ":8080"
+// is http://127.0.0.1:8080.
+func ownURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
 // sameListener reports whether two listen addresses would take the same
 // port: the same port on the same host, or on a wildcard host.
 func sameListener(a, b string) bool {
@@ -332,6 +357,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("seat_hold_ttl", c.SeatHoldTTL),
 		slog.String("seat_lock", c.SeatLock),
 		slog.Bool("migrate", c.Migrate),
+		slog.Bool("demo", c.Demo),
+		slog.String("replica_name", c.ReplicaName),
+		slog.String("lab_target", c.LabTarget),
 		slog.Any("trusted_proxies", c.TrustedProxies),
 		slog.Group("rate_limit",
 			slog.Bool("off", c.RateLimit.Off),

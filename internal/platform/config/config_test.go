@@ -41,6 +41,8 @@ var allVars = []string{
 	"SHOP_SEAT_LOCK",
 	"SHOP_MIGRATE",
 	"SHOP_DEMO",
+	"SHOP_REPLICA_NAME",
+	"SHOP_LAB_TARGET",
 	"SHOP_DB_MAX_CONNS",
 	"SHOP_JOB_INTERVAL",
 	"SHOP_SHUTDOWN_DRAIN",
@@ -88,6 +90,8 @@ func TestFromEnv_Defaults(t *testing.T) {
 		DBMaxConns:       8,
 		JobInterval:      5 * time.Second,
 		ShutdownDrain:    15 * time.Second,
+		// The race lab fires at this replica's own listener.
+		LabTarget: "http://127.0.0.1:8080",
 		// Limits on, counted on the first lock node; no proxy trusted.
 		RateLimit: RateLimits{
 			Timeout:  100 * time.Millisecond,
@@ -134,6 +138,8 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_SEAT_LOCK":               "advisory",
 		"SHOP_MIGRATE":                 "true",
 		"SHOP_DEMO":                    "true",
+		"SHOP_REPLICA_NAME":            "api-9",
+		"SHOP_LAB_TARGET":              "http://lb:8080",
 		"SHOP_DB_MAX_CONNS":            "7",
 		"SHOP_JOB_INTERVAL":            "250ms",
 		"SHOP_SHUTDOWN_DRAIN":          "1m",
@@ -176,6 +182,8 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		SeatLock:         "advisory",
 		Migrate:          true,
 		Demo:             true,
+		ReplicaName:      "api-9",
+		LabTarget:        "http://lb:8080",
 		DBMaxConns:       7,
 		JobInterval:      250 * time.Millisecond,
 		ShutdownDrain:    time.Minute,

@@ -1,0 +1,205 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/lab"
+	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/postgres"
+)
+
+// The race lab's sandbox tables: the same migrations as the service's, in
+// schemas of their own, so a run with layers off can never touch a real
+// order. A constraint is schema, not code: with layer 4 off a run goes to
+// the second schema, whose constraints the flows lean on are dropped (the
+// ablation matrices drop the same ones in their test databases).
+const (
+	sandboxSchema     = "shop_lab"
+	sandboxBareSchema = "shop_lab_bare"
+)
+
+// bareSchemaDrops take layer 4 out of the bare sandbox schema.
+var bareSchemaDrops = []string{
+	`ALTER TABLE products DROP CONSTRAINT IF EXISTS products_stock_nonnegative`,
+	`ALTER TABLE orders DROP CONSTRAINT IF EXISTS orders_user_request_key`,
+	`ALTER TABLE stock_releases DROP CONSTRAINT IF EXISTS stock_releases_pkey`,
+	`DROP INDEX IF EXISTS payments_one_active_per_order`,
+	`ALTER TABLE likes DROP CONSTRAINT IF EXISTS likes_pkey`,
+	`ALTER TABLE post_like_shards DROP CONSTRAINT IF EXISTS post_like_shards_n_nonnegative`,
+	`DROP INDEX IF EXISTS hold_seats_one_active_per_seat`,
+	`ALTER TABLE tickets DROP CONSTRAINT IF EXISTS tickets_one_per_seat`,
+	`ALTER TABLE bookings DROP CONSTRAINT IF EXISTS bookings_one_per_hold`,
+}
+
+// replicaName is what X-Served-By says: SHOP_REPLICA_NAME, else the host's
+// name.
+func replicaName(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	if h, err := os.Hostname(); err == nil {
+		return h
+	}
+	return "unknown"
+}
+
+// servedBy names the replica in every answer, so a client behind the
+// load balancer (the race lab's page) can show which one served it.
+func servedBy(name string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Response().Header().Set("X-Served-By", name)
+			return next(c)
+		}
+	}
+}
+
+// sandboxes builds the race lab's sandboxes: copies of the service with
+// some layers off, on the sandbox schema, each serving on a loopback
+// port for one run.
+type sandboxes struct {
+	a *App
+
+	mu    sync.Mutex
+	pools map[string]*pgxpool.Pool // by schema: opened, and migrated, by the first run on it
+}
+
+// open returns a pool on schema, creating and migrating it the first time.
+func (s *sandboxes) open(ctx context.Context, schema string) (*pgxpool.Pool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.pools[schema]; ok {
+		return p, nil
+	}
+	if _, err := s.a.deps.Pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema); err != nil {
+		return nil, fmt.Errorf("create schema: %w", err)
+	}
+	u, err := url.Parse(s.a.cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	if err := postgres.MigrateUp(u.String()); err != nil {
+		return nil, err
+	}
+	pool, err := postgres.Open(ctx, u.String(), 8)
+	if err != nil {
+		return nil, err
+	}
+	if schema == sandboxBareSchema {
+		for _, sql := range bareSchemaDrops {
+			if _, err := pool.Exec(ctx, sql); err != nil {
+				pool.Close()
+				return nil, fmt.Errorf("%s: %w", sql, err)
+			}
+		}
+	}
+	if s.pools == nil {
+		s.pools = map[string]*pgxpool.Pool{}
+	}
+	s.pools[schema] = pool
+	return pool, nil
+}
+
+// build is a lab.Sandbox: the service with set's layers, rate limits off
+// (the run is bounded by the lab), stock taken by read-check-write when
+// the version layer is off (the lost update that layer exists to stop).
+func (s *sandboxes) build(ctx context.Context, set layers.Set) (lab.Target, func(), error) {
+	schema := sandboxSchema
+	if !set.On(layers.Constraint) {
+		schema = sandboxBareSchema
+	}
+	pool, err := s.open(ctx, schema)
+	if err != nil {
+		return lab.Target{}, nil, err
+	}
+	// A gateway of its own, so the sandbox's charges never reach the
+	// journal the books of real orders are audited against.
+	_, gwURL, stopGateway, err := s.gateway()
+	if err != nil {
+		return lab.Target{}, nil, err
+	}
+	cfg := s.a.cfg
+	cfg.GatewayURL = gwURL
+	cfg.Demo = false
+	cfg.ReplicaName = "sandbox"
+	cfg.RateLimit.Off = true
+	sb, err := New(cfg, Deps{Pool: pool, Redis: s.a.deps.Redis, Logger: s.a.deps.Logger, Now: s.a.deps.Now,
+		Layers: set, NaiveStock: inventory.TakeReadCheckWrite})
+	if err != nil {
+		stopGateway()
+		return lab.Target{}, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		sb.Close()
+		stopGateway()
+		return lab.Target{}, nil, err
+	}
+	srv := &http.Server{Handler: sb.Echo, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.a.deps.Logger.Warn("lab sandbox", "err", err)
+		}
+	}()
+	stop := func() {
+		_ = srv.Close()
+		sb.Close()
+		stopGateway()
+	}
+	return lab.Target{Name: "sandbox", URL: "http://" + ln.Addr().String(), GatewayURL: gwURL,
+		Pool: pool, Metrics: sb.Metrics, Layers: set}, stop, nil
+}
+
+// gateway starts a stand-in card processor for one sandbox run, its
+// journal in a temporary directory removed when it stops.
+func (s *sandboxes) gateway() (*gateway.Server, string, func(), error) {
+	dir, err := os.MkdirTemp("", "shop-lab-gateway-")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	gw, err := gateway.New(gateway.Options{JournalPath: filepath.Join(dir, "journal.jsonl"),
+		SlowDelay: s.a.cfg.GatewaySlowDelay, Logger: s.a.deps.Logger})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = gw.Close()
+		_ = os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	stop := func() {
+		_ = srv.Close()
+		_ = gw.Close()
+		_ = os.RemoveAll(dir)
+	}
+	return gw, "http://" + ln.Addr().String(), stop, nil
+}
+
+func (s *sandboxes) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.pools {
+		p.Close()
+	}
+}

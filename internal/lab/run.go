@@ -1,0 +1,226 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shop-example/shop/internal/platform/auth"
+)
+
+// run is one race: its target, its size and what its setup made.
+type run struct {
+	lab    *Lab
+	target Target
+	size   int
+	id     string // names the run's users, product and keys
+
+	tokens  []string // the users' bearer tokens
+	sku     string
+	orderID string
+	postID  string
+	eventID string
+}
+
+// answer is what one request of the race got: the event "answer".
+type answer struct {
+	I         int     `json:"i"`
+	Status    int     `json:"status"`
+	Code      string  `json:"code,omitempty"`
+	LatencyMS float64 `json:"latency_ms"`
+	Replica   string  `json:"replica,omitempty"`
+	Replayed  bool    `json:"replayed,omitempty"`
+}
+
+// Outcome is the event "outcome": the answers counted, the invariant
+// checked on the database, and the metrics' moves.
+type Outcome struct {
+	OK       bool               `json:"ok"`
+	Line     string             `json:"line"`
+	Facts    map[string]int64   `json:"facts"`
+	Tally    map[string]int     `json:"tally"`
+	Replicas map[string]int     `json:"replicas"`
+	Metrics  map[string]float64 `json:"metrics"`
+	// MetricsFrom are the replicas whose counters Metrics adds up.
+	MetricsFrom []string `json:"metrics_from"`
+	TookMS      int64    `json:"took_ms"`
+}
+
+// request is one call of the race.
+type request struct {
+	method, path string
+	token, key   string
+	body         any
+}
+
+// check is what a scenario's invariant check found.
+type check struct {
+	ok    bool
+	line  string
+	facts map[string]int64
+}
+
+// scenario is a race: its setup, its i-th request and its invariant.
+type scenario struct {
+	setup   func(ctx context.Context, r *run) error
+	request func(r *run, i int) request
+	check   func(ctx context.Context, r *run, tally map[string]int) (check, error)
+}
+
+func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, error) {
+	before, err := r.snapshot(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if err := sc.setup(ctx, r); err != nil {
+		return Outcome{}, fmt.Errorf("setup: %w", err)
+	}
+	reqs := make([]request, r.size)
+	for i := range reqs {
+		reqs[i] = sc.request(r, i)
+	}
+
+	// Every request waits at the gate, so they leave together.
+	gate := make(chan struct{})
+	answers := make(chan answer, r.size)
+	var wg sync.WaitGroup
+	for i, q := range reqs {
+		wg.Go(func() {
+			<-gate
+			answers <- r.send(ctx, i, q)
+		})
+	}
+	start := time.Now()
+	close(gate)
+	go func() { wg.Wait(); close(answers) }()
+
+	out := Outcome{Tally: map[string]int{}, Replicas: map[string]int{}}
+	for a := range answers {
+		key := strconv.Itoa(a.Status)
+		if a.Code != "" {
+			key += " " + a.Code
+		}
+		if a.Replayed {
+			key += " (replayed)"
+		}
+		out.Tally[key]++
+		if a.Replica != "" {
+			out.Replicas[a.Replica]++
+		}
+		s.send("answer", a)
+	}
+	out.TookMS = time.Since(start).Milliseconds()
+
+	after, err := r.snapshot(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	out.Metrics, out.MetricsFrom = deltas(before, after)
+	c, err := sc.check(ctx, r, out.Tally)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("check: %w", err)
+	}
+	out.OK, out.Line, out.Facts = c.ok, c.line, c.facts
+	return out, nil
+}
+
+// send makes one request and reads what came back. A transport error is
+// status 0 with the error as its code.
+func (r *run) send(ctx context.Context, i int, q request) answer {
+	begin := time.Now()
+	status, body, h, err := r.call(ctx, q)
+	a := answer{I: i, Status: status, LatencyMS: float64(time.Since(begin).Microseconds()) / 1000}
+	if err != nil {
+		a.Code = "transport_error"
+		return a
+	}
+	a.Replica = h.Get("X-Served-By")
+	a.Replayed = h.Get("Idempotent-Replayed") == "true"
+	if status >= 400 {
+		var p struct {
+			Code string `json:"code"`
+		}
+		_ = json.Unmarshal(body, &p)
+		a.Code = p.Code
+	}
+	return a
+}
+
+// call sends q to the target and returns the status, body and headers.
+func (r *run) call(ctx context.Context, q request) (int, []byte, http.Header, error) {
+	var body io.Reader
+	if q.body != nil {
+		b, err := json.Marshal(q.body)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, q.method, r.target.URL+q.path, body)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if q.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if q.token != "" {
+		req.Header.Set("Authorization", "Bearer "+q.token)
+	}
+	if q.key != "" {
+		req.Header.Set("Idempotency-Key", q.key)
+	}
+	res, err := r.lab.client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	return res.StatusCode, b, res.Header, err
+}
+
+// callJSON sends q and decodes a 2xx answer into dst.
+func (r *run) callJSON(ctx context.Context, q request, dst any) error {
+	status, body, _, err := r.call(ctx, q)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", q.method, q.path, err)
+	}
+	if status < 200 || status > 299 {
+		return fmt.Errorf("%s %s: %d %s", q.method, q.path, status, bytes.TrimSpace(body))
+	}
+	return json.Unmarshal(body, dst)
+}
+
+// users creates n users of the run in the target's tables, directly: the
+// registration route is limited per address, and the race is about what
+// comes after it.
+func (r *run) users(ctx context.Context, n int) error {
+	store := auth.NewStore(r.target.Pool)
+	r.tokens = make([]string, n)
+	var g errgroup.Group
+	g.SetLimit(4)
+	for i := range n {
+		g.Go(func() error {
+			_, token, err := store.CreateUser(ctx, fmt.Sprintf("lab-%s-%d", r.id, i))
+			r.tokens[i] = token
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+// runID is a short random name for a run.
+func runID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,430 @@
+//go:build browser
+
+package web_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The pages in real Chromium (Debian's package) against a real stack:
+// register, buy, pay, cancel, like, and each race-lab scenario; each time
+// what the page shows is checked against what the API and the database
+// say. Screenshots go to SHOP_SCREENSHOTS (default: the test's temporary
+// directory).
+
+// browser starts Chromium and returns a tab. SHOP_CHROMIUM names the
+// binary; without one the test is skipped, except in CI.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := os.Getenv("SHOP_CHROMIUM")
+	if path == "" {
+		path = "/usr/bin/chromium"
+	}
+	if _, err := exec.LookPath(path); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no Chromium at %s (apt-get install chromium)", path)
+		}
+		t.Skipf("no Chromium at %s (apt-get install chromium, or set SHOP_CHROMIUM)", path)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.WindowSize(1280, 900))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	tab, cancelTab := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancelTab(); cancelAlloc() })
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return tab
+}
+
+// page drives one tab with a deadline per step.
+type page struct {
+	t   *testing.T
+	tab context.Context
+}
+
+func (p page) step(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(p.tab, d)
+}
+
+func (p page) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := p.step(20 * time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval returns the value of a JavaScript expression.
+func eval[T any](p page, expr string) T {
+	p.t.Helper()
+	ctx, cancel := p.step(10 * time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// waitFor polls a JavaScript condition until it is truthy.
+func (p page) waitFor(what, expr string, timeout time.Duration) {
+	p.t.Helper()
+	ctx, cancel := p.step(timeout + time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(timeout))); err != nil {
+		body, _ := chromedp.Run(p.tab, chromedp.Evaluate[string]("document.body.innerText"))
+		p.t.Fatalf("waiting for %s: %v\npage:\n%s", what, err, body)
+	}
+}
+
+func (p page) text(sel string) string {
+	p.t.Helper()
+	return eval[string](p, fmt.Sprintf(`document.querySelector(%q).textContent.trim()`, sel))
+}
+
+func (p page) screenshot(name string) {
+	p.t.Helper()
+	dir := os.Getenv("SHOP_SCREENSHOTS")
+	if dir == "" {
+		dir = p.t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	ctx, cancel := p.step(20 * time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("screenshot %s", path)
+}
+
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return n
+}
+
+var errNoToken = errors.New("no token in sessionStorage")
+
+func TestBrowser(t *testing.T) {
+	s := startStack(t)
+	p := page{t: t, tab: browser(t)}
+
+	t.Run("Shop", func(t *testing.T) { p.t = t; shop(t, p, s) })
+	t.Run("Posts", func(t *testing.T) { p.t = t; posts(t, p, s) })
+	t.Run("Lab", func(t *testing.T) { p.t = t; raceLab(t, p, s) })
+	t.Run("Phone", func(t *testing.T) { p.t = t; phone(t, p, s) })
+}
+
+type product struct {
+	Stock int64 `json:"stock_available"`
+}
+
+type orderList struct {
+	Items []struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	} `json:"items"`
+}
+
+func shop(t *testing.T, p page, s *stack) {
+	p.do("open the shop", chromedp.Navigate(s.url+"/"), chromedp.WaitVisible(chromedp.CSS("#register")))
+
+	// Register: the token lands in sessionStorage, and the page says who.
+	p.do("register",
+		chromedp.SendKeys(chromedp.CSS("#reg-name"), "alice"),
+		chromedp.Click(chromedp.CSS("#register button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS("#signed-in")))
+	if got := p.text("#signed-in"); got != "alice" {
+		t.Fatalf("signed in as %q", got)
+	}
+	token := eval[string](p, `sessionStorage.getItem('shop.token') || ''`)
+	if token == "" {
+		t.Fatal(errNoToken)
+	}
+
+	// The catalogue shows the stock the API has.
+	const sku = "MUG-LOGO"
+	row := fmt.Sprintf(`tr[data-sku="%s"]`, sku)
+	p.waitFor("the catalogue", fmt.Sprintf(`!!document.querySelector('%s .stock')`, row), 10*time.Second)
+	var before product
+	s.get(t, s.url, "/v1/products/"+sku, "", &before)
+	if got := atoi(t, p.text(row+" .stock")); got != before.Stock {
+		t.Fatalf("page shows %d in stock, the API %d", got, before.Stock)
+	}
+
+	// Buy: one key per click, shown; sending it again replays the order.
+	p.do("buy", chromedp.Click(chromedp.CSS(row+" button.buy")))
+	p.waitFor("the order", `(document.querySelector('#buy-status')?.textContent || '').includes('placed')`, 10*time.Second)
+	key := p.text("#buy-key")
+	p.do("send again", chromedp.Click(chromedp.CSS("#buy-again")))
+	p.waitFor("the replay", `(document.querySelector('#buy-status')?.textContent || '').includes('replayed')`, 10*time.Second)
+	if again := p.text("#buy-key"); again != key || key == "" {
+		t.Fatalf("key %q, then %q", key, again)
+	}
+	var orders orderList
+	s.get(t, s.url, "/v1/orders", token, &orders)
+	if len(orders.Items) != 1 {
+		t.Fatalf("one intent sent twice made %d orders", len(orders.Items))
+	}
+	var after product
+	s.get(t, s.url, "/v1/products/"+sku, "", &after)
+	if after.Stock != before.Stock-1 {
+		t.Fatalf("stock %d → %d, want one less", before.Stock, after.Stock)
+	}
+	p.waitFor("the new stock", fmt.Sprintf(`document.querySelector('%s .stock').textContent.trim() === '%d'`, row, after.Stock), 10*time.Second)
+
+	// Pay: declined first (the order stays payable), then flaky (fails
+	// once at the gateway, then succeeds).
+	id := orders.Items[0].ID
+	orow := fmt.Sprintf(`tr[data-order="%s"]`, id)
+	for _, c := range []struct{ card, want string }{{"pm_card_declined", "Not paid: 402"}, {"pm_card_flaky", "Paid"}} {
+		p.waitFor("the pay button", fmt.Sprintf(`!!document.querySelector('%s button.pay')`, orow), 10*time.Second)
+		p.do("choose "+c.card, chromedp.SetValue(chromedp.CSS(orow+" select.card"), c.card), chromedp.Click(chromedp.CSS(orow+" button.pay")))
+		p.waitFor(c.want, fmt.Sprintf(`document.querySelector('#order-result').textContent.startsWith(%q)`, c.want), 15*time.Second)
+	}
+	s.get(t, s.url, "/v1/orders", token, &orders)
+	p.waitFor("paid on the page", fmt.Sprintf(`document.querySelector('%s .status').textContent === 'paid'`, orow), 10*time.Second)
+	if orders.Items[0].Status != "paid" {
+		t.Fatalf("the API says %s", orders.Items[0].Status)
+	}
+	if n := s.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, id); n != 1 {
+		t.Fatalf("%d succeeded payments", n)
+	}
+
+	// Buy another and cancel it: the stock comes back.
+	p.do("buy again", chromedp.Click(chromedp.CSS(row+" button.buy")))
+	p.waitFor("the second order", `document.querySelectorAll('#orders tr[data-order]').length === 2`, 10*time.Second)
+	p.do("cancel", chromedp.Click(chromedp.CSS("#orders button.cancel")))
+	p.waitFor("cancelled", `document.querySelector('#order-result').textContent.includes('cancelled')`, 10*time.Second)
+	s.get(t, s.url, "/v1/orders", token, &orders)
+	if orders.Items[0].Status != "cancelled" {
+		t.Fatalf("newest order is %s", orders.Items[0].Status)
+	}
+	p.waitFor("cancelled on the page", fmt.Sprintf(`document.querySelector('tr[data-order="%s"] .status').textContent === 'cancelled'`, orders.Items[0].ID), 10*time.Second)
+	s.get(t, s.url, "/v1/products/"+sku, "", &after)
+	if after.Stock != before.Stock-1 {
+		t.Fatalf("after the cancel the stock is %d, want %d", after.Stock, before.Stock-1)
+	}
+	p.screenshot("shop")
+}
+
+func posts(t *testing.T, p page, s *stack) {
+	p.do("open posts", chromedp.Navigate(s.url+"/web/posts.html"), chromedp.WaitVisible(chromedp.CSS("#signed-in")))
+	token := eval[string](p, `sessionStorage.getItem('shop.token') || ''`)
+	for _, title := range []string{"Fifty clicks, one charge", "Which layer stopped it?"} {
+		p.do("write "+title, chromedp.SendKeys(chromedp.CSS("#post-title"), title), chromedp.Click(chromedp.CSS("#new-post button[type=submit]")))
+		p.waitFor("the post", fmt.Sprintf(`[...document.querySelectorAll('#posts .title')].some(e => e.textContent === %q)`, title), 10*time.Second)
+	}
+	id := eval[string](p, `document.querySelector('#posts li[data-post]').dataset.post`)
+	item := fmt.Sprintf(`#posts li[data-post="%s"]`, id)
+	type post struct {
+		LikeCount int64 `json:"like_count"`
+		LikedByMe bool  `json:"liked_by_me"`
+	}
+	for i, want := range []post{{1, true}, {0, false}, {1, true}} {
+		p.do("click like", chromedp.Click(chromedp.CSS(item+" button.like")))
+		p.waitFor("the like", fmt.Sprintf(`document.querySelector('%s button.like').getAttribute('aria-pressed') === '%t' && !document.querySelector('%s button.like').disabled`, item, want.LikedByMe, item), 10*time.Second)
+		var got post
+		s.get(t, s.url, "/v1/posts/"+id, token, &got)
+		if got != want {
+			t.Fatalf("click %d: the API says %+v, want %+v", i+1, got, want)
+		}
+		if shown := atoi(t, p.text(item+" .count")); shown != got.LikeCount {
+			t.Fatalf("click %d: the page shows %d, the API %d", i+1, shown, got.LikeCount)
+		}
+	}
+	p.screenshot("posts")
+}
+
+// race runs one race on the lab page and returns the outcome's data.
+func race(t *testing.T, p page, scenario string, size int, off ...string) map[string]string {
+	t.Helper()
+	set := fmt.Sprintf(`document.querySelector('input[name=scenario][value=%s]').checked = true;`, scenario)
+	set += `document.querySelectorAll('input[name=off]').forEach(c => c.checked = false);`
+	for _, o := range off {
+		set += fmt.Sprintf(`document.querySelector('input[name=off][value=%s]').checked = true;`, o)
+	}
+	set += fmt.Sprintf(`document.querySelector('#size').value = '%d'; true`, size)
+	eval[bool](p, set)
+	// The lab takes one run at a time, with a pause between runs.
+	time.Sleep(1100 * time.Millisecond)
+	prev := eval[string](p, `document.querySelector('#outcome').dataset.run || ''`)
+	p.do("run "+scenario, chromedp.Click(chromedp.CSS("#run")))
+	p.waitFor(scenario+" outcome", fmt.Sprintf(`(document.querySelector('#outcome').dataset.run !== %q && document.querySelector('#outcome').dataset.ok !== undefined) || /failed|Refused/.test(document.querySelector('#lab-msg').textContent)`, prev), 60*time.Second)
+	if msg := p.text("#lab-msg"); msg != "" {
+		t.Fatalf("%s: %s", scenario, msg)
+	}
+	data := eval[map[string]string](p, `Object.assign({}, document.querySelector('#outcome').dataset)`)
+	data["line"] = p.text("#outcome")
+	data["progress"] = p.text("#progress")
+	answered := eval[int](p, `[...document.querySelectorAll('#tally li .n')].reduce((a, e) => a + Number(e.textContent), 0)`)
+	if want := fmt.Sprintf("%d of %d answers", size, size); data["progress"] != want || answered != size {
+		t.Fatalf("%s: progress %q, tally sums to %d; want %q", scenario, data["progress"], answered, want)
+	}
+	data["created"] = strconv.Itoa(eval[int](p, `[...document.querySelectorAll('#tally li')].filter(e => /^201$/.test(e.dataset.key)).reduce((a, e) => a + Number(e.querySelector('.n').textContent), 0)`))
+	t.Logf("%s ×%d (%s off): %s", scenario, size, strings.Join(off, ","), data["line"])
+	return data
+}
+
+func raceLab(t *testing.T, p page, s *stack) {
+	p.do("open the lab", chromedp.Navigate(s.url+"/web/lab.html"), chromedp.WaitVisible(chromedp.CSS("#race")))
+	const size = 10
+
+	// Six clicks from the page itself, one key: one order more.
+	token := eval[string](p, `sessionStorage.getItem('shop.token') || ''`)
+	var before, after orderList
+	s.get(t, s.url, "/v1/orders?limit=100", token, &before)
+	p.do("six at once", chromedp.Click(chromedp.CSS("#six")))
+	p.waitFor("six answers", `document.querySelector('#six-outcome').dataset.orders !== undefined`, 20*time.Second)
+	s.get(t, s.url, "/v1/orders?limit=100", token, &after)
+	if shown := p.text("#six-outcome"); !strings.HasPrefix(shown, "✔ 6 requests with one key, 1 order") || len(after.Items) != len(before.Items)+1 {
+		t.Fatalf("page: %q; the API: %d orders before, %d after", shown, len(before.Items), len(after.Items))
+	}
+	if n := eval[int](p, `document.querySelectorAll('#six-answers li').length`); n != 6 {
+		t.Fatalf("%d answers shown, want 6", n)
+	}
+	t.Logf("six clicks: %s", eval[string](p, `document.querySelector('#six-answers').innerText`))
+
+	// Flash sale: the page's counts are the database's.
+	d := race(t, p, "flash_sale", size)
+	sku := "LAB-" + d["run"]
+	if d["ok"] != "true" || d["target"] != "live" {
+		t.Fatalf("flash sale: %v", d)
+	}
+	var left product
+	s.get(t, s.url, "/v1/products/"+sku, "", &left)
+	orders := s.count(t, `SELECT count(*) FROM order_items WHERE sku = $1`, sku)
+	if d["orders"] != strconv.FormatInt(orders, 10) || d["created"] != d["orders"] || d["stockLeft"] != strconv.FormatInt(left.Stock, 10) {
+		t.Fatalf("page %v; API: %d left, database: %d orders", d, left.Stock, orders)
+	}
+	if want := fmt.Sprintf("✔ %d units, %d orders, 0 oversold", size/2, size/2); d["line"] != want {
+		t.Fatalf("outcome %q, want %q", d["line"], want)
+	}
+	if n := eval[int](p, `document.querySelectorAll('#replicas li').length`); n != 2 {
+		t.Errorf("answers came from %d replicas, want both", n)
+	}
+	// Every buyer turned away was stopped by the conditional decrement
+	// (layer 3), counted on whichever replica served it: the page adds
+	// both up.
+	stopped := eval[string](p, `document.querySelector('#metrics tr[data-series='+JSON.stringify('shop_conflicts_stopped_total{flow="create_order",layer="version"}')+']')?.dataset.value || '0'`)
+	refused := eval[int](p, `Number(document.querySelector('#tally li[data-key="409 out_of_stock"] .n')?.textContent || 0)`)
+	if stopped != strconv.Itoa(refused) || refused != size/2 {
+		t.Errorf("%d answers out_of_stock, the version layer's counter moved by %s", refused, stopped)
+	}
+
+	// Pay storm: one charge at the gateway, as the gateway says.
+	d = race(t, p, "pay_storm", size)
+	var orderID string
+	if err := s.db.QueryRow(context.Background(),
+		`SELECT o.id FROM orders o JOIN order_items i ON i.order_id = o.id WHERE i.sku = $1`, "LAB-"+d["run"]).Scan(&orderID); err != nil {
+		t.Fatal(err)
+	}
+	var charges struct {
+		Items []struct{} `json:"items"`
+	}
+	s.get(t, s.gateway, "/v1/charges?reference="+orderID, "", &charges)
+	if d["ok"] != "true" || d["charges"] != "1" || len(charges.Items) != 1 || d["created"] != "1" {
+		t.Fatalf("pay storm: page %v, gateway %d charges", d, len(charges.Items))
+	}
+
+	// Like storm: the count the page shows is the likes stored.
+	d = race(t, p, "like_storm", size)
+	rows := s.count(t, `SELECT count(*) FROM likes l JOIN posts p ON p.id = l.post_id WHERE p.title = $1 AND l.liked`, "Race lab like storm "+d["run"])
+	if d["ok"] != "true" || d["likeCount"] != strconv.FormatInt(rows, 10) || rows != size/2 {
+		t.Fatalf("like storm: page %v, database %d likes", d, rows)
+	}
+
+	// Seat rush: one active hold on the seat, as the database holds it.
+	d = race(t, p, "seat_rush", size)
+	held := s.count(t, `SELECT count(*) FROM hold_seats h JOIN events e ON e.id = h.event_id WHERE e.name = $1 AND h.seat = 'A1' AND h.active`, "Race lab seat rush "+d["run"])
+	if d["ok"] != "true" || d["activeHolds"] != strconv.FormatInt(held, 10) || held != 1 || d["created"] != "1" {
+		t.Fatalf("seat rush: page %v, database %d active holds", d, held)
+	}
+
+	// Layers off: the sandbox oversells, on its own tables; the real
+	// catalogue never sees its product.
+	const big = 40
+	var broke map[string]string
+	for range 3 {
+		d = race(t, p, "flash_sale", big, "version")
+		if d["target"] != "sandbox" {
+			t.Fatalf("a run with layers off went to %q", d["target"])
+		}
+		sandboxOrders := s.count(t, `SELECT count(*) FROM shop_lab.order_items WHERE sku = $1`, "LAB-"+d["run"])
+		if d["orders"] != strconv.FormatInt(sandboxOrders, 10) {
+			t.Fatalf("page says %s orders, the sandbox has %d", d["orders"], sandboxOrders)
+		}
+		if n := s.count(t, `SELECT count(*) FROM products WHERE sku = $1`, "LAB-"+d["run"]); n != 0 {
+			t.Fatalf("the sandbox's product is in the real catalogue")
+		}
+		if d["ok"] == "false" && atoi(t, d["orders"]) > big/2 {
+			broke = d
+			break
+		}
+	}
+	if broke == nil {
+		t.Errorf("three flash sales with the version layer off never oversold: the sandbox does not show the race")
+	}
+	p.screenshot("lab-layers-off")
+
+	// The same race with every layer on.
+	time.Sleep(1100 * time.Millisecond)
+	prev := eval[string](p, `document.querySelector('#outcome').dataset.run`)
+	p.do("run with every layer on", chromedp.Click(chromedp.CSS("#run-on")))
+	p.waitFor("layers-on outcome", fmt.Sprintf(`document.querySelector('#outcome').dataset.run !== %q && document.querySelector('#outcome').dataset.ok !== undefined`, prev), 60*time.Second)
+	if d := eval[map[string]string](p, `Object.assign({}, document.querySelector('#outcome').dataset)`); d["ok"] != "true" || d["target"] != "live" {
+		t.Fatalf("every layer on: %v (%s)", d, p.text("#outcome"))
+	}
+	t.Logf("flash_sale ×%d, every layer on: %s", big, p.text("#outcome"))
+	p.screenshot("lab")
+
+	// A pay storm with every layer off: the sandbox's own gateway counts
+	// the charges; the real one never sees them.
+	var realCharges struct {
+		Items []struct{} `json:"items"`
+	}
+	s.get(t, s.gateway, "/v1/charges", "", &realCharges)
+	d = race(t, p, "pay_storm", size, "idempotency", "lock", "state", "version", "constraint")
+	if d["target"] != "sandbox" || atoi(t, d["charges"]) < 1 {
+		t.Fatalf("pay storm, every layer off: %v", d)
+	}
+	var stillReal struct {
+		Items []struct{} `json:"items"`
+	}
+	s.get(t, s.gateway, "/v1/charges", "", &stillReal)
+	if len(stillReal.Items) != len(realCharges.Items) {
+		t.Fatalf("a sandbox run charged the real gateway: %d charges, then %d", len(realCharges.Items), len(stillReal.Items))
+	}
+	p.screenshot("lab-double-charge")
+}
+
+func phone(t *testing.T, p page, s *stack) {
+	p.do("phone width", chromedp.EmulateViewport(390, 844), chromedp.Navigate(s.url+"/"), chromedp.WaitVisible(chromedp.CSS("#catalogue")))
+	p.waitFor("the catalogue", `document.querySelectorAll('#catalogue tr[data-sku]').length > 0`, 10*time.Second)
+	if w := eval[int](p, `document.documentElement.scrollWidth`); w > 390 {
+		t.Errorf("the shop is %d px wide on a 390 px phone", w)
+	}
+	p.screenshot("shop-phone")
+}
