@@ -23,10 +23,9 @@ import (
 
 // The pages in real Chromium (Debian's package) against a real stack:
 // register, buy, pay, cancel, hold and book seats, release a hold, like,
-// and each race-lab scenario; each time
-// what the page shows is checked against what the API and the database
-// say. Screenshots go to SHOP_SCREENSHOTS (default: the test's temporary
-// directory).
+// and each race-lab scenario; each time what the page shows is checked
+// against what the API and the database say. Screenshots go to
+// SHOP_SCREENSHOTS (default: the test's temporary directory).
 
 // browser starts Chromium and returns a tab. SHOP_CHROMIUM names the
 // binary; without one the test is skipped, except in CI.
