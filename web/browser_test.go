@@ -3,9 +3,13 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,10 +22,10 @@ import (
 )
 
 // The pages in real Chromium (Debian's package) against a real stack:
-// register, buy, pay, cancel, like, and each race-lab scenario; each time
-// what the page shows is checked against what the API and the database
-// say. Screenshots go to SHOP_SCREENSHOTS (default: the test's temporary
-// directory).
+// register, buy, pay, cancel, hold and book seats, release a hold, like,
+// and each race-lab scenario; each time what the page shows is checked
+// against what the API and the database say. Screenshots go to
+// SHOP_SCREENSHOTS (default: the test's temporary directory).
 
 // browser starts Chromium and returns a tab. SHOP_CHROMIUM names the
 // binary; without one the test is skipped, except in CI.
@@ -132,6 +136,7 @@ func TestBrowser(t *testing.T) {
 	p := page{t: t, tab: browser(t)}
 
 	t.Run("Shop", func(t *testing.T) { p.t = t; shop(t, p, s) })
+	t.Run("Seats", func(t *testing.T) { p.t = t; seatsPage(t, p, s) })
 	t.Run("Posts", func(t *testing.T) { p.t = t; posts(t, p, s) })
 	t.Run("Lab", func(t *testing.T) { p.t = t; raceLab(t, p, s) })
 	t.Run("Phone", func(t *testing.T) { p.t = t; phone(t, p, s) })
@@ -201,7 +206,9 @@ func shop(t *testing.T, p page, s *stack) {
 	orow := fmt.Sprintf(`tr[data-order="%s"]`, id)
 	for _, c := range []struct{ card, want string }{{"pm_card_declined", "Not paid: 402"}, {"pm_card_flaky", "Paid"}} {
 		p.waitFor("the pay button", fmt.Sprintf(`!!document.querySelector('%s button.pay')`, orow), 10*time.Second)
-		p.do("choose "+c.card, chromedp.SetValue(chromedp.CSS(orow+" select.card"), c.card), chromedp.Click(chromedp.CSS(orow+" button.pay")))
+		// Choose and click in one go: the live refresh may redraw the row
+		// between two separate steps.
+		eval[bool](p, fmt.Sprintf(`(() => { const r = document.querySelector('%s'); r.querySelector('select.card').value = %q; r.querySelector('button.pay').click(); return true })()`, orow, c.card))
 		p.waitFor(c.want, fmt.Sprintf(`document.querySelector('#order-result').textContent.startsWith(%q)`, c.want), 15*time.Second)
 	}
 	s.get(t, s.url, "/v1/orders", token, &orders)
@@ -427,4 +434,156 @@ func phone(t *testing.T, p page, s *stack) {
 		t.Errorf("the shop is %d px wide on a 390 px phone", w)
 	}
 	p.screenshot("shop-phone")
+
+	p.do("seats at phone width", chromedp.Navigate(s.url+"/web/seats.html?event="+seatsEvent), chromedp.WaitVisible(chromedp.CSS("#seatmap button.seat")))
+	if w := eval[int](p, `document.documentElement.scrollWidth`); w > 390 {
+		t.Errorf("the seats page is %d px wide on a 390 px phone", w)
+	}
+	p.screenshot("seats-phone")
+}
+
+// send makes one request to the stack with token (may be empty) and an
+// Idempotency-Key (may be empty), and reads the answer into v; it fails
+// the test unless the status is want.
+func (s *stack) send(t *testing.T, method, path, token, key string, body any, want int, v any) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.url+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, path, res.StatusCode, b, want)
+	}
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+}
+
+type event struct {
+	ID        string `json:"id"`
+	Available int64  `json:"available"`
+	Held      int64  `json:"held"`
+	Booked    int64  `json:"booked"`
+}
+
+// seatsEvent is the event the seats page was tested on, for the phone.
+var seatsEvent string
+
+// seatStates reads the event's seat map from the API.
+func seatStates(t *testing.T, s *stack, id string) map[string]string {
+	t.Helper()
+	var m struct {
+		Items []struct{ Seat, Status string } `json:"items"`
+	}
+	s.get(t, s.url, "/v1/events/"+id+"/seats", "", &m)
+	out := map[string]string{}
+	for _, it := range m.Items {
+		out[it.Seat] = it.Status
+	}
+	return out
+}
+
+// sameCounts waits until the page's counts are the API's.
+func sameCounts(t *testing.T, p page, s *stack, id string) event {
+	t.Helper()
+	var e event
+	s.get(t, s.url, "/v1/events/"+id, "", &e)
+	p.waitFor(fmt.Sprintf("the counts %+v", e), fmt.Sprintf(`document.querySelector('#count-available').textContent === '%d' && document.querySelector('#count-held').textContent === '%d' && document.querySelector('#count-booked').textContent === '%d' && document.querySelector('#count-total').textContent === '%d'`,
+		e.Available, e.Held, e.Booked, e.Available+e.Held+e.Booked), 10*time.Second)
+	return e
+}
+
+func seatsPage(t *testing.T, p page, s *stack) {
+	var ev event
+	s.send(t, http.MethodPost, "/v1/events", "browser-admin-token", "", map[string]any{"name": "Browser concert", "rows": 4, "seats_per_row": 10}, http.StatusCreated, &ev)
+	seatsEvent = ev.ID
+	p.do("open seats", chromedp.Navigate(s.url+"/web/seats.html?event="+ev.ID), chromedp.WaitVisible(chromedp.CSS("#signed-in")))
+	token := eval[string](p, `sessionStorage.getItem('shop.token') || ''`)
+	if token == "" {
+		t.Fatal(errNoToken)
+	}
+	p.waitFor("the seat map", `document.querySelectorAll('#seatmap button.seat').length === 40`, 10*time.Second)
+	sameCounts(t, p, s, ev.ID)
+	seat := func(id string) string { return fmt.Sprintf(`#seatmap button[data-seat="%s"]`, id) }
+
+	// Select two seats, hold them: a key is shown, the countdown runs.
+	p.do("select A1 and A2", chromedp.Click(chromedp.CSS(seat("A1"))), chromedp.Click(chromedp.CSS(seat("A2"))))
+	if eval[string](p, fmt.Sprintf(`document.querySelector('%s').getAttribute('aria-pressed')`, seat("A2"))) != "true" {
+		t.Fatal("A2 not pressed after a click")
+	}
+	p.do("hold", chromedp.Click(chromedp.CSS("#hold")))
+	p.waitFor("the hold", `document.querySelector('#hold-status').dataset.state === 'active'`, 10*time.Second)
+	if key := p.text("#hold-key"); key == "" {
+		t.Fatal("no Idempotency-Key shown for the hold")
+	}
+	p.waitFor("the countdown", `/^[0-9]+:[0-5][0-9]$/.test(document.querySelector('#countdown').textContent) && Number(document.querySelector('#countdown').dataset.remaining) > 0`, 5*time.Second)
+	if e := sameCounts(t, p, s, ev.ID); e.Held != 2 {
+		t.Fatalf("after the hold the API says %+v", e)
+	}
+	p.waitFor("held seats on the map", fmt.Sprintf(`document.querySelector('%s').dataset.status === 'held'`, seat("A1")), 10*time.Second)
+
+	// Confirm: the seats are booked, as the API says.
+	p.do("confirm", chromedp.Click(chromedp.CSS("#confirm")))
+	p.waitFor("the booking", `document.querySelector('#hold-status').dataset.state === 'booked'`, 10*time.Second)
+	states := seatStates(t, s, ev.ID)
+	if states["A1"] != "booked" || states["A2"] != "booked" {
+		t.Fatalf("after the confirm A1 is %s, A2 %s", states["A1"], states["A2"])
+	}
+	if e := sameCounts(t, p, s, ev.ID); e.Booked != 2 || e.Held != 0 {
+		t.Fatalf("after the confirm the API says %+v", e)
+	}
+	p.waitFor("booked seats on the map", fmt.Sprintf(`document.querySelector('%s').dataset.status === 'booked' && document.querySelector('%s').dataset.status === 'booked'`, seat("A1"), seat("A2")), 10*time.Second)
+
+	// Another hold, released: the seat is free again.
+	p.do("select B3", chromedp.Click(chromedp.CSS(seat("B3"))))
+	p.do("hold B3", chromedp.Click(chromedp.CSS("#hold")))
+	p.waitFor("the second hold", `document.querySelector('#hold-status').dataset.state === 'active'`, 10*time.Second)
+	if e := sameCounts(t, p, s, ev.ID); e.Held != 1 {
+		t.Fatalf("after the second hold the API says %+v", e)
+	}
+	p.screenshot("seats")
+	p.do("release", chromedp.Click(chromedp.CSS("#release")))
+	p.waitFor("the release", `document.querySelector('#hold-status').dataset.state === 'released'`, 10*time.Second)
+	if st := seatStates(t, s, ev.ID)["B3"]; st != "available" {
+		t.Fatalf("after the release B3 is %s", st)
+	}
+	if e := sameCounts(t, p, s, ev.ID); e.Held != 0 || e.Booked != 2 {
+		t.Fatalf("after the release the API says %+v", e)
+	}
+
+	// A seat taken between the click and the hold: 409 seat_unavailable,
+	// named on the page, nothing held.
+	p.do("select C5", chromedp.Click(chromedp.CSS(seat("C5"))))
+	s.send(t, http.MethodPost, "/v1/events/"+ev.ID+"/holds", token, "browser-seats-c5", map[string]any{"seats": []string{"C5"}}, http.StatusCreated, nil)
+	p.do("hold C5", chromedp.Click(chromedp.CSS("#hold")))
+	p.waitFor("the refusal", `document.querySelector('#seat-msg').dataset.taken === 'C5'`, 10*time.Second)
+	if msg := p.text("#seat-msg"); !strings.Contains(msg, "C5") {
+		t.Fatalf("the refusal says %q", msg)
+	}
+	sameCounts(t, p, s, ev.ID)
 }
