@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shop-example/shop/internal/platform/contract"
@@ -62,4 +63,22 @@ func TestOpenAPI_Served(t *testing.T) {
 	if ct := res.Header.Get("Content-Type"); ct != "application/yaml" {
 		t.Errorf("Content-Type %q, want application/yaml", ct)
 	}
+}
+
+// The pages are served by every replica, at / and under /web/, as the
+// contract says (each exchange is checked against it), and name the
+// replica that served them.
+func TestWeb_Served(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	for path, ct := range map[string]string{"/": "text/html", "/web/seats.html": "text/html", "/web/app.css": "text/css"} {
+		res := e.r(0).do(t, http.MethodGet, path, "", nil)
+		wantStatus(t, res, http.StatusOK)
+		if got := res.Header.Get("Content-Type"); !strings.HasPrefix(got, ct) {
+			t.Errorf("GET %s: Content-Type %q, want %s", path, got, ct)
+		}
+		if res.Header.Get("X-Served-By") == "" {
+			t.Errorf("GET %s: no X-Served-By", path)
+		}
+	}
+	wantProblem(t, e.r(0).do(t, http.MethodGet, "/web/missing.js", "", nil), http.StatusNotFound, "not_found")
 }
