@@ -35,7 +35,7 @@ trap 'rm -rf "$ctx" "$log"' EXIT
   while sleep 20; do echo "[shop-image]   ... $((SECONDS - start))s" >&2; done
 ) &
 ticker=$!
-trap 'kill "$ticker" 2>/dev/null; rm -rf "$ctx" "$log"' EXIT
+trap 'kill "$ticker" 2>/dev/null || true; rm -rf "$ctx" "$log"' EXIT
 set +e
 DOCKER_BUILDKIT=0 docker build \
   --build-arg "GO_IMAGE=$go_image" \
