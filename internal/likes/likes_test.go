@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/internal/platform/keyset"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -100,13 +101,13 @@ func TestValidID(t *testing.T) {
 func TestCursor(t *testing.T) {
 	at := time.Date(2026, 6, 1, 12, 0, 0, 123456000, time.UTC)
 	id := "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
-	gotAt, gotID, err := decodeCursor(encodeCursor(at, id))
+	gotAt, gotID, err := keyset.Decode(keyset.Encode(at, id), ValidID)
 	if err != nil || !gotAt.Equal(at) || gotID != id {
 		t.Fatalf("round trip = %v, %q, %v", gotAt, gotID, err)
 	}
-	for _, bad := range []string{"x", "bm90IGEgY3Vyc29y", encodeCursor(at, "not-an-id")} {
-		if _, _, err := decodeCursor(bad); !errors.Is(err, problem.New(problem.Invalid, "")) {
-			t.Errorf("decodeCursor(%q) = %v, want invalid_request", bad, err)
+	for _, bad := range []string{"x", "bm90IGEgY3Vyc29y", keyset.Encode(at, "not-an-id")} {
+		if _, _, err := keyset.Decode(bad, ValidID); !errors.Is(err, problem.New(problem.Invalid, "")) {
+			t.Errorf("keyset.Decode(%q) = %v, want invalid_request", bad, err)
 		}
 	}
 }

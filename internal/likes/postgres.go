@@ -2,19 +2,17 @@ package likes
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/internal/platform/keyset"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/platform/problem"
 )
 
 // Constraints that back this package's rules (migrations/000006_likes.up.sql).
@@ -130,7 +128,7 @@ func (s *Store) Post(ctx context.Context, viewerID, id string) (Post, error) {
 // Posts returns up to limit posts, newest first, after the cursor, as
 // viewerID sees them, and the cursor of the next page ("" on the last).
 func (s *Store) Posts(ctx context.Context, viewerID, cursor string, limit int) ([]Post, string, error) {
-	beforeAt, beforeID, err := decodeCursor(cursor)
+	beforeAt, beforeID, err := keyset.Decode(cursor, ValidID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -146,7 +144,7 @@ func (s *Store) Posts(ctx context.Context, viewerID, cursor string, limit int) (
 	if len(items) > limit {
 		items = items[:limit]
 		last := items[limit-1]
-		next = encodeCursor(last.CreatedAt, last.ID)
+		next = keyset.Encode(last.CreatedAt, last.ID)
 	}
 	return items, next, nil
 }
@@ -292,26 +290,4 @@ func scanPost(row pgx.Row) (Post, error) {
 	err := row.Scan(&p.ID, &p.AuthorID, &p.Title, &shards, &p.CreatedAt, &p.LikeCount, &p.LikedByMe)
 	p.LikeShards = int(shards)
 	return p, err
-}
-
-// A list cursor is the (created_at, id) of the last post of a page.
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
-}
-
-func decodeCursor(cursor string) (time.Time, string, error) {
-	if cursor == "" {
-		return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "ffffffff-ffff-ffff-ffff-ffffffffffff", nil
-	}
-	bad := problem.New(problem.Invalid, "cursor: not a cursor this service issued")
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	at, id, ok := strings.Cut(string(b), "|")
-	t, err := time.Parse(time.RFC3339Nano, at)
-	if !ok || err != nil || !ValidID(id) {
-		return time.Time{}, "", bad
-	}
-	return t, id, nil
 }

@@ -2,7 +2,6 @@ package orders
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/keyset"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/platform/problem"
 )
 
 // Constraints that back this package's rules (migrations/000003_orders.up.sql).
@@ -157,7 +156,7 @@ func (s *Store) ByRequestKey(ctx context.Context, userID, key string) (Order, er
 // List returns up to limit of the user's orders, newest first, after the
 // cursor, and the cursor of the next page ("" on the last page).
 func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]Order, string, error) {
-	beforeAt, beforeID, err := decodeCursor(cursor)
+	beforeAt, beforeID, err := keyset.Decode(cursor, ValidID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -173,7 +172,7 @@ func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]O
 	if len(items) > limit {
 		items = items[:limit]
 		last := items[limit-1]
-		next = encodeCursor(last.CreatedAt, last.ID)
+		next = keyset.Encode(last.CreatedAt, last.ID)
 	}
 	return items, next, nil
 }
@@ -310,26 +309,4 @@ func scanOrder(row pgx.Row) (Order, error) {
 		o.Items[i] = Item{SKU: skus[i], Quantity: int(qtys[i]), UnitPriceCents: prices[i]}
 	}
 	return o, nil
-}
-
-// A list cursor is the (created_at, id) of the last order of a page.
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
-}
-
-func decodeCursor(cursor string) (time.Time, string, error) {
-	if cursor == "" {
-		return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "ffffffff-ffff-ffff-ffff-ffffffffffff", nil
-	}
-	bad := problem.New(problem.Invalid, "cursor: not a cursor this service issued")
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	at, id, ok := strings.Cut(string(b), "|")
-	t, err := time.Parse(time.RFC3339Nano, at)
-	if !ok || err != nil || !ValidID(id) {
-		return time.Time{}, "", bad
-	}
-	return t, id, nil
 }
