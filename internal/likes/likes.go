@@ -6,8 +6,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
-
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -127,15 +125,6 @@ var (
 	// like that was not counted. The service re-reads.
 	ErrCountBelowZero = errors.New("like count would go below zero")
 )
-
-// ValidID reports whether id is an id as this service spells it: a UUID
-// in the lower-case 8-4-4-4-12 form. The HTTP edge refuses other
-// spellings too (httpx.ParamID); the service checks again so that no
-// caller can make one like answer to two lock keys.
-func ValidID(id string) bool {
-	u, err := uuid.Parse(id)
-	return err == nil && u.String() == id
-}
 
 // ValidateTitle checks a post's title: 1–200 characters, not all blank.
 // Control characters are refused by the JSON decoder at the edge.

@@ -128,7 +128,7 @@ func (s *Store) Post(ctx context.Context, viewerID, id string) (Post, error) {
 // Posts returns up to limit posts, newest first, after the cursor, as
 // viewerID sees them, and the cursor of the next page ("" on the last).
 func (s *Store) Posts(ctx context.Context, viewerID, cursor string, limit int) ([]Post, string, error) {
-	beforeAt, beforeID, err := keyset.Decode(cursor, ValidID)
+	beforeAt, beforeID, err := keyset.Decode(cursor)
 	if err != nil {
 		return nil, "", err
 	}

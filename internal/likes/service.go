@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
@@ -114,7 +115,7 @@ func NewService(cfg Config) (*Service, error) {
 // as it is then with its post's count. Liking a liked post, or unliking
 // one that is not liked, changes nothing and answers the current state.
 func (s *Service) Set(ctx context.Context, userID, postID string, want State) (Result, error) {
-	if !ValidID(postID) {
+	if !ids.Valid(postID) {
 		return Result{}, ErrNotFound
 	}
 	var out Result
@@ -210,7 +211,7 @@ func (s *Service) CreatePost(ctx context.Context, userID, title string) (Post, e
 
 // Post returns a post as viewerID sees it.
 func (s *Service) Post(ctx context.Context, viewerID, id string) (Post, error) {
-	if !ValidID(id) {
+	if !ids.Valid(id) {
 		return Post{}, ErrNotFound
 	}
 	return s.store.Post(ctx, viewerID, id)

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -75,15 +73,6 @@ var (
 	// stock_releases primary key said so).
 	ErrAlreadyReleased = fmt.Errorf("order's stock already returned")
 )
-
-// ValidID reports whether id is an order id as this service spells it: a
-// UUID in the lower-case 8-4-4-4-12 form. The HTTP edge already refuses
-// other spellings (httpx.ParamID); the service refuses them too, so that no
-// caller can make one order answer to two lock keys.
-func ValidID(id string) bool {
-	u, err := uuid.Parse(id)
-	return err == nil && u.String() == id
-}
 
 // ValidateLines checks an order request: 1–20 lines, known SKU format,
 // distinct SKUs, quantities 1–100.

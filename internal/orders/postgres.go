@@ -156,7 +156,7 @@ func (s *Store) ByRequestKey(ctx context.Context, userID, key string) (Order, er
 // List returns up to limit of the user's orders, newest first, after the
 // cursor, and the cursor of the next page ("" on the last page).
 func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]Order, string, error) {
-	beforeAt, beforeID, err := keyset.Decode(cursor, ValidID)
+	beforeAt, beforeID, err := keyset.Decode(cursor)
 	if err != nil {
 		return nil, "", err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
@@ -174,7 +175,7 @@ func (s *Service) stockTake() inventory.Take {
 // Cancel cancels one of userID's orders and returns its stock, once.
 // Cancelling a cancelled order returns it unchanged.
 func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) {
-	if !ValidID(id) {
+	if !ids.Valid(id) {
 		return Order{}, ErrNotFound
 	}
 	var out Order
@@ -221,7 +222,7 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 
 // Get returns one of userID's orders. Another user's order is not found.
 func (s *Service) Get(ctx context.Context, userID, id string) (Order, error) {
-	if !ValidID(id) {
+	if !ids.Valid(id) {
 		return Order{}, ErrNotFound
 	}
 	o, err := s.store.Get(ctx, id)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
@@ -114,7 +115,7 @@ func (s *Service) Pay(ctx context.Context, userID, orderID, method string) (Paym
 	if err := ValidateMethod(method); err != nil {
 		return Payment{}, err
 	}
-	if !orders.ValidID(orderID) {
+	if !ids.Valid(orderID) {
 		return Payment{}, ErrNotFound
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.budget)

@@ -9,8 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
-
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -174,12 +172,6 @@ var (
 	// store then returns its booking.
 	ErrAlreadyConfirmed = errors.New("hold already confirmed")
 )
-
-// ValidID reports whether id is a UUID in its one spelling.
-func ValidID(id string) bool {
-	u, err := uuid.Parse(id)
-	return err == nil && u.String() == id
-}
 
 // ParseSeat reads a seat label in its one spelling: a row letter A–Z and
 // a number 1–50 without leading zeros ("A1", "Z50"). It returns the

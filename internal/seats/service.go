@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
@@ -144,7 +145,7 @@ func NewService(cfg Config) (*Service, error) {
 // gives seat_unavailable listing the seats taken as this request's
 // transaction read them.
 func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []string) (Hold, error) {
-	if !ValidID(eventID) {
+	if !ids.Valid(eventID) {
 		return Hold{}, ErrNotFound
 	}
 	ev, err := s.store.EventShape(ctx, eventID)
@@ -208,7 +209,7 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 // answers its booking again; an expired hold gives hold_expired, a
 // released one invalid_state.
 func (s *Service) Confirm(ctx context.Context, userID, holdID string) (Booking, error) {
-	if !ValidID(holdID) {
+	if !ids.Valid(holdID) {
 		return Booking{}, ErrNotFound
 	}
 	id, err := uuid.NewV7()
@@ -235,7 +236,7 @@ func (s *Service) Confirm(ctx context.Context, userID, holdID string) (Booking, 
 // Release frees the seats of userID's hold. Releasing a released hold
 // changes nothing and answers it again.
 func (s *Service) Release(ctx context.Context, userID, holdID string) (Hold, error) {
-	if !ValidID(holdID) {
+	if !ids.Valid(holdID) {
 		return Hold{}, ErrNotFound
 	}
 	var out Hold
@@ -398,7 +399,7 @@ func (s *Service) CreateEvent(ctx context.Context, name string, rows, perRow int
 
 // Event returns an event with its counts.
 func (s *Service) Event(ctx context.Context, id string) (Event, error) {
-	if !ValidID(id) {
+	if !ids.Valid(id) {
 		return Event{}, ErrNotFound
 	}
 	return s.store.Event(ctx, id)
@@ -406,7 +407,7 @@ func (s *Service) Event(ctx context.Context, id string) (Event, error) {
 
 // SeatMap returns an event's seats in seat order.
 func (s *Service) SeatMap(ctx context.Context, id string) ([]Seat, error) {
-	if !ValidID(id) {
+	if !ids.Valid(id) {
 		return nil, ErrNotFound
 	}
 	m, err := s.store.SeatMap(ctx, id)
@@ -418,7 +419,7 @@ func (s *Service) SeatMap(ctx context.Context, id string) ([]Seat, error) {
 
 // Booking returns userID's booking.
 func (s *Service) Booking(ctx context.Context, userID, id string) (Booking, error) {
-	if !ValidID(id) {
+	if !ids.Valid(id) {
 		return Booking{}, ErrNotFound
 	}
 	return s.store.Booking(ctx, id, userID)
@@ -429,7 +430,7 @@ func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Microse
 
 // HoldOf returns userID's hold.
 func (s *Service) HoldOf(ctx context.Context, userID, id string) (Hold, error) {
-	if !ValidID(id) {
+	if !ids.Valid(id) {
 		return Hold{}, ErrNotFound
 	}
 	return s.store.HoldOf(ctx, id, userID)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -18,9 +19,9 @@ func Encode(at time.Time, id string) string {
 
 // Decode returns the (created_at, id) a cursor stands for; the empty
 // cursor stands for the start of the list (after every row). A cursor the
-// service did not issue, or whose id validID refuses, is 400
-// invalid_request.
-func Decode(cursor string, validID func(string) bool) (time.Time, string, error) {
+// service did not issue, or whose id is not in its one spelling (package
+// ids), is 400 invalid_request.
+func Decode(cursor string) (time.Time, string, error) {
 	if cursor == "" {
 		return time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), "ffffffff-ffff-ffff-ffff-ffffffffffff", nil
 	}
@@ -31,7 +32,7 @@ func Decode(cursor string, validID func(string) bool) (time.Time, string, error)
 	}
 	at, id, ok := strings.Cut(string(b), "|")
 	t, err := time.Parse(time.RFC3339Nano, at)
-	if !ok || err != nil || !validID(id) {
+	if !ok || err != nil || !ids.Valid(id) {
 		return time.Time{}, "", bad
 	}
 	return t, id, nil
