@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,11 +21,26 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Open connects a pool to url and checks that the server answers.
+// IdleInTxTimeout is how long a session of the service may sit idle
+// inside a transaction before the server ends it, rolling the transaction
+// back and freeing its row locks. The service's transactions run database
+// statements only (no Redis, no gateway call inside one), so a healthy one
+// is never idle for more than a moment; one idle for seconds belongs to a
+// process that stopped (paused, swapped out, its host frozen) and would
+// otherwise block every request for the rows it locked for as long as it
+// stays stopped. A database URL may set idle_in_transaction_session_timeout
+// itself (in milliseconds, or with a unit: "10s"), which wins.
+const IdleInTxTimeout = 5 * time.Second
+
+// Open connects a pool to url and checks that the server answers. Its
+// sessions end a transaction left idle for IdleInTxTimeout.
 func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTxTimeout.Milliseconds(), 10)
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
@@ -108,7 +124,10 @@ func SQLState(err error) string {
 // rather than that the request or the code is wrong: the server could not
 // be reached (refused, unreachable, a failed handshake), it has no room
 // (53300 too many connections), it is shutting down or starting up
-// (57P01–57P03), or the connection broke (class 08). The same request may
+// (57P01–57P03), it ended this session (25P03: the session sat idle in a
+// transaction past IdleInTxTimeout, so its process was stopped and the
+// transaction rolled back; 57P05: idle past idle_session_timeout), or the
+// connection broke (class 08). The same request may
 // succeed later, so the HTTP edge answers 503 with Retry-After, not 500.
 // A pool that waits for a free connection until the request's deadline
 // ends with context.DeadlineExceeded, which the edge already answers 503.
@@ -131,7 +150,8 @@ func Unavailable(err error) bool {
 	switch code := SQLState(err); {
 	case strings.HasPrefix(code, "08"):
 		return true
-	case code == "53300", code == "57P01", code == "57P02", code == "57P03":
+	case code == "53300", code == "57P01", code == "57P02", code == "57P03",
+		code == "25P03", code == "57P05":
 		return true
 	}
 	return false

@@ -374,6 +374,90 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// A transaction whose process stopped between two statements (a replica
+// paused, its host frozen) holds its row locks. The pool's sessions end
+// such a transaction after IdleInTxTimeout: the rows are free for the
+// others, its writes are rolled back, and its next statement fails with an
+// error the service answers 503. With the timeout off (the row "off"),
+// the writer waiting on the row waits for as long as the holder stays
+// stopped: here, until its own deadline.
+func TestOpen_EndsIdleTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t)
+	open := func(url string) *pgxpool.Pool {
+		t.Helper()
+		pool, err := postgres.Open(ctx, url, 2)
+		if err != nil {
+			t.Fatalf("Open = %v", err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	others := open(url)
+	var setting string
+	if err := others.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	if want := postgres.IdleInTxTimeout.String(); setting != want {
+		t.Errorf("idle_in_transaction_session_timeout = %s, want %s by default", setting, want)
+	}
+	if _, err := others.Exec(ctx, scratchSchema+`INSERT INTO things (id) VALUES (1), (2);`); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tt := range []struct {
+		name    string
+		id      int
+		timeout string // the URL's idle_in_transaction_session_timeout
+		freed   bool
+	}{
+		{"on", 1, "300ms", true},
+		{"off", 2, "0", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sep := "?"
+			if strings.Contains(url, "?") {
+				sep = "&"
+			}
+			stopped := open(url + sep + "idle_in_transaction_session_timeout=" + tt.timeout)
+			tx, err := stopped.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := tx.Exec(ctx, `UPDATE things SET code = 'stale' WHERE id = $1`, tt.id); err != nil {
+				t.Fatal(err)
+			}
+			// The holder is now idle inside its transaction, its row locked.
+			wait, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			_, err = others.Exec(wait, `UPDATE things SET qty = 1 WHERE id = $1`, tt.id)
+			if !tt.freed {
+				if err == nil {
+					t.Fatal("the waiting writer got the row while its holder sat idle with the timeout off: this case cannot show what the timeout does")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the waiting writer: %v; want the row freed once its holder sat idle past the timeout", err)
+			}
+			_, err = tx.Exec(ctx, `UPDATE things SET qty = 2 WHERE id = $1`, tt.id)
+			if err == nil || !postgres.Unavailable(err) {
+				t.Errorf("the ended transaction's next statement = %v, want an error Unavailable reports", err)
+			}
+			var code *string
+			var qty int
+			if err := others.QueryRow(ctx, `SELECT code, qty FROM things WHERE id = $1`, tt.id).Scan(&code, &qty); err != nil {
+				t.Fatal(err)
+			}
+			if code != nil || qty != 1 {
+				t.Errorf("row = (%v, %d), want the stopped transaction's write rolled back and the waiter's kept: (<nil>, 1)", code, qty)
+			}
+		})
+	}
+}
+
 func showSynchronousCommit(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	var v string
@@ -516,6 +600,7 @@ func TestUnavailable(t *testing.T) {
 	}{
 		{"08000", true}, {"08003", true}, {"08006", true}, {"08001", true},
 		{"53300", true}, {"57P01", true}, {"57P02", true}, {"57P03", true},
+		{"25P03", true}, {"57P05", true},
 		{"23505", false}, {"40001", false}, {"40P01", false}, {"22P02", false},
 		{"42P01", false}, {"57014", false}, {"53100", false},
 	} {
