@@ -627,6 +627,11 @@ func TestPayments_StallAfterCharge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = stall.Rollback(ctx) }()
+	// This transaction sits idle on purpose for as long as the test needs:
+	// the server must not end it after postgres.IdleInTxTimeout.
+	if _, err := stall.Exec(ctx, `SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := stall.Exec(ctx, `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`, o.ID); err != nil {
 		t.Fatal(err)
 	}
