@@ -89,10 +89,8 @@ func newReadyProbe(pool *pgxpool.Pool, locker *lock.Locker, logger *slog.Logger,
 			Help: "1 while the replica serves without the dependency (the lock quorum in degrade mode), as of the last readiness check.",
 		}, []string{"dependency"}),
 	}
-	for _, c := range []prometheus.Collector{p.ready, p.degraded} {
-		if err := m.Registry.Register(c); err != nil {
-			return nil, fmt.Errorf("register readiness metrics: %w", err)
-		}
+	if err := metrics.Register(m.Registry, p.ready, p.degraded); err != nil {
+		return nil, fmt.Errorf("register readiness metrics: %w", err)
 	}
 	// PostgreSQL has no degraded state: without it nothing is served.
 	p.degraded.WithLabelValues(depLockQuorum)

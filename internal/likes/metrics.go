@@ -37,18 +37,9 @@ func newCounters(m *metrics.Metrics) (*counters, error) {
 		}),
 	}
 	if m != nil {
-		if err := registerAll(m.Registry, c.changes, c.reconciliations, c.driftedPosts, c.drift); err != nil {
+		if err := metrics.Register(m.Registry, c.changes, c.reconciliations, c.driftedPosts, c.drift); err != nil {
 			return nil, fmt.Errorf("likes metrics: %w", err)
 		}
 	}
 	return c, nil
-}
-
-func registerAll(r prometheus.Registerer, cs ...prometheus.Collector) error {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -31,10 +31,8 @@ func newCounters(m *metrics.Metrics) (*counters, error) {
 		}),
 	}
 	if m != nil {
-		for _, col := range []prometheus.Collector{c.holds, c.moves, c.expired} {
-			if err := m.Registry.Register(col); err != nil {
-				return nil, fmt.Errorf("seats metrics: %w", err)
-			}
+		if err := metrics.Register(m.Registry, c.holds, c.moves, c.expired); err != nil {
+			return nil, fmt.Errorf("seats metrics: %w", err)
 		}
 	}
 	return c, nil

@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"errors"
 	"log/slog"
 	"time"
 
@@ -72,10 +71,10 @@ func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 	// is a wiring bug; it is logged and this store counts unregistered
 	// rather than refusing to serve.
 	var err error
-	if c.requests, err = register(m.Registry, c.requests); err == nil {
-		if c.results, err = register(m.Registry, c.results); err == nil {
-			if c.swept, err = register(m.Registry, c.swept); err == nil {
-				c.repeats, err = register(m.Registry, c.repeats)
+	if c.requests, err = metrics.Shared(m.Registry, c.requests); err == nil {
+		if c.results, err = metrics.Shared(m.Registry, c.results); err == nil {
+			if c.swept, err = metrics.Shared(m.Registry, c.swept); err == nil {
+				c.repeats, err = metrics.Shared(m.Registry, c.repeats)
 			}
 		}
 	}
@@ -89,22 +88,6 @@ func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 		c.results.WithLabelValues(r)
 	}
 	return c
-}
-
-// register registers col, or returns the collector already registered
-// under the same description.
-func register[C prometheus.Collector](reg prometheus.Registerer, col C) (C, error) {
-	err := reg.Register(col)
-	if err == nil {
-		return col, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return col, err
 }
 
 func (c *counters) outcome(o string) {

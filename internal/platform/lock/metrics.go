@@ -1,10 +1,11 @@
 package lock
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shop-example/shop/internal/platform/metrics"
 )
 
 // Outcomes of an acquisition, the values of the "outcome" label. A lock that
@@ -38,47 +39,47 @@ func newLockMetrics(reg prometheus.Registerer) (*lockMetrics, error) {
 		m   lockMetrics
 		err error
 	)
-	if m.wait, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	if m.wait, err = metrics.Shared(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "shop_lock_wait_seconds",
 		Help: "Time from asking for a lock to getting it, being refused, or finding the quorum unreachable.",
 		// 1 ms to the 2 s default wait budget, plus one bucket above for
 		// custom budgets.
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
 	})); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register lock metrics: %w", err)
 	}
-	if m.hold, err = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	if m.hold, err = metrics.Shared(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "shop_lock_hold_seconds",
 		Help: "Time a lock was held, from acquisition to release.",
 		// Database work is milliseconds; a gateway call under the
 		// watchdog may take tens of seconds.
 		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	})); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register lock metrics: %w", err)
 	}
-	if m.acquisitions, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if m.acquisitions, err = metrics.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shop_lock_acquisitions_total",
 		Help: "Lock acquisitions by outcome: acquired, busy (wait budget spent), unavailable (quorum unreachable), lost (extension failed during the work).",
 	}, []string{"outcome"})); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register lock metrics: %w", err)
 	}
-	if m.extensions, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if m.extensions, err = metrics.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shop_lock_extensions_total",
 		Help: "Lease extensions made by the watchdog, by result.",
 	}, []string{"result"})); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register lock metrics: %w", err)
 	}
-	if m.unlockErrors, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	if m.unlockErrors, err = metrics.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shop_lock_unlock_errors_total",
 		Help: "Releases that did not reach a quorum; the lease then ends by expiry.",
 	})); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register lock metrics: %w", err)
 	}
-	if m.degraded, err = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	if m.degraded, err = metrics.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shop_lock_degraded_total",
 		Help: "Work run without the lock because the quorum was unreachable (degrade mode).",
 	})); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register lock metrics: %w", err)
 	}
 
 	// Create every labelled series up front, so dashboards and alerts
@@ -90,23 +91,6 @@ func newLockMetrics(reg prometheus.Registerer) (*lockMetrics, error) {
 		m.extensions.WithLabelValues(r)
 	}
 	return &m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// the same description.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	var zero C
-	return zero, fmt.Errorf("register lock metrics: %w", err)
 }
 
 func (m *lockMetrics) outcome(o string) { m.acquisitions.WithLabelValues(o).Inc() }

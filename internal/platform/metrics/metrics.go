@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -58,6 +59,37 @@ func New() *Metrics {
 	}, []string{"task"})
 	reg.MustRegister(m.ConflictsStopped, m.JobSuccess)
 	return m
+}
+
+// Register registers each collector with reg, stopping at the first error.
+func Register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Shared registers c, or returns the collector already registered under
+// the same description. A registry stands for one process, so a second
+// instance of a component built on it (a Locker, an idempotency Store)
+// counts into the first one's series instead of failing. A collector of
+// the same name and another shape is still an error; c itself comes back
+// with it, unregistered, for a caller that would rather count unseen
+// than stop.
+func Shared[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
 }
 
 // JobStarted records that job started at t. Until its first success the

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
 
@@ -64,4 +66,57 @@ func grep(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A second instance of a component on one registry counts into the
+// first one's series; a collector of the same name and another shape is
+// refused, and comes back unregistered with the error.
+func TestShared(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	opts := prometheus.CounterOpts{Name: "shop_things_total", Help: "Things."}
+	first, err := metrics.Shared(reg, prometheus.NewCounter(opts))
+	if err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	second, err := metrics.Shared(reg, prometheus.NewCounter(opts))
+	if err != nil || second != first {
+		t.Fatalf("second = %v, %v; want the first collector back", second, err)
+	}
+	second.Inc()
+	if n := testCount(t, reg, "shop_things_total"); n != 1 {
+		t.Errorf("shop_things_total = %v, want 1 (one series for both)", n)
+	}
+
+	other := prometheus.NewCounterVec(opts, []string{"kind"})
+	got, err := metrics.Shared(reg, other)
+	if err == nil || got != other {
+		t.Errorf("another shape = %v, %v; want itself and an error", got, err)
+	}
+}
+
+func TestRegister(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := prometheus.NewCounter(prometheus.CounterOpts{Name: "shop_a_total", Help: "A."})
+	b := prometheus.NewGauge(prometheus.GaugeOpts{Name: "shop_b", Help: "B."})
+	if err := metrics.Register(reg, a, b); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	if err := metrics.Register(reg, b); err == nil {
+		t.Error("registering b twice = nil, want an error")
+	}
+}
+
+func testCount(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s not gathered", name)
+	return 0
 }

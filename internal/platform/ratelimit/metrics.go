@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shop-example/shop/internal/platform/metrics"
 )
 
 // The values of the "decision" label.
@@ -32,10 +34,8 @@ func newLimitMetrics(reg prometheus.Registerer) (*limitMetrics, error) {
 			Help: "Requests let through unlimited because the limiter's Redis did not answer in time.",
 		}, []string{"limit"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.failOpens} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register rate limit metrics: %w", err)
-		}
+	if err := metrics.Register(reg, m.decisions, m.failOpens); err != nil {
+		return nil, fmt.Errorf("register rate limit metrics: %w", err)
 	}
 	return m, nil
 }
