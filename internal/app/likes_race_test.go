@@ -156,14 +156,18 @@ func TestLikes_Spam(t *testing.T) {
 }
 
 // untilNotBusy sends a request as a client honouring Retry-After would:
-// again after the time a 409 resource_busy or a 503 unavailable names, up
-// to 15 times (a lock whose release reached no quorum stays taken for its
-// 8 s lease). PUT and DELETE of a like are safe to repeat.
+// again after the time a 409 resource_busy, a 409 request_in_progress or a
+// 503 unavailable names, for up to 40 s. The longest wait it must outlast
+// is a key left claimed until its idempotency lease (30 s) ends, when both
+// tries to store its answer failed on a loaded machine; a lock whose
+// release reached no quorum stays taken for its 8 s lease. PUT and DELETE
+// of a like are safe to repeat, and a POST carries its key.
 func untilNotBusy(t testing.TB, send func(attempt int) response) response {
 	t.Helper()
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		res := send(attempt)
-		if res.Header.Get("Retry-After") == "" || attempt == 14 {
+		if res.Header.Get("Retry-After") == "" || time.Since(start) > 40*time.Second {
 			return res
 		}
 		wait, _ := strconv.Atoi(res.Header.Get("Retry-After"))

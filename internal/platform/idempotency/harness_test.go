@@ -52,6 +52,13 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessWith(t, Options{})
+}
+
+// newHarnessWith is newHarness with the store's options set from opts
+// (its logger, metrics and clock are the harness's own).
+func newHarnessWith(t *testing.T, opts Options) *harness {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := &harness{
 		db:      testenv.Pool(t),
@@ -59,7 +66,8 @@ func newHarness(t *testing.T) *harness {
 		metrics: metrics.New(),
 		gates:   map[string]*gate{},
 	}
-	h.store = NewStore(h.db, Options{Logger: logger, Metrics: h.metrics, Now: h.clock.Now})
+	opts.Logger, opts.Metrics, opts.Now = logger, h.metrics, h.clock.Now
+	h.store = NewStore(h.db, opts)
 	e := httpx.New(h.metrics, httpx.Options{Logger: logger})
 	e.POST(route, h.handle, h.principal, h.store.Middleware)
 	e.PUT(route, h.handle, h.principal, h.store.Middleware)

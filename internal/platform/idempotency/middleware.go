@@ -181,37 +181,65 @@ func storable(status int, err error) bool {
 		!problem.Transient(err)
 }
 
-// complete stores the answer. Like release it runs on a context detached
-// from the request: a client that hung up must not leave its key claimed.
+// complete stores the answer.
 func (s *Store) complete(c echo.Context, cl *claim, r *response) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), FinishTimeout)
-	defer cancel()
-	ok, err := s.completeClaim(ctx, cl, r)
-	s.finished(ctx, c, cl, ok, err, resultStored)
+	s.finish(c, cl, resultStored, func(ctx context.Context) (bool, error) { return s.completeClaim(ctx, cl, r) })
 }
 
 // release frees the key so that a retry runs the request again.
 func (s *Store) release(c echo.Context, cl *claim, why string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), FinishTimeout)
-	defer cancel()
 	if why != "" {
-		s.logger.WarnContext(ctx, "idempotency key released", "request_id", httpx.RequestID(c), "key", cl.key, "why", why)
+		s.logger.WarnContext(c.Request().Context(), "idempotency key released", "request_id", httpx.RequestID(c), "key", cl.key, "why", why)
 	}
-	ok, err := s.releaseClaim(ctx, cl)
-	s.finished(ctx, c, cl, ok, err, resultReleased)
+	s.finish(c, cl, resultReleased, func(ctx context.Context) (bool, error) { return s.releaseClaim(ctx, cl) })
+}
+
+// finishRetryTimeout bounds the second try of a completion or release,
+// made in the background after the answer has gone out.
+const finishRetryTimeout = 10 * time.Second
+
+// finish runs op, the completion or the release of cl's key, on a context
+// detached from the request (a client that hung up must not leave its key
+// claimed) and bounded by FinishTimeout, since the answer waits for it.
+//
+// If op fails (the database slow, its pool exhausted, a connection cut),
+// the answer goes out without it, and op is tried once more in the
+// background within finishRetryTimeout. Otherwise the key would stay
+// claimed until its lease ends (30 s), and every retry of the request
+// until then would be told request_in_progress. The late try is fenced by
+// the owner token like the first: if the key was taken over meanwhile, it
+// changes nothing.
+func (s *Store) finish(c echo.Context, cl *claim, result string, op func(context.Context) (bool, error)) {
+	detached := context.WithoutCancel(c.Request().Context())
+	requestID := httpx.RequestID(c) // c is not to be used once the handler has returned
+	ctx, cancel := context.WithTimeout(detached, s.finishTimeout)
+	ok, err := op(ctx)
+	cancel()
+	if err == nil {
+		s.finished(detached, requestID, cl, ok, nil, result)
+		return
+	}
+	s.logger.WarnContext(detached, "idempotency key not finished; trying again after the answer",
+		"request_id", requestID, "key", cl.key, "err", err)
+	go func() {
+		ctx, cancel := context.WithTimeout(detached, finishRetryTimeout)
+		defer cancel()
+		ok, err := op(ctx)
+		s.finished(ctx, requestID, cl, ok, err, result)
+	}()
 }
 
 // finished records what became of a claim after the handler ran.
-func (s *Store) finished(ctx context.Context, c echo.Context, cl *claim, ok bool, err error, result string) {
+func (s *Store) finished(ctx context.Context, requestID string, cl *claim, ok bool, err error, result string) {
 	switch {
 	case err != nil:
 		// The answer has been sent; the key frees itself when the lease ends.
 		s.counters.result(resultError)
-		s.logger.ErrorContext(ctx, "idempotency key left claimed", "request_id", httpx.RequestID(c), "key", cl.key, "err", err)
+		s.logger.ErrorContext(ctx, "idempotency key left claimed", "request_id", requestID, "key", cl.key, "err", err)
 	case !ok:
 		s.counters.result(resultStaleOwner)
 		s.logger.WarnContext(ctx, "idempotency key was taken over while the request ran; its answer is not stored",
-			"request_id", httpx.RequestID(c), "key", cl.key)
+			"request_id", requestID, "key", cl.key)
 	default:
 		s.counters.result(result)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -346,4 +347,53 @@ func histogram(t *testing.T, h *harness, name string, labels ...string) *dto.His
 	}
 	t.Fatalf("no %s%v", name, labels)
 	return nil
+}
+
+// A completion or release that fails (here every first try does: its
+// deadline is a nanosecond) lets the answer go out and leaves the key
+// claimed. The store tries once more in the background, so a retry soon
+// gets the stored answer, or runs afresh after a release, instead of
+// being told request_in_progress until the lease ends (never, on this
+// frozen clock).
+func TestMiddleware_FinishRetried(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		act    string
+		status int
+		want   string // what a retry gets: "replay" or "fresh"
+	}{
+		{"", http.StatusCreated, "replay"},
+		{"out_of_stock", http.StatusConflict, "replay"},
+		{"fail", http.StatusInternalServerError, "fresh"},
+	} {
+		t.Run(tt.want+"_"+strconv.Itoa(tt.status), func(t *testing.T) {
+			t.Parallel()
+			h := newHarnessWith(t, Options{finishTimeout: time.Nanosecond})
+			first := h.mustSend(t, request{key: "k1", act: tt.act})
+			if first.status != tt.status {
+				t.Fatalf("first: got %d %s, want %d", first.status, first.body, tt.status)
+			}
+			deadline := time.Now().Add(testDeadline)
+			for {
+				again := h.mustSend(t, request{key: "k1", act: tt.act})
+				done := again.replayed() && bytes.Equal(again.body, first.body)
+				if tt.want == "fresh" {
+					done = !again.replayed() && again.code() != "request_in_progress"
+				}
+				if done {
+					break
+				}
+				if again.code() != "request_in_progress" || time.Now().After(deadline) {
+					t.Fatalf("retry: got %d replayed=%v %s; want the key finished by the store's second try", again.status, again.replayed(), again.body)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if want := map[string]int64{"replay": 1, "fresh": 2}[tt.want]; h.runs.Load() < want {
+				t.Errorf("handler ran %d times, want %d", h.runs.Load(), want)
+			}
+			if got := counter(t, h, "shop_idempotency_results_total", "result", "error"); got != 0 {
+				t.Errorf("results{error} = %v, want 0: the second try made it", got)
+			}
+		})
+	}
 }

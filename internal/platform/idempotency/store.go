@@ -25,8 +25,10 @@ const (
 	// FinishTimeout bounds the completion or release that runs after the
 	// handler on a context detached from the request. The answer is sent
 	// once it is stored, so this is part of every answer's time
-	// (config.AnswerMargin). A completion that does not make it leaves the
-	// key claimed until its lease ends: safe, only slower for a retry.
+	// (config.AnswerMargin). A completion that does not make it in time is
+	// tried once more after the answer has gone out; only if that fails too
+	// does the key stay claimed until its lease ends: safe, only slower for
+	// a retry.
 	FinishTimeout = 2 * time.Second
 )
 
@@ -41,6 +43,8 @@ type Options struct {
 	Logger    *slog.Logger
 	Metrics   *metrics.Metrics // may be nil
 	Now       func() time.Time // default time.Now; tests inject
+
+	finishTimeout time.Duration // default FinishTimeout; a test makes every first try fail
 }
 
 // Store keeps idempotency keys and the responses stored under them.
@@ -52,6 +56,8 @@ type Store struct {
 	metrics   *metrics.Metrics
 	counters  *counters
 	now       func() time.Time
+
+	finishTimeout time.Duration
 }
 
 // NewStore returns a store over db. Each claim, completion and release is
@@ -76,6 +82,9 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.finishTimeout <= 0 {
+		opts.finishTimeout = FinishTimeout
+	}
 	return &Store{
 		db:        db,
 		lease:     opts.Lease,
@@ -84,6 +93,8 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 		metrics:   opts.Metrics,
 		counters:  newCounters(opts.Metrics, opts.Logger),
 		now:       opts.Now,
+
+		finishTimeout: opts.finishTimeout,
 	}
 }
 
