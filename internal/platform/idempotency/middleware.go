@@ -238,7 +238,9 @@ func (s *Store) finished(ctx context.Context, requestID string, cl *claim, ok bo
 		s.logger.ErrorContext(ctx, "idempotency key left claimed", "request_id", requestID, "key", cl.key, "err", err)
 	case !ok:
 		s.counters.result(resultStaleOwner)
-		s.logger.WarnContext(ctx, "idempotency key was taken over while the request ran; its answer is not stored",
+		// Taken over after the lease ran out; or, on a second try, the
+		// first one had committed and only its reply was lost.
+		s.logger.WarnContext(ctx, "idempotency key no longer held by this request when it finished (taken over after its lease, or finished by an earlier try)",
 			"request_id", requestID, "key", cl.key)
 	default:
 		s.counters.result(result)
