@@ -22,7 +22,7 @@ const (
 const (
 	resultStored     = "stored"      // the answer is stored for replay
 	resultReleased   = "released"    // not stored (5xx or transient); the key is free again
-	resultStaleOwner = "stale_owner" // the key had been taken over; nothing written
+	resultStaleOwner = "stale_owner" // the key had been taken over (or an earlier try finished it); nothing written
 	resultError      = "error"       // the database refused; the lease will expire
 )
 
