@@ -19,17 +19,21 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // layered flow none. If an audit stopped seeing a race, or a baseline
 // stopped racing, the table would silently call a broken guard correct.
 func TestStrategies_AuditSeesTheRaces(t *testing.T) {
-	o, err := parseBenchFlags("strategies", []string{
-		"-db", testenv.DatabaseURL(t), "-redis", strings.Join(testenv.RedisAddrs(t), ","),
-		"-clients", "8", "-duration", "700ms", "-warmup", "100ms", "-cases", "hot",
-		"-strategies", "naive,conditional,layered",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	results, _, err := runStrategies(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
+	run := func(flows, strategies string) []cellResult {
+		t.Helper()
+		o, err := parseBenchFlags("strategies", []string{
+			"-db", testenv.DatabaseURL(t), "-redis", strings.Join(testenv.RedisAddrs(t), ","),
+			"-clients", "8", "-duration", "700ms", "-warmup", "100ms", "-cases", "hot",
+			"-flows", flows, "-strategies", strategies,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		results, _, err := runStrategies(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return results
 	}
 	wantAnomalies := map[string]bool{
 		"orders/naive": true, "orders/conditional": false, "orders/layered": false,
@@ -37,6 +41,7 @@ func TestStrategies_AuditSeesTheRaces(t *testing.T) {
 		"seats/naive": true, "seats/conditional": false, "seats/layered": false,
 		"likes/naive": true, "likes/conditional": false, "likes/layered": false,
 	}
+	results := run("orders,payments,seats,likes", "naive,conditional,layered")
 	seen := map[string]bool{}
 	for _, r := range results {
 		name := r.flow + "/" + r.strategy
@@ -49,8 +54,17 @@ func TestStrategies_AuditSeesTheRaces(t *testing.T) {
 		if r.orders == 0 {
 			t.Errorf("%s/%s: no operation succeeded (%s)", name, r.shape, r.errorSummary())
 		}
-		if got := r.anomalies > 0; got != want {
-			t.Errorf("%s/%s: %d anomalies; want some: %v", name, r.shape, r.anomalies, want)
+		// A cell that must race gets two more runs to show it: on a loaded
+		// machine 700 ms of 8 clients can miss the window. A cell that must
+		// hold gets one, and any anomaly fails it.
+		anomalies := r.anomalies
+		for again := 0; want && anomalies == 0 && again < 2; again++ {
+			for _, rr := range run(r.flow, r.strategy) {
+				anomalies += rr.anomalies
+			}
+		}
+		if got := anomalies > 0; got != want {
+			t.Errorf("%s/%s: %d anomalies; want some: %v", name, r.shape, anomalies, want)
 		}
 	}
 	for name := range wantAnomalies {
