@@ -21,28 +21,36 @@ import (
 // cut short.
 func fencing(c *cluster) map[string]float64 {
 	out := map[string]float64{}
-	res, err := http.Get(c.replicas[0].metricsURL + "/metrics")
-	if err == nil {
-		defer res.Body.Close()
-		sc := bufio.NewScanner(res.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			name, labels, value := parseSample(sc.Text())
-			switch name {
-			case "shop_conflicts_stopped_total":
-				out["stopped "+labelValue(labels, "layer")] += value
-				out["stopped "+labelValue(labels, "flow")+" "+labelValue(labels, "layer")] += value
-			case "shop_lock_acquisitions_total":
-				out["lock "+labelValue(labels, "outcome")] += value
-			case "shop_lock_extensions_total":
-				out["extension "+labelValue(labels, "result")] += value
-			}
+	scrape(c.replicas[0], func(name, labels string, value float64) {
+		switch name {
+		case "shop_conflicts_stopped_total":
+			out["stopped "+labelValue(labels, "layer")] += value
+			out["stopped "+labelValue(labels, "flow")+" "+labelValue(labels, "layer")] += value
+		case "shop_lock_acquisitions_total":
+			out["lock "+labelValue(labels, "outcome")] += value
+		case "shop_lock_extensions_total":
+			out["extension "+labelValue(labels, "result")] += value
 		}
-	}
+	})
 	log, _ := os.ReadFile(c.replicas[0].logPath)
 	out["log outcome unknown"] = float64(bytes.Count(log, []byte(`"msg":"payment outcome unknown`)))
 	out["log deadline"] = float64(bytes.Count(log, []byte(`context deadline exceeded`)))
 	return out
+}
+
+// scrape calls sample with each sample p's metrics port serves; a port
+// that does not answer gives none.
+func scrape(p *process, sample func(name, labels string, value float64)) {
+	res, err := http.Get(p.metricsURL + "/metrics")
+	if err != nil {
+		return
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		sample(parseSample(sc.Text()))
+	}
 }
 
 // parseSample splits a line of the Prometheus text format.
@@ -117,15 +125,7 @@ func reportFencing(t *testing.T, c *cluster, healed, end map[string]float64) str
 // without the lock (degraded), refused (unavailable), lost.
 func counters(p *process) map[string]float64 {
 	out := map[string]float64{}
-	res, err := http.Get(p.metricsURL + "/metrics")
-	if err != nil {
-		return out
-	}
-	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		name, labels, value := parseSample(sc.Text())
+	scrape(p, func(name, labels string, value float64) {
 		switch name {
 		case "shop_conflicts_stopped_total":
 			out[labelValue(labels, "layer")] += value
@@ -134,7 +134,7 @@ func counters(p *process) map[string]float64 {
 		case "shop_lock_degraded_total":
 			out["lock degraded"] += value
 		}
-	}
+	})
 	return out
 }
 

@@ -290,15 +290,22 @@ func (w *workload) token(rng *rand.Rand) string { return w.tokens[rng.IntN(len(w
 func (w *workload) flashOrder(ctx context.Context, c *client, rng *rand.Rand) {
 	r := c.do(ctx, flowOrders, "POST", "/v1/orders", w.token(rng), crand.Text(),
 		map[string]any{"items": []map[string]any{{"sku": w.flashSKU, "quantity": 1}}})
-	if r.status == http.StatusCreated && !r.replayed {
-		var o struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(r.body, &o) == nil {
-			c.hist.mu.Lock()
-			c.hist.ackOrders = append(c.hist.ackOrders, o.ID)
-			c.hist.mu.Unlock()
-		}
+	c.hist.ack(&c.hist.ackOrders, r)
+}
+
+// ack records in list the id of what r created, when r is the 201 that
+// created it (a replay names what an earlier answer already recorded).
+func (h *history) ack(list *[]string, r reply) {
+	if r.status != http.StatusCreated || r.replayed {
+		return
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(r.body, &created) == nil {
+		h.mu.Lock()
+		*list = append(*list, created.ID)
+		h.mu.Unlock()
 	}
 }
 
@@ -379,16 +386,7 @@ func (w *workload) seatRush(ctx context.Context, c *client, rng *rand.Rand) {
 	call = w.seats.since()
 	r = c.do(ctx, flowSeats, "POST", "/v1/holds/"+h.ID+"/confirm", token, crand.Text(), nil)
 	w.seats.add(in, r, call)
-	if r.status == http.StatusCreated && !r.replayed {
-		var b struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(r.body, &b) == nil {
-			c.hist.mu.Lock()
-			c.hist.ackBookings = append(c.hist.ackBookings, b.ID)
-			c.hist.mu.Unlock()
-		}
-	}
+	c.hist.ack(&c.hist.ackBookings, r)
 }
 
 // like likes or unlikes one of a few hot posts.
