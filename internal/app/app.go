@@ -342,9 +342,12 @@ func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 	})
 }
 
-// Close releases the connections New opened (not those in Deps).
+// Close releases the connections New opened (not those in Deps). Call it
+// once the server has drained: it first waits for the idempotency keys
+// still being finished in the background.
 func (a *App) Close() {
 	a.sandboxes.close()
+	a.idem.Wait()
 	a.bookkeeping.Close()
 	a.limits.close()
 }

@@ -68,7 +68,8 @@
 // client hanging up must not leave its key claimed until the lease ends.
 // For the same reason, one that fails (the database slow, its pool full, a
 // connection cut) is tried once more in the background after the answer
-// has gone out; the owner token fences that late try like the first.
+// has gone out; the owner token fences that late try like the first, and
+// Store.Wait lets a stopping replica wait for it.
 //
 // Keys are kept for Options.Retention (at least 24 h) and then deleted by
 // Sweep, which any number of replicas may run at once.

@@ -221,13 +221,19 @@ func (s *Store) finish(c echo.Context, cl *claim, result string, op func(context
 	}
 	s.logger.WarnContext(detached, "idempotency key not finished; trying again after the answer",
 		"request_id", requestID, "key", cl.key, "err", err)
-	go func() {
+	s.secondTries.Go(func() {
 		ctx, cancel := context.WithTimeout(detached, finishRetryTimeout)
 		defer cancel()
 		ok, err := op(ctx)
 		s.finished(ctx, requestID, cl, ok, err, result)
-	}()
+	})
 }
+
+// Wait returns when every second try of a completion or release has ended,
+// each within finishRetryTimeout. A replica that stops calls it after its
+// server has drained and before it closes the store's pool, so that a key
+// whose first try failed is not left claimed for the rest of its lease.
+func (s *Store) Wait() { s.secondTries.Wait() }
 
 // finished records what became of a claim after the handler ran.
 func (s *Store) finished(ctx context.Context, requestID string, cl *claim, ok bool, err error, result string) {

@@ -397,3 +397,41 @@ func TestMiddleware_FinishRetried(t *testing.T) {
 		})
 	}
 }
+
+// TestStore_WaitAwaitsSecondTries: a stopping replica waits for the keys
+// still being finished in the background. The second try of a completion is
+// held up by a transaction that locks its key's row; Wait must not return
+// until that try could finish, and then the key is stored.
+func TestStore_WaitAwaitsSecondTries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := newHarnessWith(t, Options{finishTimeout: time.Nanosecond})
+	answered := start(t, h, request{key: "k1", gate: "held"})
+	tx, err := h.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below unless the test failed
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM idempotency_keys WHERE key = 'k1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	h.gate("held").release()
+	if first := <-answered; first.status != http.StatusCreated {
+		t.Fatalf("first: got %d %s, want 201", first.status, first.body)
+	}
+
+	waited := make(chan struct{})
+	go func() { h.store.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("Wait returned while a second try was still held up")
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, waited, "Wait, once the second try could finish")
+	if r := h.rows(t)["alice/k1"]; !r.completed {
+		t.Fatalf("after Wait: key k1 %+v, want it completed", r)
+	}
+}

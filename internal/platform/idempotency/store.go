@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -58,6 +59,7 @@ type Store struct {
 	now       func() time.Time
 
 	finishTimeout time.Duration
+	secondTries   sync.WaitGroup // completions and releases tried again after the answer
 }
 
 // NewStore returns a store over db. Each claim, completion and release is
