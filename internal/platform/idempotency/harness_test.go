@@ -59,9 +59,15 @@ func newHarness(t *testing.T) *harness {
 // (its logger, metrics and clock are the harness's own).
 func newHarnessWith(t *testing.T, opts Options) *harness {
 	t.Helper()
+	return newHarnessOn(t, testenv.Pool(t), opts)
+}
+
+// newHarnessOn is newHarnessWith on the pool db.
+func newHarnessOn(t *testing.T, db *pgxpool.Pool, opts Options) *harness {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := &harness{
-		db:      testenv.Pool(t),
+		db:      db,
 		clock:   testenv.NewFrozenClock(),
 		metrics: metrics.New(),
 		gates:   map[string]*gate{},

@@ -70,11 +70,16 @@ func (s *Store) guard(flow string, next echo.HandlerFunc) echo.HandlerFunc {
 		fp := fingerprint(req.Method, req.URL.Path, body)
 
 		cl, prev, err := s.claim(req.Context(), p.Scope(), key, fp)
-		if err != nil {
-			return err
-		}
 		if flow == "" {
 			flow = c.Path()
+		}
+		switch {
+		case errors.Is(err, errKeyChurning):
+			s.metrics.Stopped(flow, metrics.LayerIdempotency)
+			s.counters.outcome(outcomeInProgress)
+			return errInProgress()
+		case err != nil:
+			return err
 		}
 		if cl == nil {
 			s.counters.repeat(flow, prev.firstSeen, s.now())
@@ -115,11 +120,17 @@ func (s *Store) refuse(c echo.Context, flow string, prev *stored, fp []byte) err
 		return replay(c, prev.response)
 	default:
 		s.counters.outcome(outcomeInProgress)
-		return &problem.Error{
-			Code:       problem.RequestInProgress,
-			Detail:     "a request with this Idempotency-Key is still being processed",
-			RetryAfter: retryInProgress,
-		}
+		return errInProgress()
+	}
+}
+
+// errInProgress is the answer to a request whose key another request
+// holds: 409 request_in_progress, to be retried after retryInProgress.
+func errInProgress() error {
+	return &problem.Error{
+		Code:       problem.RequestInProgress,
+		Detail:     "a request with this Idempotency-Key is still being processed",
+		RetryAfter: retryInProgress,
 	}
 }
 

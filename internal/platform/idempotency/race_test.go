@@ -2,10 +2,16 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestMiddleware_Race sends one key 20 times at once to a handler that takes
@@ -217,5 +223,77 @@ func assertStored(t *testing.T, h *harness, key string, body []byte) {
 	again := h.mustSend(t, request{key: key})
 	if !again.replayed() || !bytes.Equal(again.body, body) {
 		t.Fatalf("replay: got %d %s, want %s", again.status, again.body, body)
+	}
+}
+
+// TestMiddleware_KeyChurning: a key other requests keep claiming and
+// giving up again. Each time this request's claim is refused, the row that
+// refused it is gone before it can be read (a request whose answer was not
+// storable, 409 resource_busy say, freed it). After three such rounds the
+// answer is 409 request_in_progress with Retry-After, as for a key in
+// progress, never a 500; the handler does not run and nothing is left.
+func TestMiddleware_KeyChurning(t *testing.T) {
+	t.Parallel()
+	url := testenv.DatabaseURL(t)
+	other := testenv.PoolFor(t, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = &churn{t: t, other: other}
+	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	h := newHarnessOn(t, db, Options{})
+
+	rep := h.mustSend(t, request{key: "k1"})
+	if rep.status != http.StatusConflict || rep.code() != "request_in_progress" || rep.header.Get("Retry-After") == "" {
+		t.Fatalf("got %d %s (Retry-After %q), want 409 request_in_progress with Retry-After",
+			rep.status, rep.body, rep.header.Get("Retry-After"))
+	}
+	if runs := h.runs.Load(); runs != 0 {
+		t.Errorf("handler ran %d times, want 0", runs)
+	}
+	if rows := h.rows(t); len(rows) != 0 {
+		t.Errorf("keys left: %v, want none", rows)
+	}
+	if got := counter(t, h, "shop_idempotency_requests_total", "outcome", outcomeInProgress); got != 1 {
+		t.Errorf("requests{in_progress} = %v, want 1", got)
+	}
+}
+
+// churn plays the other requests of TestMiddleware_KeyChurning: before
+// each claim of a key it claims the key itself, on the other pool, and
+// after the claim it gives the key up again.
+type churn struct {
+	t     *testing.T
+	other *pgxpool.Pool
+}
+
+type churnKey struct{}
+
+func (c *churn) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if d.SQL != sqlClaim {
+		return ctx
+	}
+	principal, key, fp := d.Args[0], d.Args[1], d.Args[2]
+	if _, err := c.other.Exec(ctx, `
+INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at)
+VALUES ($1, $2, $3, gen_random_uuid(), 'infinity', now())`, principal, key, fp); err != nil {
+		c.t.Errorf("the other request's claim: %v", err)
+	}
+	return context.WithValue(ctx, churnKey{}, [2]any{principal, key})
+}
+
+func (c *churn) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	k, ok := ctx.Value(churnKey{}).([2]any)
+	if !ok {
+		return
+	}
+	if _, err := c.other.Exec(context.WithoutCancel(ctx),
+		`DELETE FROM idempotency_keys WHERE principal = $1 AND key = $2`, k[0], k[1]); err != nil {
+		c.t.Errorf("the other request's release: %v", err)
 	}
 }

@@ -189,8 +189,15 @@ func (s *Store) claim(ctx context.Context, principal, key string, fp []byte) (*c
 		}
 		return nil, prev, nil
 	}
-	return nil, nil, fmt.Errorf("idempotency key %q: claimed and freed again three times in a row", key)
+	return nil, nil, errKeyChurning
 }
+
+// errKeyChurning: each time a claim was refused, the key had been freed
+// again before it could be read. Other requests with the key are claiming
+// it and giving it up (their answers were not storable, say 409
+// resource_busy); the key is as busy as one in progress, and a retry is
+// as safe.
+var errKeyChurning = errors.New("idempotency key claimed and freed again three times in a row")
 
 func readKey(ctx context.Context, db *pgxpool.Pool, principal, key string) (*stored, error) {
 	var (
