@@ -31,6 +31,7 @@ import (
 
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/redisx"
 )
 
@@ -42,9 +43,9 @@ const (
 	readinessPath = "/readyz"
 	livenessPath  = "/healthz"
 	// drainMargin is what the grace period must leave after the preStop
-	// sleep and SHOP_SHUTDOWN_DRAIN: the answer of the last request, the
-	// pools closing.
-	drainMargin = 5 * time.Second
+	// sleep and SHOP_SHUTDOWN_DRAIN: the idempotency keys still being
+	// finished in the background, then the pools closing.
+	drainMargin = idempotency.FinishRetryTimeout
 	// connReserve is what PostgreSQL keeps besides the API pods: the
 	// migration Job, an operator's session, superuser_reserved_connections.
 	connReserve = 10
@@ -287,8 +288,8 @@ func checkK8s(o objects, routes []string, overlay bool) []string {
 		}
 	}
 
-	// Graceful termination: the preStop sleep and the drain fit in the
-	// grace period.
+	// Graceful termination: the preStop sleep, the drain and the late
+	// idempotency tries fit in the grace period.
 	sleep := 0
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
 		sleep = c.Lifecycle.PreStop.Sleep.Seconds

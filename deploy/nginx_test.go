@@ -1,5 +1,6 @@
-// Package deploy_test checks the files in deploy/: the Prometheus rules
-// (prometheus_test.go), the Kubernetes manifests (k8s_test.go) and, here,
+// Package deploy_test checks the files in deploy/ and the compose file:
+// the Prometheus rules (prometheus_test.go), the Kubernetes manifests
+// (k8s_test.go), the replicas' stop grace period (compose_test.go) and, here,
 // the load balancer's configuration (nginx.conf), run in a real nginx in
 // front of two stand-in replicas. It checks what the README and the
 // comments in nginx.conf promise: nginx's own errors are problem documents

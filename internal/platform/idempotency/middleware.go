@@ -205,17 +205,13 @@ func (s *Store) release(c echo.Context, cl *claim, why string) {
 	s.finish(c, cl, resultReleased, func(ctx context.Context) (bool, error) { return s.releaseClaim(ctx, cl) })
 }
 
-// finishRetryTimeout bounds the second try of a completion or release,
-// made in the background after the answer has gone out.
-const finishRetryTimeout = 10 * time.Second
-
 // finish runs op, the completion or the release of cl's key, on a context
 // detached from the request (a client that hung up must not leave its key
 // claimed) and bounded by FinishTimeout, since the answer waits for it.
 //
 // If op fails (the database slow, its pool exhausted, a connection cut),
 // the answer goes out without it, and op is tried once more in the
-// background within finishRetryTimeout. Otherwise the key would stay
+// background within FinishRetryTimeout. Otherwise the key would stay
 // claimed until its lease ends (30 s), and every retry of the request
 // until then would be told request_in_progress. The late try is fenced by
 // the owner token like the first: if the key was taken over meanwhile, it
@@ -233,7 +229,7 @@ func (s *Store) finish(c echo.Context, cl *claim, result string, op func(context
 	s.logger.WarnContext(detached, "idempotency key not finished; trying again after the answer",
 		"request_id", requestID, "key", cl.key, "err", err)
 	s.secondTries.Go(func() {
-		ctx, cancel := context.WithTimeout(detached, finishRetryTimeout)
+		ctx, cancel := context.WithTimeout(detached, FinishRetryTimeout)
 		defer cancel()
 		ok, err := op(ctx)
 		s.finished(ctx, requestID, cl, ok, err, result)
@@ -241,7 +237,7 @@ func (s *Store) finish(c echo.Context, cl *claim, result string, op func(context
 }
 
 // Wait returns when every second try of a completion or release has ended,
-// each within finishRetryTimeout. A replica that stops calls it after its
+// each within FinishRetryTimeout. A replica that stops calls it after its
 // server has drained and before it closes the store's pool, so that a key
 // whose first try failed is not left claimed for the rest of its lease.
 func (s *Store) Wait() { s.secondTries.Wait() }

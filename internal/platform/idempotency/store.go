@@ -31,6 +31,10 @@ const (
 	// does the key stay claimed until its lease ends: safe, only slower for
 	// a retry.
 	FinishTimeout = 2 * time.Second
+	// FinishRetryTimeout bounds that second try, made in the background.
+	// A replica that stops waits for it (Store.Wait), so its grace period
+	// must leave room for it after the drain.
+	FinishRetryTimeout = 10 * time.Second
 )
 
 // Options configure a Store.
