@@ -27,18 +27,15 @@ type lockMetrics struct {
 	degraded     prometheus.Counter
 }
 
-// newLockMetrics registers the lock's collectors on reg.
-//
-// A registry stands for one process, so when a second Locker is built on the
-// same registry it shares the first one's collectors (Prometheus hands them
-// back in AlreadyRegisteredError) instead of failing: both count into the
-// same process-wide series. A collector of the same name but another shape is
-// still an error.
-func newLockMetrics(reg prometheus.Registerer) (*lockMetrics, error) {
-	var (
-		m   lockMetrics
-		err error
-	)
+// newLockMetrics registers the lock's collectors on reg. A second Locker
+// on the same registry shares the first one's (metrics.Shared).
+func newLockMetrics(reg prometheus.Registerer) (_ *lockMetrics, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("register lock metrics: %w", err)
+		}
+	}()
+	var m lockMetrics
 	if m.wait, err = metrics.Shared(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "shop_lock_wait_seconds",
 		Help: "Time from asking for a lock to getting it, being refused, or finding the quorum unreachable.",
@@ -46,7 +43,7 @@ func newLockMetrics(reg prometheus.Registerer) (*lockMetrics, error) {
 		// custom budgets.
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5},
 	})); err != nil {
-		return nil, fmt.Errorf("register lock metrics: %w", err)
+		return nil, err
 	}
 	if m.hold, err = metrics.Shared(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "shop_lock_hold_seconds",
@@ -55,31 +52,31 @@ func newLockMetrics(reg prometheus.Registerer) (*lockMetrics, error) {
 		// watchdog may take tens of seconds.
 		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	})); err != nil {
-		return nil, fmt.Errorf("register lock metrics: %w", err)
+		return nil, err
 	}
 	if m.acquisitions, err = metrics.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shop_lock_acquisitions_total",
 		Help: "Lock acquisitions by outcome: acquired, busy (wait budget spent), unavailable (quorum unreachable), lost (extension failed during the work).",
 	}, []string{"outcome"})); err != nil {
-		return nil, fmt.Errorf("register lock metrics: %w", err)
+		return nil, err
 	}
 	if m.extensions, err = metrics.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shop_lock_extensions_total",
 		Help: "Lease extensions made by the watchdog, by result.",
 	}, []string{"result"})); err != nil {
-		return nil, fmt.Errorf("register lock metrics: %w", err)
+		return nil, err
 	}
 	if m.unlockErrors, err = metrics.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shop_lock_unlock_errors_total",
 		Help: "Releases that did not reach a quorum; the lease then ends by expiry.",
 	})); err != nil {
-		return nil, fmt.Errorf("register lock metrics: %w", err)
+		return nil, err
 	}
 	if m.degraded, err = metrics.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shop_lock_degraded_total",
 		Help: "Work run without the lock because the quorum was unreachable (degrade mode).",
 	})); err != nil {
-		return nil, fmt.Errorf("register lock metrics: %w", err)
+		return nil, err
 	}
 
 	// Create every labelled series up front, so dashboards and alerts
