@@ -76,8 +76,7 @@ func (s *Store) guard(flow string, next echo.HandlerFunc) echo.HandlerFunc {
 		switch {
 		case errors.Is(err, errKeyChurning):
 			s.metrics.Stopped(flow, metrics.LayerIdempotency)
-			s.counters.outcome(outcomeInProgress)
-			return errInProgress()
+			return s.inProgress()
 		case err != nil:
 			return err
 		}
@@ -119,14 +118,14 @@ func (s *Store) refuse(c echo.Context, flow string, prev *stored, fp []byte) err
 		s.counters.outcome(outcomeReplayed)
 		return replay(c, prev.response)
 	default:
-		s.counters.outcome(outcomeInProgress)
-		return errInProgress()
+		return s.inProgress()
 	}
 }
 
-// errInProgress is the answer to a request whose key another request
+// inProgress counts and answers a request whose key another request
 // holds: 409 request_in_progress, to be retried after retryInProgress.
-func errInProgress() error {
+func (s *Store) inProgress() error {
+	s.counters.outcome(outcomeInProgress)
 	return &problem.Error{
 		Code:       problem.RequestInProgress,
 		Detail:     "a request with this Idempotency-Key is still being processed",
