@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
@@ -83,8 +84,13 @@ func TestShared(t *testing.T) {
 		t.Fatalf("second = %v, %v; want the first collector back", second, err)
 	}
 	second.Inc()
-	if n := testCount(t, reg, "shop_things_total"); n != 1 {
-		t.Errorf("shop_things_total = %v, want 1 (one series for both)", n)
+	want := `
+# HELP shop_things_total Things.
+# TYPE shop_things_total counter
+shop_things_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "shop_things_total"); err != nil {
+		t.Errorf("want one series for both, at 1: %v", err)
 	}
 
 	other := prometheus.NewCounterVec(opts, []string{"kind"})
@@ -104,19 +110,4 @@ func TestRegister(t *testing.T) {
 	if err := metrics.Register(reg, b); err == nil {
 		t.Error("registering b twice = nil, want an error")
 	}
-}
-
-func testCount(t *testing.T, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == name {
-			return f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("%s not gathered", name)
-	return 0
 }
