@@ -53,6 +53,7 @@ import (
 
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/seats"
 )
 
 // The goal: the layered flow keeps at least half of the raw
@@ -86,9 +87,15 @@ type benchOptions struct {
 	flows, shapes, only []string
 	chart               string
 	clicks              int
+	seatRows            int // rows of the spread seat map
 	// seats only: the lock strategy of the service being measured
 	// (SHOP_SEAT_LOCK), set per scenario by benchSeats.
 	seatLock string
+	// minOps: each client runs at least this many operations per
+	// scenario, however long that takes past the window (0: the window
+	// alone decides). A test sets it, so that a loaded machine still runs
+	// enough operations to race; the figures stay those of the window.
+	minOps int
 	// serviceConns is what the service's pools may hold: SHOP_DB_MAX_CONNS
 	// plus half as many for idempotency bookkeeping, as app.New opens them.
 	serviceConns int
@@ -137,7 +144,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		return benchOptions{}, fmt.Errorf("config: %w", err)
 	}
 	// The counts of the other command stay at 1, so the checks below pass.
-	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1}
+	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1, seatRows: seats.MaxRows}
 	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
 	clients := 32
 	duration, warmup := 10*time.Second, 2*time.Second
@@ -168,6 +175,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread order cases pick from at random")
 		fs.IntVar(&o.posts, "posts", 1000, "posts the spread like cases pick from at random")
 		fs.IntVar(&o.clicks, "clicks", 4, "clients that pay each order of the hot payment cases, one after the other")
+		fs.IntVar(&o.seatRows, "seat-rows", seats.MaxRows, fmt.Sprintf("rows of %d seats of the spread seat cases, 1–%d", seats.MaxSeatsPerRow, seats.MaxRows))
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered cell to this file, suffixed -flow-hot / -flow-spread")
 		fs.StringVar(&o.chart, "chart", "", "write the throughput chart to this SVG file, and a PNG beside it")
 		list(fs, &o.flows, "flows", "orders,payments,seats,likes", "comma-separated flows to run")
@@ -203,8 +211,8 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("bench %s: unexpected arguments %q", what, fs.Args())
-	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1:
-		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive, -warmup and -storms not negative", what)
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
+		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive (-seat-rows at most %d), -warmup and -storms not negative", what, seats.MaxRows)
 	case len(o.redisAddrs) == 0:
 		return o, fmt.Errorf("bench %s: -redis needs at least one node", what)
 	}
@@ -286,7 +294,7 @@ func runScenarios(ctx context.Context, pool *pgxpool.Pool, o benchOptions, scena
 			return nil, err
 		}
 		logger.Info("bench: running", "scenario", sc.name)
-		r := measure(ctx, sc, o.clients, o.warmup, o.duration)
+		r := measure(ctx, sc, o.clients, o.warmup, o.duration, o.minOps)
 		stopProfile()
 		// Close the connections the scenario opened, so the next one (the
 		// service, with pools of its own) finds the server's slots free.

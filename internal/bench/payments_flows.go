@@ -32,6 +32,11 @@ func (f layeredPayFlow) pay(ctx context.Context, _ int, _ string) string {
 	if !ok {
 		return outOfOrders()
 	}
+	return f.payOrder(ctx, id, owner)
+}
+
+// payOrder pays order id as its owner, with a fresh Idempotency-Key.
+func (f layeredPayFlow) payOrder(ctx context.Context, id string, owner int) string {
 	return f.svc.post(ctx, f.svc.tokens[owner], "/v1/orders/"+id+"/payments", payBody, crand.Text()).failure()
 }
 
@@ -63,6 +68,11 @@ func (f rawPayFlow) pay(ctx context.Context, _ int, _ string) string {
 	if !ok {
 		return outOfOrders()
 	}
+	return f.payOrder(ctx, orderID)
+}
+
+// payOrder charges orderID under a fresh key, then records the payment.
+func (f rawPayFlow) payOrder(ctx context.Context, orderID string) string {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return "uuid"

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/barrier"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
@@ -59,40 +59,41 @@ func countSummary(counts map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// measure runs sc with clients goroutines, each placing one order after the
-// other, for warmup plus window. What completes within the window counts:
-// successes as orders with their latency, failures by key. What completes
-// during the warmup or after the window is dropped.
-func measure(ctx context.Context, sc scenario, clients int, warmup, window time.Duration) result {
+// measure runs sc with clients goroutines, released together, each
+// placing one order after the other for warmup plus window, and at least
+// minOps orders each. What completes within the window counts: successes
+// as orders with their latency, failures by key. What completes during
+// the warmup or after the window is dropped.
+func measure(ctx context.Context, sc scenario, clients int, warmup, window time.Duration, minOps int) result {
 	start := time.Now()
 	from, to := start.Add(warmup), start.Add(warmup+window)
 	latencies := make([][]time.Duration, clients)
 	failures := make([]map[string]int, clients)
-	var wg sync.WaitGroup
 	for c := range clients {
 		failures[c] = map[string]int{}
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				var sku string
-				if len(sc.skus) > 0 {
-					sku = sc.skus[rand.IntN(len(sc.skus))]
-				}
-				begin := time.Now()
-				failure := sc.order(ctx, c, sku)
-				end := time.Now()
-				switch {
-				case end.After(to):
-					return
-				case end.Before(from):
-				case failure != "":
-					failures[c][failure]++
-				default:
-					latencies[c] = append(latencies[c], end.Sub(begin))
-				}
-			}
-		})
 	}
-	wg.Wait()
+	barrier.Together(clients, func(c int) {
+		for done := 1; ctx.Err() == nil; done++ {
+			var sku string
+			if len(sc.skus) > 0 {
+				sku = sc.skus[rand.IntN(len(sc.skus))]
+			}
+			begin := time.Now()
+			failure := sc.order(ctx, c, sku)
+			end := time.Now()
+			switch {
+			case end.After(to):
+				if done >= minOps {
+					return
+				}
+			case end.Before(from):
+			case failure != "":
+				failures[c][failure]++
+			default:
+				latencies[c] = append(latencies[c], end.Sub(begin))
+			}
+		}
+	})
 
 	all := slices.Concat(latencies...)
 	slices.Sort(all)

@@ -30,6 +30,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,7 +61,8 @@ type flowSpec struct {
 	name    string // as -flows names it
 	title   string
 	unit    string // of the throughput
-	anomaly string // what the audit counts
+	anomaly  string // what the audit counts
+	inFlight string // what it counts in flight, from the operations' answers
 	// strategies by name; a name of strategyNames missing here is a
 	// strategy with no row in this flow.
 	strategies map[string]strategy
@@ -74,11 +76,76 @@ type strategy struct {
 }
 
 // cell is one strategy in one case, ready to run: the operation each
-// client repeats (on one of keys, at random), and the audit to run after.
+// client repeats (on one of keys, at random), which records in told what
+// it answered, and the audit to run after.
 type cell struct {
 	op    orderFunc
 	keys  []string
-	audit func(ctx context.Context) (anomalies int, err error)
+	told  *told
+	audit func(ctx context.Context) (audit, error)
+}
+
+// audit is what a cell's audit found: anomalies seen in flight (answers
+// the database's own count contradicts) and in the end state.
+type audit struct {
+	inFlight, after int
+}
+
+// anomalies is the larger of the two counts: both count the same races,
+// each seeing some the other cannot.
+func (a audit) anomalies() int { return max(a.inFlight, a.after) }
+
+// told records what a cell's operations answered: per client and key,
+// the operations that succeeded (an order placed, a payment made, a hold
+// granted, a like flipped), warmup included.
+type told struct {
+	mu sync.Mutex
+	n  map[toldKey]int
+}
+
+type toldKey struct {
+	client int
+	key    string
+}
+
+func newTold() *told { return &told{n: map[toldKey]int{}} }
+
+func (t *told) add(client int, key string) {
+	t.mu.Lock()
+	t.n[toldKey{client, key}]++
+	t.mu.Unlock()
+}
+
+// record wraps op so that each success is told to its client for the key
+// op was called with.
+func (t *told) record(op orderFunc) orderFunc {
+	return func(ctx context.Context, client int, key string) string {
+		failure := op(ctx, client, key)
+		if failure == "" {
+			t.add(client, key)
+		}
+		return failure
+	}
+}
+
+// byKey is the successes per key, over all clients.
+func (t *told) byKey() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]int{}
+	for k, n := range t.n {
+		out[k.key] += n
+	}
+	return out
+}
+
+// total is the successes of the whole cell.
+func (t *told) total() int {
+	n := 0
+	for _, m := range t.byKey() {
+		n += m
+	}
+	return n
 }
 
 // arena is what every cell runs in: the scratch database, the service,
@@ -105,7 +172,9 @@ type cellResult struct {
 	flow, strategy, shape string
 	na                    string // the strategy does not apply: why
 	result
-	anomalies int
+	succeeded int // operations that succeeded, warmup and overrun included
+	inFlight  int // anomalies seen in flight
+	anomalies int // the larger of those in flight and those after
 }
 
 // conflicts is how many operations were answered with a refusal.
@@ -145,7 +214,7 @@ func runStrategies(ctx context.Context, o benchOptions, logger *slog.Logger) (re
 		return nil, "", err
 	}
 	defer func() { pool.Close(); err = errors.Join(err, db.drop()) }()
-	for _, add := range []string{sqlSingleAddColumn, sqlLikesAddAuditColumn, sqlSeatsAddAuditColumn} {
+	for _, add := range []string{sqlSingleAddColumn, sqlLikesAddAuditColumns, sqlSeatsAddAuditColumn} {
 		if _, err := pool.Exec(ctx, add); err != nil {
 			return nil, "", fmt.Errorf("add the baselines' audit columns: %w", err)
 		}
@@ -221,11 +290,12 @@ func runCell(ctx context.Context, a *arena, f flowSpec, name string, s strategy,
 	if err != nil {
 		return cellResult{}, err
 	}
-	n, err := c.audit(ctx)
+	found, err := c.audit(ctx)
 	if err != nil {
 		return cellResult{}, fmt.Errorf("audit %s: %w", sc.name, err)
 	}
-	return cellResult{flow: f.name, strategy: name, shape: shape, result: res[0], anomalies: n}, nil
+	return cellResult{flow: f.name, strategy: name, shape: shape, result: res[0],
+		succeeded: c.told.total(), inFlight: found.inFlight, anomalies: found.anomalies()}, nil
 }
 
 // printStrategies writes a Markdown table per flow, then the goal of each
@@ -243,16 +313,17 @@ func printStrategies(w io.Writer, o benchOptions, results []cellResult) {
 		if len(rows) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\n### %s\n\nanomalies: %s\n\n", f.title, f.anomaly)
+		fmt.Fprintf(w, "\n### %s\n\nanomalies: %s\n\nin flight: %s; anomalies: the larger of those and the end state's\n\n", f.title, f.anomaly, f.inFlight)
 		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-		fmt.Fprintf(tw, "| case\t strategy\t %s\t p50\t p99\t conflicts answered\t anomalies\t\n", f.unit)
-		fmt.Fprintln(tw, "|---\t---\t---:\t---:\t---:\t---\t---:\t")
+		fmt.Fprintf(tw, "| case\t strategy\t %s\t p50\t p99\t conflicts answered\t in flight\t anomalies\t\n", f.unit)
+		fmt.Fprintln(tw, "|---\t---\t---:\t---:\t---:\t---\t---:\t---:\t")
 		for _, r := range rows {
 			if r.na != "" {
-				fmt.Fprintf(tw, "| %s\t %s\t n/a\t —\t —\t —\t —\t\n", r.shape, r.strategy)
+				fmt.Fprintf(tw, "| %s\t %s\t n/a\t —\t —\t —\t —\t —\t\n", r.shape, r.strategy)
 				continue
 			}
-			fmt.Fprintf(tw, "| %s\t %s\t %.0f\t %s\t %s\t %s\t %s\t\n", r.shape, r.strategy, r.rate(), millis(r.p50), millis(r.p99), r.errorSummary(), anomalyCell(r.anomalies))
+			fmt.Fprintf(tw, "| %s\t %s\t %.0f\t %s\t %s\t %s\t %s\t %s\t\n", r.shape, r.strategy, r.rate(), millis(r.p50), millis(r.p99),
+				r.errorSummary(), anomalyCell(r.inFlight), anomalyCell(r.anomalies))
 		}
 		tw.Flush()
 		fmt.Fprintln(w)

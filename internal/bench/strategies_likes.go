@@ -4,8 +4,12 @@ package bench
 // post (hot) or of a post picked from -posts (spread). The baselines keep
 // the count in one row per post (posts.like_count, the column bench likes
 // adds for its single-row baseline); the layered flow keeps it in counter
-// rows (post_like_shards). The audit compares each post's count with its
-// liked rows: every like or unlike the count missed is a lost update.
+// rows (post_like_shards). Lost likes and lost unlikes cancel out in the
+// final count, so the audit counts in flight too: triggers the bench adds
+// to both kinds of counter row add up, as they happen, every step up and
+// every step down of the count, and the audit compares them, per post,
+// with the likes and unlikes the clients were told were done. After, it
+// compares each post's count with its liked rows.
 
 import (
 	"context"
@@ -27,18 +31,37 @@ const (
 		VALUES ($1, $2, $3, 0, 1, $4, $4)`
 	sqlLikeUpdate = `UPDATE likes SET liked = $3, version = version + 1, updated_at = $4
 		WHERE post_id = $1 AND user_id = $2`
-	// The count written back as read plus one (or minus one). lost_writes
-	// is the audit's, not a guard: it counts the writes that overwrote a
-	// count other than the one they read ($3), each a lost update. (Lost
-	// likes and lost unlikes cancel out in the final count, so the count
-	// alone would hide most of them.)
-	sqlLikesAddAuditColumn = `ALTER TABLE posts ADD COLUMN lost_writes bigint NOT NULL DEFAULT 0`
-	sqlLikeWriteCount      = `UPDATE posts SET like_count = $2, lost_writes = lost_writes + (like_count <> $3)::int WHERE id = $1`
+	// The count written back as read plus one (or minus one).
+	sqlLikeWriteCount = `UPDATE posts SET like_count = $2 WHERE id = $1`
+	// The in-flight audit's counters: each counter row (posts.like_count
+	// for the baselines, post_like_shards.n for the service) adds up the
+	// steps up and the steps down of its count, whoever writes it. A
+	// lost update shows as a like told done that moved no count up, or
+	// an unlike that moved it down by two.
+	sqlLikesAddAuditColumns = `
+		ALTER TABLE posts ADD COLUMN counted_up bigint NOT NULL DEFAULT 0, ADD COLUMN counted_down bigint NOT NULL DEFAULT 0;
+		ALTER TABLE post_like_shards ADD COLUMN counted_up bigint NOT NULL DEFAULT 0, ADD COLUMN counted_down bigint NOT NULL DEFAULT 0;
+		CREATE FUNCTION bench_count_post_steps() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+			NEW.counted_up := OLD.counted_up + greatest(NEW.like_count - OLD.like_count, 0);
+			NEW.counted_down := OLD.counted_down + greatest(OLD.like_count - NEW.like_count, 0);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER bench_count_post_steps BEFORE UPDATE OF like_count ON posts
+			FOR EACH ROW EXECUTE FUNCTION bench_count_post_steps();
+		CREATE FUNCTION bench_count_shard_steps() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+			NEW.counted_up := OLD.counted_up + greatest(NEW.n - OLD.n, 0);
+			NEW.counted_down := OLD.counted_down + greatest(OLD.n - NEW.n, 0);
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER bench_count_shard_steps BEFORE UPDATE OF n ON post_like_shards
+			FOR EACH ROW EXECUTE FUNCTION bench_count_shard_steps();`
+	sqlLikesCountedSingle  = `SELECT id, counted_up, counted_down FROM posts WHERE id = ANY($1::uuid[])`
+	sqlLikesCountedSharded = `SELECT post_id, sum(counted_up)::bigint, sum(counted_down)::bigint
+		FROM post_like_shards WHERE post_id = ANY($1::uuid[]) GROUP BY post_id`
 	// optimistic: the count itself is the version checked.
 	sqlLikeWriteCountChecked = `UPDATE posts SET like_count = $2 WHERE id = $1 AND like_count = $3`
 
-	sqlLikesAuditSingle = `SELECT greatest(coalesce(sum(p.lost_writes), 0),
-			coalesce(sum(abs(p.like_count - (SELECT count(*) FROM likes l WHERE l.post_id = p.id AND l.liked))), 0))::int
+	sqlLikesAuditSingle = `SELECT coalesce(sum(abs(p.like_count - (SELECT count(*) FROM likes l WHERE l.post_id = p.id AND l.liked))), 0)::int
 		FROM posts p WHERE p.id = ANY($1::uuid[])`
 	sqlLikesAuditSharded = `SELECT coalesce(sum(abs((SELECT coalesce(sum(n), 0) FROM post_like_shards s WHERE s.post_id = p.id)
 			- (SELECT count(*) FROM likes l WHERE l.post_id = p.id AND l.liked))), 0)::int
@@ -47,14 +70,15 @@ const (
 
 func likesFlow() flowSpec {
 	single := func(op func(a *arena) orderFunc) func(ctx context.Context, a *arena, shape string) (cell, error) {
-		return likeCell(op, sqlLikesAuditSingle, 1)
+		return likeCell(op, likeAudit{counted: sqlLikesCountedSingle, after: sqlLikesAuditSingle}, 1)
 	}
 	naive := func(a *arena) orderFunc { return a.toggleLike(sqlLikeRead, "", false) }
 	return flowSpec{
 		name:    "likes",
 		title:   "Like (toggle)",
 		unit:    "likes/s",
-		anomaly: "lost updates of the like count: writes that overwrote a count other than the one they read (counted as they happen), or, if more, the sum over the posts of |count − liked rows|",
+		anomaly:  "lost updates of the like count: the sum over the posts of |count − liked rows|, or, if more, those seen in flight",
+		inFlight: "likes and unlikes the clients were told were done that the count's steps up and down did not match (|told − counted|, each way, per post)",
 		strategies: map[string]strategy{
 			"naive": {how: "read the like row and the count, flip the row, write the count read ± 1",
 				cell: single(naive)},
@@ -75,14 +99,22 @@ func likesFlow() flowSpec {
 			"conditional": {how: "atomic ADD: like_count = like_count ± 1 in the statement that flips the version-checked like row (bench likes' single-row baseline)",
 				cell: single(func(a *arena) orderFunc { return newSQLLikeFlow(a.pool, a.users).toggleSingle })},
 			"layered": {how: "PUT/DELETE /v1/posts/{id}/like through the service: auth, Redis lock, versioned flip, atomic add to one of 16 counter rows",
-				cell: likeCell(func(a *arena) orderFunc { return newLayeredLikeFlow(a.svc, a.o.clients).toggle }, sqlLikesAuditSharded, 0)},
+				cell: likeCell(func(a *arena) orderFunc { return newLayeredLikeFlow(a.svc, a.o.clients).toggle },
+					likeAudit{counted: sqlLikesCountedSharded, after: sqlLikesAuditSharded}, 0)},
 		},
 	}
 }
 
+// likeAudit is how a like cell is audited: the statement reading the
+// steps its counter rows counted, per post, and the end state's count of
+// lost updates.
+type likeAudit struct {
+	counted, after string
+}
+
 // likeCell seeds the posts of one cell, with shards counter rows each (0:
 // the service's default), and audits them afterwards.
-func likeCell(op func(a *arena) orderFunc, auditSQL string, shards int) func(ctx context.Context, a *arena, shape string) (cell, error) {
+func likeCell(op func(a *arena) orderFunc, how likeAudit, shards int) func(ctx context.Context, a *arena, shape string) (cell, error) {
 	return func(ctx context.Context, a *arena, shape string) (cell, error) {
 		n := 1
 		if shape == spread {
@@ -95,13 +127,41 @@ func likeCell(op func(a *arena) orderFunc, auditSQL string, shards int) func(ctx
 		if err != nil {
 			return cell{}, err
 		}
-		audit := func(ctx context.Context) (int, error) {
-			var n int
-			err := a.pool.QueryRow(ctx, auditSQL, posts).Scan(&n)
-			return n, err
-		}
-		return cell{op: op(a), keys: posts, audit: audit}, nil
+		t := newTold()
+		audit := func(ctx context.Context) (audit, error) { return auditLikes(ctx, a, posts, how, t) }
+		return cell{op: t.record(op(a)), keys: posts, told: t, audit: audit}, nil
 	}
+}
+
+// auditLikes compares, per post, the likes and unlikes the clients were
+// told were done with the steps up and down its counter rows counted,
+// then counts the end state's lost updates.
+func auditLikes(ctx context.Context, a *arena, posts []string, how likeAudit, t *told) (audit, error) {
+	// Every client starts unliked and each flip told done flips it, so a
+	// client told n flips of a post liked it (n+1)/2 times, unliked it n/2.
+	up, down := map[string]int{}, map[string]int{}
+	t.mu.Lock()
+	for k, n := range t.n {
+		up[k.key] += (n + 1) / 2
+		down[k.key] += n / 2
+	}
+	t.mu.Unlock()
+	rows, err := a.pool.Query(ctx, how.counted, posts)
+	if err != nil {
+		return audit{}, err
+	}
+	var found audit
+	var post string
+	var countedUp, countedDown int
+	_, err = pgx.ForEachRow(rows, []any{&post, &countedUp, &countedDown}, func() error {
+		found.inFlight += abs(up[post]-countedUp) + abs(down[post]-countedDown)
+		return nil
+	})
+	if err != nil {
+		return audit{}, err
+	}
+	err = a.pool.QueryRow(ctx, how.after, posts).Scan(&found.after)
+	return found, err
 }
 
 var errCountChanged = errors.New("count changed on every attempt")
@@ -161,7 +221,7 @@ func (a *arena) flipLike(ctx context.Context, tx pgx.Tx, readSQL, lockPrefix str
 		return err
 	}
 	if !checked {
-		_, err := tx.Exec(ctx, sqlLikeWriteCount, post, count+delta, count)
+		_, err := tx.Exec(ctx, sqlLikeWriteCount, post, count+delta)
 		return err
 	}
 	tag, err := tx.Exec(ctx, sqlLikeWriteCountChecked, post, count+delta, count)

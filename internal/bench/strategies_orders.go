@@ -4,9 +4,10 @@ package bench
 // (the stock taken and the order inserted in one transaction, with
 // inventory.TakeStock and orders.Insert where the strategy allows), on one
 // SKU (hot) or one of -skus (spread). The audit compares, per SKU, the
-// units the orders hold with the units taken from stock: every unit sold
-// that the stock did not count is a unit oversold (a lost update of the
-// stock).
+// units taken from stock with the orders the clients were told were
+// placed (in flight) and with the units the orders hold (after): every
+// unit sold that the stock did not count is a unit oversold (a lost
+// update of the stock).
 
 import (
 	"context"
@@ -35,8 +36,9 @@ const (
 	// resource (seed 001), taken before the naive read.
 	sqlAdvisoryLock = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 
-	// The audit: units in orders against units taken, per SKU of a cell.
-	sqlStockAudit = `SELECT coalesce(sum(abs(sold - ($2::bigint - p.stock_available))), 0)::int
+	// The audit: per SKU of a cell, the units taken from stock and the
+	// units in orders.
+	sqlStockAudit = `SELECT p.sku, $2::bigint - p.stock_available, s.sold
 		FROM products p
 		LEFT JOIN LATERAL (SELECT coalesce(sum(quantity), 0) AS sold FROM order_items i WHERE i.sku = p.sku) s ON true
 		WHERE p.sku = ANY($1)`
@@ -59,7 +61,8 @@ func ordersFlow() flowSpec {
 		name:    "orders",
 		title:   "Order creation (stock)",
 		unit:    "orders/s",
-		anomaly: "units oversold: units the orders hold that the stock never counted (lost updates of stock_available)",
+		anomaly:  "units oversold: units the orders hold that the stock never counted (lost updates of stock_available)",
+		inFlight: "orders the clients were told were placed beyond the units the stock counted",
 		strategies: map[string]strategy{
 			"naive": {how: "read the stock, check in Go, write the difference (inventory.TakeReadCheckWrite)",
 				cell: txn(takeWith(inventory.TakeReadCheckWrite))},
@@ -107,14 +110,32 @@ func stockCell(op func(a *arena) orderFunc) func(ctx context.Context, a *arena, 
 		for i := range skus {
 			skus[i] = prefix + strconv.Itoa(i+1)
 		}
-		audit := func(ctx context.Context) (int, error) {
-			var n int
-			err := a.pool.QueryRow(ctx, sqlStockAudit, skus, benchStock).Scan(&n)
-			return n, err
-		}
-		return cell{op: op(a), keys: skus, audit: audit}, nil
+		t := newTold()
+		audit := func(ctx context.Context) (audit, error) { return auditStock(ctx, a, skus, t.byKey()) }
+		return cell{op: t.record(op(a)), keys: skus, told: t, audit: audit}, nil
 	}
 }
+
+// auditStock counts, per SKU, the orders told placed beyond the units
+// taken from stock (in flight), and the units sold that the stock did not
+// count or the other way round (after).
+func auditStock(ctx context.Context, a *arena, skus []string, placed map[string]int) (audit, error) {
+	rows, err := a.pool.Query(ctx, sqlStockAudit, skus, benchStock)
+	if err != nil {
+		return audit{}, err
+	}
+	var found audit
+	var sku string
+	var taken, sold int
+	_, err = pgx.ForEachRow(rows, []any{&sku, &taken, &sold}, func() error {
+		found.inFlight += max(placed[sku]-taken, 0)
+		found.after += abs(sold - taken)
+		return nil
+	})
+	return found, err
+}
+
+func abs(n int) int { return max(n, -n) }
 
 // takeWith is inventory.TakeStock of one unit, the stores' own statements.
 func takeWith(how inventory.Take) func(ctx context.Context, tx pgx.Tx, sku string) (int64, error) {

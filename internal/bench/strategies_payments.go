@@ -6,7 +6,10 @@ package bench
 // one after the other, so that about that many pay it at once (a user
 // clicking again, each click with a key of its own). The audit reads the
 // gateway's charges and the books (package books) for the cell's orders:
-// every charge beyond the first of an order is a double charge.
+// every charge beyond the first of an order is a double charge. In
+// flight, it checks what each payment answered its client against them:
+// an order told paid more than once, or charged more often than told
+// paid, was paid twice.
 
 import (
 	"context"
@@ -47,49 +50,51 @@ var (
 	errPayConflict    = errors.New("payment refused by a guard")
 )
 
+// payOp pays one order as client; owner is the client whose order it is.
+type payOp func(ctx context.Context, client int, orderID string, owner int) string
+
 func paymentsFlow() flowSpec {
-	pay := func(op func(a *arena, o *pendingOrders) orderFunc) func(ctx context.Context, a *arena, shape string) (cell, error) {
-		return payCell(op)
-	}
 	return flowSpec{
-		name:    "payments",
-		title:   "Payment",
-		unit:    "payments/s",
-		anomaly: "double charges: charges at the gateway beyond the first of an order (or, if none, the books audit's problems)",
+		name:     "payments",
+		title:    "Payment",
+		unit:     "payments/s",
+		anomaly:  "double charges: charges at the gateway beyond the first of an order (or, if none, the books audit's problems)",
+		inFlight: "orders told paid more than once, or charged more often than told paid",
 		strategies: map[string]strategy{
 			"naive": {how: "read the order's status, check in Go, charge, write paid and the payment",
-				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payNaive(o) })},
+				cell: payCell(func(a *arena) payOp { return a.payNaive })},
 			"unique only": {how: "minimal correct: open the processing payment (unique index, one live per order), charge, settle; two commits, no lock, no key",
-				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payUnique(o) })},
+				cell: payCell(func(a *arena) payOp { return a.payUnique })},
 			"optimistic": {how: "read the order's version, move it to paying only if unchanged (up to 5 attempts), charge, settle",
-				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payOptimistic(o) })},
+				cell: payCell(func(a *arena) payOp { return a.payOptimistic })},
 			"row lock": {how: "SELECT … FOR UPDATE on the order, charge inside the transaction, write; one commit, the lock held over the gateway call",
-				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payLocked(o, sqlOrderStatusForUpdate, false) })},
+				cell: payCell(func(a *arena) payOp { return a.payLocked(sqlOrderStatusForUpdate, false) })},
 			"advisory": {how: "pg_advisory_xact_lock on the order, read, charge inside the transaction, write",
-				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return a.payLocked(o, sqlOrderStatus, true) })},
+				cell: payCell(func(a *arena) payOp { return a.payLocked(sqlOrderStatus, true) })},
 			"redsync only": {how: "the naive flow inside a Redlock on the order over the three nodes",
-				cell: pay(func(a *arena, o *pendingOrders) orderFunc {
-					naive := a.payNaive(nil)
-					return func(ctx context.Context, client int, _ string) string {
-						id, _, ok := o.take()
-						if !ok {
-							return outOfOrders()
-						}
-						return underLock(ctx, a, "order:"+id, func(ctx context.Context) string { return naive(ctx, client, id) })
+				cell: payCell(func(a *arena) payOp {
+					return func(ctx context.Context, client int, id string, owner int) string {
+						return underLock(ctx, a, "order:"+id, func(ctx context.Context) string { return a.payNaive(ctx, client, id, owner) })
 					}
 				})},
 			"conditional": {how: "unsafe one commit: charge, then UPDATE … WHERE status = 'pending_payment' and the payment (the raw baseline of bench payments)",
-				cell: pay(func(a *arena, o *pendingOrders) orderFunc {
-					return rawPayFlow{pool: a.pool, gateway: a.gateway, orders: o}.pay
+				cell: payCell(func(a *arena) payOp {
+					f := rawPayFlow{pool: a.pool, gateway: a.gateway}
+					return func(ctx context.Context, _ int, id string, _ int) string { return f.payOrder(ctx, id) }
 				})},
 			"layered": {how: "POST /v1/orders/{id}/payments through the service: auth, idempotency, Redis lock, processing row, charge, versioned settle",
-				cell: pay(func(a *arena, o *pendingOrders) orderFunc { return layeredPayFlow{svc: a.svc, orders: o}.pay })},
+				cell: payCell(func(a *arena) payOp {
+					f := layeredPayFlow{svc: a.svc}
+					return func(ctx context.Context, _ int, id string, owner int) string { return f.payOrder(ctx, id, owner) }
+				})},
 		},
 	}
 }
 
-// payCell seeds the pending orders of one cell and audits them afterwards.
-func payCell(op func(a *arena, o *pendingOrders) orderFunc) func(ctx context.Context, a *arena, shape string) (cell, error) {
+// payCell seeds the pending orders of one cell and audits them
+// afterwards. Each operation takes the next order to pay, and records
+// against it whether it was told paid.
+func payCell(pay func(a *arena) payOp) func(ctx context.Context, a *arena, shape string) (cell, error) {
 	return func(ctx context.Context, a *arena, shape string) (cell, error) {
 		n := int(payOrdersPerSecond * (a.o.warmup + a.o.duration).Seconds())
 		o, err := seedPendingOrders(ctx, a.pool, a.users, max(n, 1))
@@ -99,25 +104,39 @@ func payCell(op func(a *arena, o *pendingOrders) orderFunc) func(ctx context.Con
 		if shape == hot {
 			o.repeat = a.o.clicks
 		}
-		audit := func(ctx context.Context) (int, error) { return a.auditPayments(ctx, o.ids) }
-		return cell{op: op(a, o), audit: audit}, nil
+		t, p := newTold(), pay(a)
+		op := func(ctx context.Context, client int, _ string) string {
+			id, owner, ok := o.take()
+			if !ok {
+				return outOfOrders()
+			}
+			failure := p(ctx, client, id, owner)
+			if failure == "" {
+				t.add(client, id)
+			}
+			return failure
+		}
+		audit := func(ctx context.Context) (audit, error) { return a.auditPayments(ctx, o.ids, t.byKey()) }
+		return cell{op: op, told: t, audit: audit}, nil
 	}
 }
 
-// auditPayments counts the double charges of orders at the gateway; with
-// none, it counts what the books audit finds wrong with them instead.
-func (a *arena) auditPayments(ctx context.Context, ids []string) (int, error) {
+// auditPayments counts the double charges of orders at the gateway, or,
+// with none, what the books audit finds wrong with them instead (after);
+// and, per order, the payments told beyond the first and the charges
+// beyond those told (in flight).
+func (a *arena) auditPayments(ctx context.Context, ids []string, paid map[string]int) (audit, error) {
 	mine := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		mine[id] = true
 	}
 	allOrders, allPayments, err := books.FromDB(ctx, a.pool)
 	if err != nil {
-		return 0, err
+		return audit{}, err
 	}
 	allCharges, err := books.FromGateway(ctx, nil, a.gatewayURL)
 	if err != nil {
-		return 0, err
+		return audit{}, err
 	}
 	var os []books.Order
 	var ps []books.Payment
@@ -145,10 +164,15 @@ func (a *arena) auditPayments(ctx context.Context, ids []string) (int, error) {
 			}
 		}
 	}
-	if doubles > 0 {
-		return doubles, nil
+	var found audit
+	for _, id := range ids {
+		found.inFlight += max(paid[id]-1, 0) + max(live[id]-paid[id], 0)
 	}
-	return len(books.Audit(os, ps, cs).Problems), nil
+	found.after = doubles
+	if doubles == 0 {
+		found.after = len(books.Audit(os, ps, cs).Problems)
+	}
+	return found, nil
 }
 
 // charge charges an order's price under key (a fresh one per attempt, so
@@ -162,137 +186,110 @@ func (a *arena) charge(ctx context.Context, key, orderID string) (string, error)
 }
 
 // payNaive reads the order's status, checks it in Go, charges and writes.
-// With o nil it pays the order passed as the operation's key (redsync
-// only hands it one under its lock).
-func (a *arena) payNaive(o *pendingOrders) orderFunc {
-	return func(ctx context.Context, _ int, orderID string) string {
-		if o != nil {
-			id, _, ok := o.take()
-			if !ok {
-				return outOfOrders()
-			}
-			orderID = id
+func (a *arena) payNaive(ctx context.Context, _ int, orderID string, _ int) string {
+	var status string
+	if err := a.pool.QueryRow(ctx, sqlOrderStatus, orderID).Scan(&status); err != nil {
+		return payFailure(ctx, err)
+	}
+	if status != "pending_payment" {
+		return payFailure(ctx, errNotPendingRead)
+	}
+	id, err := newID()
+	if err != nil {
+		return payFailure(ctx, err)
+	}
+	chargeID, err := a.charge(ctx, id, orderID)
+	if err != nil {
+		return payFailure(ctx, err)
+	}
+	now := time.Now().UTC()
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlPayOrderBlind, orderID, now); err != nil {
+			return err
 		}
+		_, err := tx.Exec(ctx, sqlRawInsertPayment, id, orderID, payPrice, gw.MethodOK, chargeID, now)
+		return err
+	})
+	return payFailure(ctx, err)
+}
+
+// payUnique opens the processing payment (the unique index admits one live
+// payment per order), charges, then settles the payment and the order.
+func (a *arena) payUnique(ctx context.Context, _ int, orderID string, _ int) string {
+	id, err := newID()
+	if err != nil {
+		return payFailure(ctx, err)
+	}
+	now := time.Now().UTC()
+	if _, err := a.pool.Exec(ctx, sqlOpenPayment, id, orderID, payPrice, gw.MethodOK, now); err != nil {
+		return payFailure(ctx, err)
+	}
+	chargeID, err := a.charge(ctx, id, orderID)
+	if err != nil {
+		return payFailure(ctx, err)
+	}
+	return payFailure(ctx, pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		now := time.Now().UTC()
+		if _, err := tx.Exec(ctx, sqlSucceedPayment, id, chargeID, now); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, sqlRawPayOrder, orderID, now)
+		return err
+	}))
+}
+
+// payOptimistic moves the order to paying with a version check, charges,
+// then pays the order and records the payment.
+func (a *arena) payOptimistic(ctx context.Context, _ int, orderID string, _ int) string {
+	claimed := false
+	for range optimisticAttempts {
 		var status string
-		if err := a.pool.QueryRow(ctx, sqlOrderStatus, orderID).Scan(&status); err != nil {
+		var version int64
+		if err := a.pool.QueryRow(ctx, sqlOrderVersioned, orderID).Scan(&status, &version); err != nil {
 			return payFailure(ctx, err)
 		}
 		if status != "pending_payment" {
 			return payFailure(ctx, errNotPendingRead)
 		}
-		id, err := newID()
+		tag, err := a.pool.Exec(ctx, sqlClaimOrderVersioned, orderID, version, time.Now().UTC())
 		if err != nil {
 			return payFailure(ctx, err)
 		}
-		chargeID, err := a.charge(ctx, id, orderID)
-		if err != nil {
-			return payFailure(ctx, err)
+		if claimed = tag.RowsAffected() == 1; claimed {
+			break
 		}
-		now := time.Now().UTC()
-		err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, sqlPayOrderBlind, orderID, now); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, sqlRawInsertPayment, id, orderID, payPrice, gw.MethodOK, chargeID, now)
-			return err
-		})
+	}
+	if !claimed {
+		return payFailure(ctx, errVersionConflict)
+	}
+	id, err := newID()
+	if err != nil {
 		return payFailure(ctx, err)
 	}
-}
-
-// payUnique opens the processing payment (the unique index admits one live
-// payment per order), charges, then settles the payment and the order.
-func (a *arena) payUnique(o *pendingOrders) orderFunc {
-	return func(ctx context.Context, _ int, _ string) string {
-		orderID, _, ok := o.take()
-		if !ok {
-			return outOfOrders()
-		}
-		id, err := newID()
-		if err != nil {
-			return payFailure(ctx, err)
-		}
-		now := time.Now().UTC()
-		if _, err := a.pool.Exec(ctx, sqlOpenPayment, id, orderID, payPrice, gw.MethodOK, now); err != nil {
-			return payFailure(ctx, err)
-		}
-		chargeID, err := a.charge(ctx, id, orderID)
-		if err != nil {
-			return payFailure(ctx, err)
-		}
-		return payFailure(ctx, pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-			now := time.Now().UTC()
-			if _, err := tx.Exec(ctx, sqlSucceedPayment, id, chargeID, now); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, sqlRawPayOrder, orderID, now)
-			return err
-		}))
+	chargeID, err := a.charge(ctx, id, orderID)
+	if err != nil {
+		return payFailure(ctx, err)
 	}
-}
-
-// payOptimistic moves the order to paying with a version check, charges,
-// then pays the order and records the payment.
-func (a *arena) payOptimistic(o *pendingOrders) orderFunc {
-	return func(ctx context.Context, _ int, _ string) string {
-		orderID, _, ok := o.take()
-		if !ok {
-			return outOfOrders()
-		}
-		claimed := false
-		for range optimisticAttempts {
-			var status string
-			var version int64
-			if err := a.pool.QueryRow(ctx, sqlOrderVersioned, orderID).Scan(&status, &version); err != nil {
-				return payFailure(ctx, err)
-			}
-			if status != "pending_payment" {
-				return payFailure(ctx, errNotPendingRead)
-			}
-			tag, err := a.pool.Exec(ctx, sqlClaimOrderVersioned, orderID, version, time.Now().UTC())
-			if err != nil {
-				return payFailure(ctx, err)
-			}
-			if claimed = tag.RowsAffected() == 1; claimed {
-				break
-			}
-		}
-		if !claimed {
-			return payFailure(ctx, errVersionConflict)
-		}
-		id, err := newID()
+	now := time.Now().UTC()
+	return payFailure(ctx, pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlPayOrderFromPaying, orderID, now)
 		if err != nil {
-			return payFailure(ctx, err)
-		}
-		chargeID, err := a.charge(ctx, id, orderID)
-		if err != nil {
-			return payFailure(ctx, err)
-		}
-		now := time.Now().UTC()
-		return payFailure(ctx, pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, sqlPayOrderFromPaying, orderID, now)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() != 1 {
-				return errPayConflict
-			}
-			_, err = tx.Exec(ctx, sqlRawInsertPayment, id, orderID, payPrice, gw.MethodOK, chargeID, now)
 			return err
-		}))
-	}
+		}
+		if tag.RowsAffected() != 1 {
+			return errPayConflict
+		}
+		_, err = tx.Exec(ctx, sqlRawInsertPayment, id, orderID, payPrice, gw.MethodOK, chargeID, now)
+		return err
+	}))
 }
 
 // payLocked serialises the payments of an order inside PostgreSQL: the row
 // lock of the read (readSQL FOR UPDATE) or, with advisory, a transaction
 // advisory lock on the order. The charge runs inside the transaction, so
 // the lock is held across the gateway call.
-func (a *arena) payLocked(o *pendingOrders, readSQL string, advisory bool) orderFunc {
-	return func(ctx context.Context, _ int, _ string) string {
-		orderID, _, ok := o.take()
-		if !ok {
-			return outOfOrders()
-		}
+func (a *arena) payLocked(readSQL string, advisory bool) payOp {
+	return func(ctx context.Context, _ int, orderID string, _ int) string {
 		return payFailure(ctx, pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 			if advisory {
 				if _, err := tx.Exec(ctx, sqlAdvisoryLock, "order:"+orderID); err != nil {
