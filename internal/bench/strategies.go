@@ -58,9 +58,9 @@ var strategyNames = []string{"naive", "unique only", "optimistic", "row lock", "
 
 // flowSpec is one flow of the shoot-out.
 type flowSpec struct {
-	name    string // as -flows names it
-	title   string
-	unit    string // of the throughput
+	name     string // as -flows names it
+	title    string
+	unit     string // of the throughput
 	anomaly  string // what the audit counts
 	inFlight string // what it counts in flight, from the operations' answers
 	// strategies by name; a name of strategyNames missing here is a

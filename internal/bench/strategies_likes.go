@@ -74,9 +74,9 @@ func likesFlow() flowSpec {
 	}
 	naive := func(a *arena) orderFunc { return a.toggleLike(sqlLikeRead, "", false) }
 	return flowSpec{
-		name:    "likes",
-		title:   "Like (toggle)",
-		unit:    "likes/s",
+		name:     "likes",
+		title:    "Like (toggle)",
+		unit:     "likes/s",
 		anomaly:  "lost updates of the like count: the sum over the posts of |count − liked rows|, or, if more, those seen in flight",
 		inFlight: "likes and unlikes the clients were told were done that the count's steps up and down did not match (|told − counted|, each way, per post)",
 		strategies: map[string]strategy{

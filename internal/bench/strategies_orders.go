@@ -58,9 +58,9 @@ func ordersFlow() flowSpec {
 		return stockCell(func(a *arena) orderFunc { return a.placeOrder(how) })
 	}
 	return flowSpec{
-		name:    "orders",
-		title:   "Order creation (stock)",
-		unit:    "orders/s",
+		name:     "orders",
+		title:    "Order creation (stock)",
+		unit:     "orders/s",
 		anomaly:  "units oversold: units the orders hold that the stock never counted (lost updates of stock_available)",
 		inFlight: "orders the clients were told were placed beyond the units the stock counted",
 		strategies: map[string]strategy{

@@ -36,8 +36,8 @@ const (
 		END $$;
 		CREATE TRIGGER bench_count_double_holds BEFORE UPDATE ON seats
 			FOR EACH ROW EXECUTE FUNCTION bench_count_double_holds();`
-	sqlSeatsRead           = `SELECT seat, status, version FROM seats WHERE event_id = $1 AND seat = ANY($2) ORDER BY seat`
-	sqlSeatsReadForUpdate  = sqlSeatsRead + ` FOR UPDATE`
+	sqlSeatsRead          = `SELECT seat, status, version FROM seats WHERE event_id = $1 AND seat = ANY($2) ORDER BY seat`
+	sqlSeatsReadForUpdate = sqlSeatsRead + ` FOR UPDATE`
 	// The write of every baseline but the conditional one: the seats
 	// taken whatever they are now.
 	sqlSeatsTakeBlind = `UPDATE seats SET status = 'held', hold_id = $3, version = version + 1
@@ -59,9 +59,9 @@ func seatsFlow() flowSpec {
 		return seatCell(func(a *arena, ev string, sh seatShape) orderFunc { return a.holdSeats(ev, sh, how(a)) })
 	}
 	return flowSpec{
-		name:    "seats",
-		title:   "Seat hold",
-		unit:    "holds/s",
+		name:     "seats",
+		title:    "Seat hold",
+		unit:     "holds/s",
 		anomaly:  "double bookings: seats taken while held by another hold, or, if more, seats double held or disagreeing with their holds afterwards",
 		inFlight: "seats written held for a hold while another hold held them (a trigger on seats, every strategy alike)",
 		strategies: map[string]strategy{
