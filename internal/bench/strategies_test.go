@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // operations, however loaded the machine: enough for the blind ones to
 // race in every run.
 func TestStrategies_AuditSeesTheRaces(t *testing.T) {
-	const minOps = 30
+	const minOps = 10
 	o, err := parseBenchFlags("strategies", []string{
 		"-db", testenv.DatabaseURL(t), "-redis", strings.Join(testenv.RedisAddrs(t), ","),
 		"-clients", "8", "-duration", "200ms", "-warmup", "0s",
