@@ -32,9 +32,12 @@ build:
 
 # Every test, with the race detector, against real PostgreSQL and Redis:
 # testcontainers starts them, unless SHOP_TEST_POSTGRES_URL and
-# SHOP_TEST_REDIS_ADDRS point at running servers.
+# SHOP_TEST_REDIS_ADDRS point at running servers. cmd/testsummary shows the
+# run as go test does and ends it with "N passed, N failed, N skipped"; it
+# exits non-zero when go test does.
 test:
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	$(GO) build -o bin/testsummary ./cmd/testsummary
+	GO=$(GO) bin/testsummary -race -count=1 -timeout 30m $(PKGS)
 
 # The pages of web/ in real Chromium (Debian's chromium package;
 # SHOP_CHROMIUM names another binary): register, buy, pay, cancel, like and
