@@ -174,7 +174,8 @@ type cellResult struct {
 	result
 	succeeded int // operations that succeeded, warmup and overrun included
 	inFlight  int // anomalies seen in flight
-	anomalies int // the larger of those in flight and those after
+	after     int // anomalies in the end state
+	anomalies int // the larger of the two
 }
 
 // conflicts is how many operations were answered with a refusal.
@@ -295,7 +296,7 @@ func runCell(ctx context.Context, a *arena, f flowSpec, name string, s strategy,
 		return cellResult{}, fmt.Errorf("audit %s: %w", sc.name, err)
 	}
 	return cellResult{flow: f.name, strategy: name, shape: shape, result: res[0],
-		succeeded: c.told.total(), inFlight: found.inFlight, anomalies: found.anomalies()}, nil
+		succeeded: c.told.total(), inFlight: found.inFlight, after: found.after, anomalies: found.anomalies()}, nil
 }
 
 // printStrategies writes a Markdown table per flow, then the goal of each

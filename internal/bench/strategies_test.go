@@ -58,9 +58,9 @@ func TestStrategies_AuditSeesTheRaces(t *testing.T) {
 			t.Errorf("%s: no operation succeeded in %d (errors: %s)", name, o.clients*minOps, r.errorSummary())
 		case mustBreak[name] && r.inFlight == 0:
 			t.Errorf("%s: the in-flight audit saw no anomaly (%d after, %d operations succeeded, errors: %s); want some",
-				name, r.anomalies, r.succeeded, r.errorSummary())
+				name, r.after, r.succeeded, r.errorSummary())
 		case !mustBreak[name] && r.anomalies > 0:
-			t.Errorf("%s: %d anomalies (%d in flight); want none", name, r.anomalies, r.inFlight)
+			t.Errorf("%s: %d anomalies in flight, %d after; want none", name, r.inFlight, r.after)
 		}
 	}
 	for _, f := range strategyFlows() {
