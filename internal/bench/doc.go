@@ -73,9 +73,13 @@ func (d *docTarget) write(ctx context.Context, pool *pgxpool.Pool, redisAddrs []
 // serverVersions names the PostgreSQL server and the Redis nodes measured
 // against; a version that cannot be read is said so, not guessed.
 func serverVersions(ctx context.Context, pool *pgxpool.Pool, redisAddrs []string) string {
+	// fsync and synchronous_commit decide what a commit costs: a server
+	// run for tests with fsync off commits many times faster.
 	pg := "unknown"
-	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&pg); err != nil {
-		pg = "unknown (" + err.Error() + ")"
+	var fsync, syncCommit string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')").
+		Scan(&pg, &fsync, &syncCommit); err == nil {
+		pg = fmt.Sprintf("%s (fsync=%s, synchronous_commit=%s)", strings.Fields(pg + " ")[0], fsync, syncCommit)
 	}
 	var versions []string
 	clients := redisx.Clients(redisAddrs)
@@ -93,7 +97,7 @@ func serverVersions(ctx context.Context, pool *pgxpool.Pool, redisAddrs []string
 			versions = append(versions, v)
 		}
 	}
-	return fmt.Sprintf("PostgreSQL %s, Redis %s (%d nodes)", strings.Fields(pg + " ")[0], strings.Join(versions, "/"), len(redisAddrs))
+	return fmt.Sprintf("PostgreSQL %s, Redis %s (%d nodes)", pg, strings.Join(versions, "/"), len(redisAddrs))
 }
 
 // asMarkdown turns a report as the bench prints it into a block's body:
