@@ -101,12 +101,16 @@ func serverVersions(ctx context.Context, pool *pgxpool.Pool, redisAddrs []string
 }
 
 // asMarkdown turns a report as the bench prints it into a block's body:
-// its tables stay tables, and each run of other lines (the conditions of
-// the run, the goal lines, the lock counts) becomes a fenced text block.
+// its tables stay tables, and the lines between two tables (the
+// conditions of the run, the goal lines, the lock counts) become one
+// fenced text block.
 func asMarkdown(report string) string {
 	var out []string
 	var text []string
 	flush := func() {
+		for len(text) > 0 && text[len(text)-1] == "" {
+			text = text[:len(text)-1]
+		}
 		if len(text) > 0 {
 			out = append(out, "```text")
 			out = append(out, text...)
@@ -119,8 +123,9 @@ func asMarkdown(report string) string {
 		case strings.HasPrefix(line, "|"):
 			flush()
 			out = append(out, line)
+		case strings.TrimSpace(line) == "" && len(text) > 0:
+			text = append(text, "") // a run of text lines stays one block
 		case strings.TrimSpace(line) == "":
-			flush()
 			if len(out) > 0 && out[len(out)-1] != "" {
 				out = append(out, "")
 			}

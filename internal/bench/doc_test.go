@@ -3,8 +3,8 @@ package bench
 import "testing"
 
 func TestAsMarkdown(t *testing.T) {
-	report := "\nshop bench orders: 32 clients\n\n| scenario | orders/s |\n|---|---:|\n| raw/hot | 400 |\n\nhot layered/raw = 0.9\nservice lock: acquired=0\n"
-	want := "```text\nshop bench orders: 32 clients\n```\n\n| scenario | orders/s |\n|---|---:|\n| raw/hot | 400 |\n\n```text\nhot layered/raw = 0.9\nservice lock: acquired=0\n```"
+	report := "\nshop bench orders: 32 clients\n\nanomalies: none\n\n| scenario | orders/s |\n|---|---:|\n| raw/hot | 400 |\n\nhot layered/raw = 0.9\nservice lock: acquired=0\n"
+	want := "```text\nshop bench orders: 32 clients\n\nanomalies: none\n```\n\n| scenario | orders/s |\n|---|---:|\n| raw/hot | 400 |\n\n```text\nhot layered/raw = 0.9\nservice lock: acquired=0\n```"
 	if got := asMarkdown(report); got != want {
 		t.Errorf("asMarkdown:\n%s\nwant:\n%s", got, want)
 	}
