@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -36,7 +37,13 @@ type docTarget struct {
 // belong to a commit: the code of path's repository has no changes that
 // are not committed.
 func newDocTarget(path string, args []string) (*docTarget, error) {
-	commit, err := docblock.Commit(filepath.Dir(path))
+	// The whole repository, not only the file's directory: the code
+	// measured is everywhere but docs/.
+	top, err := exec.Command("git", "-C", filepath.Dir(path), "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return nil, fmt.Errorf("-doc %s: not in a git repository: %w", path, err)
+	}
+	commit, err := docblock.Commit(strings.TrimSpace(string(top)))
 	if err != nil {
 		return nil, fmt.Errorf("-doc %s: %w", path, err)
 	}
