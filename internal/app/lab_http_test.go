@@ -131,6 +131,17 @@ func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
 	}
 }
 
+// TestLab_LiveCopyNeedsItsKey: only the lab's own key reaches the live
+// copy; a request with any other X-Shop-Lab is the real shop's.
+func TestLab_LiveCopyNeedsItsKey(t *testing.T) {
+	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	res := e.r(0).do(t, "POST", "/v1/users", "", map[string]string{"name": "guesser"}, "X-Shop-Lab", "guessed")
+	wantStatus(t, res, http.StatusCreated)
+	if n := e.count(t, `SELECT count(*) FROM public.users WHERE name = 'guesser'`); n != 1 {
+		t.Errorf("a request with a guessed key made %d users in the real shop, want 1: it went elsewhere", n)
+	}
+}
+
 // TestLab_NeedsToken: a race is started by a user, named by a bearer
 // token; without one, or with one nobody holds, nothing runs.
 func TestLab_NeedsToken(t *testing.T) {
