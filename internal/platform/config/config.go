@@ -73,7 +73,14 @@ type Config struct {
 	// LabTarget is the public address the race lab sends its requests to
 	// (SHOP_LAB_TARGET): the load balancer under compose, by default this
 	// replica's own listener. The lab answers only with Demo on.
-	LabTarget     string
+	LabTarget string
+	// LabGatewayURL is the payment gateway the race lab's live copy
+	// charges (SHOP_LAB_GATEWAY_URL), so a lab order's charge never lands
+	// in the journal the real orders are audited against. Empty: one in
+	// this process, which is right for a single replica; behind a
+	// balancer every replica must name the same one (compose's
+	// lab-gateway), or a pay storm's charges are counted per replica.
+	LabGatewayURL string
 	DBMaxConns    int32         // SHOP_DB_MAX_CONNS
 	JobInterval   time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
 	ShutdownDrain time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
@@ -100,6 +107,7 @@ type RateLimits struct {
 	Writes   Rate // SHOP_RATE_LIMIT_WRITES: writes per user, other than creating an order
 	Orders   Rate // SHOP_RATE_LIMIT_ORDERS: orders created per user
 	Likes    Rate // SHOP_RATE_LIMIT_LIKES: likes and unlikes per user
+	Lab      Rate // SHOP_RATE_LIMIT_LAB: race-lab runs started per user
 }
 
 // Rate is Count requests per Per, written "30/h" (per s, m or h).
@@ -184,6 +192,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if u, err := url.Parse(c.LabTarget); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("SHOP_LAB_TARGET: want an http:// URL, got %q", c.LabTarget))
 	}
+	if c.LabGatewayURL = str("SHOP_LAB_GATEWAY_URL", ""); c.LabGatewayURL != "" {
+		if u, err := url.Parse(c.LabGatewayURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			errs = append(errs, fmt.Errorf("SHOP_LAB_GATEWAY_URL: want an http:// URL, got %q", c.LabGatewayURL))
+		}
+	}
 	rate := func(name, def string) Rate {
 		r, err := ParseRate(str(name, def))
 		if err != nil {
@@ -202,6 +215,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Writes:   rate("SHOP_RATE_LIMIT_WRITES", "60/m"),
 		Orders:   rate("SHOP_RATE_LIMIT_ORDERS", "30/h"),
 		Likes:    rate("SHOP_RATE_LIMIT_LIKES", "120/m"),
+		Lab:      rate("SHOP_RATE_LIMIT_LAB", "30/h"),
 	}
 	switch v := str("SHOP_RATE_LIMIT", "on"); v {
 	case "on":
@@ -360,6 +374,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("demo", c.Demo),
 		slog.String("replica_name", c.ReplicaName),
 		slog.String("lab_target", c.LabTarget),
+		slog.String("lab_gateway_url", c.LabGatewayURL),
 		slog.Any("trusted_proxies", c.TrustedProxies),
 		slog.Group("rate_limit",
 			slog.Bool("off", c.RateLimit.Off),
@@ -370,6 +385,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("writes", c.RateLimit.Writes.String()),
 			slog.String("orders", c.RateLimit.Orders.String()),
 			slog.String("likes", c.RateLimit.Likes.String()),
+			slog.String("lab", c.RateLimit.Lab.String()),
 		),
 	)
 }

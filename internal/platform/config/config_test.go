@@ -43,6 +43,7 @@ var allVars = []string{
 	"SHOP_DEMO",
 	"SHOP_REPLICA_NAME",
 	"SHOP_LAB_TARGET",
+	"SHOP_LAB_GATEWAY_URL",
 	"SHOP_DB_MAX_CONNS",
 	"SHOP_JOB_INTERVAL",
 	"SHOP_SHUTDOWN_DRAIN",
@@ -57,6 +58,7 @@ var allVars = []string{
 	"SHOP_RATE_LIMIT_WRITES",
 	"SHOP_RATE_LIMIT_ORDERS",
 	"SHOP_RATE_LIMIT_LIKES",
+	"SHOP_RATE_LIMIT_LAB",
 }
 
 // The defaults are DESIGN.md §5's table; the variables after it are not
@@ -100,6 +102,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 			Writes:   Rate{60, time.Minute},
 			Orders:   Rate{30, time.Hour},
 			Likes:    Rate{120, time.Minute},
+			Lab:      Rate{30, time.Hour},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -140,6 +143,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_DEMO":                    "true",
 		"SHOP_REPLICA_NAME":            "api-9",
 		"SHOP_LAB_TARGET":              "http://lb:8080",
+		"SHOP_LAB_GATEWAY_URL":         "http://lab-gateway:8081",
 		"SHOP_DB_MAX_CONNS":            "7",
 		"SHOP_JOB_INTERVAL":            "250ms",
 		"SHOP_SHUTDOWN_DRAIN":          "1m",
@@ -154,6 +158,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_RATE_LIMIT_WRITES":       "5/s",
 		"SHOP_RATE_LIMIT_ORDERS":       "12/m",
 		"SHOP_RATE_LIMIT_LIKES":        "30/s",
+		"SHOP_RATE_LIMIT_LAB":          "4/m",
 	}
 	if len(vars) != len(allVars) {
 		t.Fatalf("test sets %d variables, want all %d", len(vars), len(allVars))
@@ -184,6 +189,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		Demo:             true,
 		ReplicaName:      "api-9",
 		LabTarget:        "http://lb:8080",
+		LabGatewayURL:    "http://lab-gateway:8081",
 		DBMaxConns:       7,
 		JobInterval:      250 * time.Millisecond,
 		ShutdownDrain:    time.Minute,
@@ -202,6 +208,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 			Writes:   Rate{5, time.Second},
 			Orders:   Rate{12, time.Minute},
 			Likes:    Rate{30, time.Second},
+			Lab:      Rate{4, time.Minute},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
