@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
@@ -93,7 +94,17 @@ func (s *sandboxes) open(ctx context.Context, schema string) (*pgxpool.Pool, err
 	if p, ok := s.pools[schema]; ok {
 		return p, nil
 	}
-	if _, err := s.a.deps.Pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema); err != nil {
+	// Two replicas may open the same schema at once, and CREATE SCHEMA IF
+	// NOT EXISTS is not safe against itself (the loser fails on the
+	// catalogue's unique index): the lock makes the second wait and find it.
+	err := postgres.InTx(ctx, s.a.deps.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('shop-lab-schema:' || $1, 0))`, schema); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema)
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("create schema: %w", err)
 	}
 	u, err := url.Parse(s.a.cfg.DatabaseURL)
