@@ -91,7 +91,18 @@ func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 // NaiveStock) in every replica: the ablation matrices take layers off.
 func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app.Deps) *env {
 	t.Helper()
+	return newEnvThrough(t, replicas, vars, switches, nil)
+}
+
+// newEnvThrough is newEnvWith whose replicas reach the database through
+// cutter (the checks' pool goes straight to it); nil is no cutter.
+func newEnvThrough(t *testing.T, replicas int, vars map[string]string, switches app.Deps, cutter *testenv.CommitCutter) *env {
+	t.Helper()
 	dbURL := testenv.DatabaseURL(t)
+	replicaURL := dbURL
+	if cutter != nil {
+		replicaURL = cutter.URL(dbURL)
+	}
 	environ := map[string]string{
 		"SHOP_DATABASE_URL":    dbURL,
 		"SHOP_REDIS_ADDRS":     strings.Join(testenv.RedisAddrs(t), ","),
@@ -127,7 +138,7 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 
 	e := &env{db: testenv.PoolFor(t, dbURL), clock: testenv.NewClock(), gateway: gw, cfg: cfg}
 	for range replicas {
-		pool := testenv.PoolFor(t, dbURL)
+		pool := testenv.PoolFor(t, replicaURL)
 		clients := redisx.Clients(cfg.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
 		a, err := app.New(cfg, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.clock.Now,

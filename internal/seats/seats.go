@@ -76,13 +76,17 @@ type Seat struct {
 
 // Hold is a user's claim on a set of seats until ExpiresAt.
 type Hold struct {
-	ID        string
-	EventID   string
-	UserID    string
-	Seats     []string // in seat order (SortSeats)
-	Status    HoldStatus
-	ExpiresAt time.Time
-	Version   int64
+	ID      string
+	EventID string
+	UserID  string
+	// RequestKey is the Idempotency-Key of the request that made the
+	// hold: one hold per (user, key), holds_user_request_key.
+	RequestKey string
+	Seats      []string // in seat order (SortSeats)
+	Status     HoldStatus
+	ExpiresAt  time.Time
+	Version    int64
+	CreatedAt  time.Time
 }
 
 // Booking is a confirmed hold: its seats are sold.

@@ -19,7 +19,8 @@ import (
 // The layers of the seat flows, where each one is:
 //
 //	layer           where                                         backed by
-//	0 idempotency   Idempotency-Key on POST holds and confirm      the route (http.go)
+//	0 idempotency   Idempotency-Key on POST holds and confirm      the route (http.go);
+//	                (user, key) on the hold's row                   holds_user_request_key
 //	1 lock          seat:{event}:{seat} per seat, sorted, nested   Service.lockSeats
 //	                (or pg_advisory_xact_lock per seat, sorted,     Store.Hold: advisoryLocks
 //	                SHOP_SEAT_LOCK=advisory); hold:{id} on confirm
@@ -143,8 +144,13 @@ func NewService(cfg Config) (*Service, error) {
 
 // Hold holds seats of eventID for userID, all or none. Any seat taken
 // gives seat_unavailable listing the seats taken as this request's
-// transaction read them.
-func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []string) (Hold, error) {
+// transaction read them. requestKey is the client's Idempotency-Key: the
+// same request sent again, after a first try that committed, answers the
+// hold that try made (its answer may have been lost on the way).
+func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, labels []string) (Hold, error) {
+	if requestKey == "" {
+		return Hold{}, problem.New(problem.IdempotencyRequired, "Idempotency-Key: required on this route")
+	}
 	if !ids.Valid(eventID) {
 		return Hold{}, ErrNotFound
 	}
@@ -160,7 +166,8 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 	if err != nil {
 		return Hold{}, fmt.Errorf("new hold id: %w", err)
 	}
-	h := Hold{ID: id.String(), EventID: eventID, UserID: userID, Seats: sorted, Status: Active, Version: 1}
+	h := Hold{ID: id.String(), EventID: eventID, UserID: userID, RequestKey: requestKey, Seats: sorted, Status: Active, Version: 1}
+	var out Hold
 	ran := false
 	// Layer 1: a lock per seat, taken in seat order and released in
 	// reverse, so two holds that overlap queue on their first common seat
@@ -169,11 +176,14 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 		ran = true
 		for attempt := 1; ; attempt++ {
 			now := s.stamp()
-			h.ExpiresAt = now.Add(s.ttl)
+			h.ExpiresAt, h.CreatedAt = now.Add(s.ttl), now
 			// Layers 3 and 4 are in the store's transaction: each seat is
 			// written at the version read, and hold_seats admits one
-			// active hold per seat.
-			err := s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(read []Seat) error {
+			// active hold per seat. The hold's row comes first, under its
+			// request key: a try of this request that committed before is
+			// found there.
+			var err error
+			out, err = s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(read []Seat) error {
 				// Layer 2: every seat must be available.
 				if !s.layers.On(layers.State) {
 					return nil
@@ -202,7 +212,7 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 	if err != nil {
 		return Hold{}, s.lockLost(err)
 	}
-	return h, nil
+	return out, nil
 }
 
 // Confirm books the seats of userID's hold. Confirming a confirmed hold
@@ -427,6 +437,12 @@ func (s *Service) Booking(ctx context.Context, userID, id string) (Booking, erro
 
 // stamp is the time now as PostgreSQL keeps it.
 func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// ActiveHolds returns a page of userID's active holds, newest first: a
+// client that lost the answer to a hold finds it here.
+func (s *Service) ActiveHolds(ctx context.Context, userID, cursor string, limit int) ([]Hold, string, error) {
+	return s.store.ActiveHolds(ctx, userID, s.stamp(), cursor, limit)
+}
 
 // HoldOf returns userID's hold.
 func (s *Service) HoldOf(ctx context.Context, userID, id string) (Hold, error) {
