@@ -8,6 +8,7 @@ package docs_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/shop-example/shop/internal/bench"
+	"github.com/shop-example/shop/internal/faults"
 	"github.com/shop-example/shop/internal/platform/docblock"
 )
 
@@ -28,16 +30,22 @@ import (
 var blockRows = map[string]func(name string) ([]string, error){
 	"benchmarks/": bench.BlockRows, // docs/BENCHMARKS.md, make bench
 	"strategies/": bench.BlockRows, // docs/STRATEGIES.md, make bench
-	// ablation and faults rows: see internal/platform/testenv/ablation.go
-	// (make ablation, docs/ABLATION.md) and internal/faults (make faults,
-	// docs/RELIABILITY.md); their exported row lists join this table.
+	"faults/":     faultRows,       // docs/RELIABILITY.md, make faults
+}
+
+func faultRows(name string) ([]string, error) {
+	if name != faults.Block {
+		return nil, fmt.Errorf("the fault suite writes only %s", faults.Block)
+	}
+	return faults.Rows(), nil
 }
 
 // requiredBlocks are the generated blocks each file must hold: deleting
 // one, or the section around it, fails the test.
 var requiredBlocks = map[string][]string{
-	"BENCHMARKS.md": {"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats"},
-	"STRATEGIES.md": {"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes"},
+	"BENCHMARKS.md":  {"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats"},
+	"STRATEGIES.md":  {"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes"},
+	"RELIABILITY.md": {faults.Block},
 }
 
 // requiredSections are headings (as anchors) that hold prose other
