@@ -95,6 +95,9 @@ type Config struct {
 	HoldTTL time.Duration // 0 means DefaultHoldTTL
 	// Lock is the strategy of layer 1; "" means LockRedsync.
 	Lock LockStrategy
+	// Caps bound what one user may hold of one event; a cap left zero is
+	// its default.
+	Caps Caps
 	// Layers are the defences on. The zero value is all of them; only the
 	// layer tests take some off.
 	Layers layers.Set
@@ -110,6 +113,7 @@ type Service struct {
 	now     func() time.Time
 	ttl     time.Duration
 	lock    LockStrategy
+	caps    Caps
 	layers  layers.Set
 }
 
@@ -123,6 +127,10 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil {
 		return nil, fmt.Errorf("seats: lock strategy: %w", err)
+	}
+	cfg.Caps = cfg.Caps.orDefaults()
+	if err := cfg.Caps.check(); err != nil {
+		return nil, fmt.Errorf("seats: %w", err)
 	}
 	if cfg.HoldTTL == 0 {
 		cfg.HoldTTL = DefaultHoldTTL
@@ -138,7 +146,7 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{store: cfg.Store, locker: cfg.Locker, metrics: cfg.Metrics, counts: counts, logger: cfg.Logger,
-		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, layers: cfg.Layers}, nil
+		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, caps: cfg.Caps, layers: cfg.Layers}, nil
 }
 
 // Hold holds seats of eventID for userID, all or none. Any seat taken
@@ -152,7 +160,7 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 	if err != nil {
 		return Hold{}, err
 	}
-	sorted, err := ValidateHold(ev, labels)
+	sorted, err := ValidateHold(ev, labels, s.caps.SeatsPerHold)
 	if err != nil {
 		return Hold{}, err
 	}
@@ -173,7 +181,13 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 			// Layers 3 and 4 are in the store's transaction: each seat is
 			// written at the version read, and hold_seats admits one
 			// active hold per seat.
-			err := s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(read []Seat) error {
+			err := s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(mine Holding, read []Seat) error {
+				// The caps: what this user holds of the event, read under
+				// the lock on (user, event) that layer 1 takes in the
+				// transaction, leaves room for this hold.
+				if err := s.caps.Admit(mine, len(h.Seats)); err != nil {
+					return err
+				}
 				// Layer 2: every seat must be available.
 				if !s.layers.On(layers.State) {
 					return nil
@@ -370,6 +384,8 @@ func (s *Service) countHold(err error, ran bool) {
 	case err == nil:
 	case code == problem.SeatUnavailable:
 		outcome = "unavailable"
+	case code == problem.HoldLimitReached:
+		outcome = "capped"
 	case code == problem.ResourceBusy:
 		outcome = "busy"
 		if !ran {
