@@ -23,7 +23,8 @@ import (
 //	1 lock          seat:{event}:{seat} per seat, sorted, nested   Service.lockSeats
 //	                (or pg_advisory_xact_lock per seat, sorted,     Store.Hold: advisoryLocks
 //	                SHOP_SEAT_LOCK=advisory); hold:{id} on confirm
-//	                and release
+//	                and release; pg_advisory_xact_lock on (user,     Store.Hold: sqlCapLock
+//	                event) for the caps, whatever the strategy
 //	2 state         seat available → held → booked; hold active →  CheckAvailable, Hold.Confirm,
 //	                confirmed | released | expired                  Hold.Release
 //	3 version       seats written WHERE status = 'available' AND   Store.Hold: sqlHoldSeats,
