@@ -3,6 +3,7 @@ package httpx
 import (
 	"context"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/problem"
 )
 
 // HeaderRequestID carries the request id in both directions.
@@ -28,6 +30,22 @@ func withStandardHeaders() echo.MiddlewareFunc {
 			h := c.Response().Header()
 			h.Set(echo.HeaderXContentTypeOptions, "nosniff")
 			h.Set(echo.HeaderCacheControl, "no-store")
+			return next(c)
+		}
+	}
+}
+
+// withParsableQuery refuses a request whose query string cannot be parsed
+// (a '%' not followed by two hex digits, a ';'), before any route reads
+// it. net/url drops the pairs it cannot parse, so a route would otherwise
+// read the query as if they had not been sent: GET /v1/orders?cursor=%%%
+// answered the first page.
+func withParsableQuery() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if _, err := url.ParseQuery(c.Request().URL.RawQuery); err != nil {
+				return problem.Errorf(problem.Invalid, "query string cannot be parsed: %v", err)
+			}
 			return next(c)
 		}
 	}

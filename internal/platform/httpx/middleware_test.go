@@ -249,3 +249,32 @@ func TestObserve(t *testing.T) {
 		t.Errorf("route = %v, want unmatched", l["route"])
 	}
 }
+
+// A query string net/url cannot parse is refused at the edge, whatever the
+// route; one it can parse reaches the route whole.
+func TestWithParsableQuery(t *testing.T) {
+	e := New(metrics.New(), Options{Logger: slog.New(slog.DiscardHandler)})
+	e.GET("/things", func(c echo.Context) error { return c.String(http.StatusOK, c.QueryParam("cursor")) })
+	for _, tt := range []struct {
+		query  string
+		status int
+	}{
+		{"", 200},
+		{"cursor=abc&limit=5", 200},
+		{"cursor=%41", 200},
+		{"cursor=%%%", 400},
+		{"cursor=%zz", 400},
+		{"cursor=%4", 400},
+		{"limit=5;cursor=x", 400},
+		{"%", 400},
+	} {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/things?"+tt.query, nil))
+		if rec.Code != tt.status {
+			t.Errorf("GET /things?%s = %d %s, want %d", tt.query, rec.Code, rec.Body, tt.status)
+		}
+		if tt.status == 400 && !strings.Contains(rec.Body.String(), `"code":"invalid_request"`) {
+			t.Errorf("GET /things?%s: %s, want invalid_request", tt.query, rec.Body)
+		}
+	}
+}
