@@ -331,7 +331,7 @@ func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Servic
 }
 
 // newSeats builds events, holds and bookings with the seat lock strategy
-// of cfg (SHOP_SEAT_LOCK).
+// (SHOP_SEAT_LOCK) and the caps (SHOP_SEAT_CAP_*) of cfg.
 func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*seats.Service, error) {
 	strategy, err := seats.ParseLockStrategy(cfg.SeatLock)
 	if err != nil {
@@ -345,6 +345,7 @@ func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 		Now:     deps.Now,
 		HoldTTL: cfg.SeatHoldTTL,
 		Lock:    strategy,
+		Caps:    seats.Caps{SeatsPerHold: cfg.SeatCaps.PerHold, HoldsPerEvent: cfg.SeatCaps.Holds, SeatsPerEvent: cfg.SeatCaps.Seats},
 		Layers:  deps.Layers,
 	})
 }

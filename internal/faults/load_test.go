@@ -69,7 +69,7 @@ func (a answer) useful() bool {
 	case a.status >= 200 && a.status < 300:
 		return true
 	case a.status == http.StatusConflict && (a.code == "out_of_stock" || a.code == "invalid_state" ||
-		a.code == "seat_unavailable" || a.code == "hold_expired"):
+		a.code == "seat_unavailable" || a.code == "hold_limit_reached" || a.code == "hold_expired"):
 		return true
 	case a.status == http.StatusPaymentRequired:
 		return true

@@ -58,6 +58,17 @@ const (
 	sqlAdvisoryLocks       = `SELECT count(pg_advisory_xact_lock(hashtextextended($1 || ':' || s, 0)))
 		FROM unnest($2::text[]) AS s`
 
+	// The caps' lock: one per (user, event), inside the hold's
+	// transaction, released at commit. Two holds by one user on one event
+	// take it in turn, so the second reads what the first committed.
+	sqlCapLock = `SELECT pg_advisory_xact_lock(hashtextextended('hold-cap:' || $1 || ':' || $2, 0))`
+
+	// What the user holds of the event: active holds whose time is not up
+	// (a hold past expires_at is over, whether or not the expiry job has
+	// reached it; holds_active_of_user_event_idx finds them).
+	sqlReadHolding = `SELECT count(*)::int, coalesce(sum(cardinality(seats)), 0)::int FROM holds
+		WHERE user_id = $1 AND event_id = $2 AND status = 'active' AND expires_at > $3`
+
 	sqlReadSeats = `SELECT seat, status, coalesce(hold_id::text, ''), version
 		FROM seats WHERE event_id = $1 AND seat = ANY($2) ORDER BY position`
 
@@ -206,20 +217,43 @@ type HoldOptions struct {
 	Advisory bool
 }
 
-// Hold creates h in one transaction: it claims h's request key, reads
-// h's seats, lets rule judge them (layer 2: all available), writes each
-// seat at the version read (layer 3), and records the seats as actively
-// held under hold_seats_one_active_per_seat (layer 4). A seat that moved
-// since it was read gives ErrVersionConflict; a second active hold on a
-// seat gives ErrSeatTaken. Either way nothing is written.
+// Hold creates h in one transaction: it reads what h's user holds of the
+// event, claims h's request key, reads h's seats, lets rule judge them
+// (the caps, and layer 2: all available), writes each seat at the version
+// read (layer 3), and records the seats as actively held under
+// hold_seats_one_active_per_seat (layer 4). A seat that moved since it was
+// read gives ErrVersionConflict; a second active hold on a seat gives
+// ErrSeatTaken. Either way nothing is written.
 //
 // When h's user already has a hold under h's request key, that hold is
 // the answer, whatever its state now, and nothing is written: the same
 // request, sent again after its first try committed. A hold under the
 // key for other seats gives idempotency_key_reused.
-func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOptions, rule func([]Seat) error) (Hold, error) {
+//
+// With layer 1 on, the user's holds on the event are serialised first
+// (sqlCapLock), so two of them cannot both read a count under the caps
+// and both write. A count of rows cannot be a constraint, and locking the
+// rows counted does not stop a new row from joining them; an advisory
+// lock needs no table, is taken only by this user's holds on this event,
+// and is gone at commit or rollback. Releases and expiry take no such
+// lock: they only lower the count, and a hold that does not see one yet
+// errs towards refusing.
+func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOptions, rule func(mine Holding, read []Seat) error) (Hold, error) {
 	out := h
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		// The caps' lock comes before the seats': every hold takes the
+		// locks in that one order, so they cannot deadlock.
+		if opts.Layers.On(layers.Lock) {
+			if _, err := tx.Exec(ctx, sqlCapLock, h.UserID, h.EventID); err != nil {
+				return fmt.Errorf("cap lock: %w", err)
+			}
+		}
+		// Read before this hold's own row is written, so it does not
+		// count itself.
+		var mine Holding
+		if err := tx.QueryRow(ctx, sqlReadHolding, h.UserID, h.EventID, now).Scan(&mine.Holds, &mine.Seats); err != nil {
+			return fmt.Errorf("read holding: %w", err)
+		}
 		if opts.Advisory {
 			if err := advisoryLocks(ctx, tx, h.EventID, h.Seats); err != nil {
 				return err
@@ -251,7 +285,7 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 		if len(read) != len(h.Seats) {
 			return fmt.Errorf("hold on %s: %d of %d seats exist", h.EventID, len(read), len(h.Seats))
 		}
-		if err := rule(read); err != nil {
+		if err := rule(mine, read); err != nil {
 			return err
 		}
 		versions := make([]int64, len(read))

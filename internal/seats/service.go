@@ -24,7 +24,8 @@ import (
 //	1 lock          seat:{event}:{seat} per seat, sorted, nested   Service.lockSeats
 //	                (or pg_advisory_xact_lock per seat, sorted,     Store.Hold: advisoryLocks
 //	                SHOP_SEAT_LOCK=advisory); hold:{id} on confirm
-//	                and release
+//	                and release; pg_advisory_xact_lock on (user,     Store.Hold: sqlCapLock
+//	                event) for the caps, whatever the strategy
 //	2 state         seat available → held → booked; hold active →  CheckAvailable, Hold.Confirm,
 //	                confirmed | released | expired                  Hold.Release
 //	3 version       seats written WHERE status = 'available' AND   Store.Hold: sqlHoldSeats,
@@ -96,6 +97,9 @@ type Config struct {
 	HoldTTL time.Duration // 0 means DefaultHoldTTL
 	// Lock is the strategy of layer 1; "" means LockRedsync.
 	Lock LockStrategy
+	// Caps bound what one user may hold of one event; a cap left zero is
+	// its default.
+	Caps Caps
 	// Layers are the defences on. The zero value is all of them; only the
 	// layer tests take some off.
 	Layers layers.Set
@@ -111,6 +115,7 @@ type Service struct {
 	now     func() time.Time
 	ttl     time.Duration
 	lock    LockStrategy
+	caps    Caps
 	layers  layers.Set
 }
 
@@ -124,6 +129,10 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil {
 		return nil, fmt.Errorf("seats: lock strategy: %w", err)
+	}
+	cfg.Caps = cfg.Caps.orDefaults()
+	if err := cfg.Caps.check(); err != nil {
+		return nil, fmt.Errorf("seats: %w", err)
 	}
 	if cfg.HoldTTL == 0 {
 		cfg.HoldTTL = DefaultHoldTTL
@@ -139,7 +148,7 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{store: cfg.Store, locker: cfg.Locker, metrics: cfg.Metrics, counts: counts, logger: cfg.Logger,
-		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, layers: cfg.Layers}, nil
+		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, caps: cfg.Caps, layers: cfg.Layers}, nil
 }
 
 // Hold holds seats of eventID for userID, all or none. Any seat taken
@@ -158,7 +167,7 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	if err != nil {
 		return Hold{}, err
 	}
-	sorted, err := ValidateHold(ev, labels)
+	sorted, err := ValidateHold(ev, labels, s.caps.SeatsPerHold)
 	if err != nil {
 		return Hold{}, err
 	}
@@ -183,7 +192,13 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 			// request key: a try of this request that committed before is
 			// found there.
 			var err error
-			out, err = s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(read []Seat) error {
+			out, err = s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(mine Holding, read []Seat) error {
+				// The caps: what this user holds of the event, read under
+				// the lock on (user, event) that layer 1 takes in the
+				// transaction, leaves room for this hold.
+				if err := s.caps.Admit(mine, len(h.Seats)); err != nil {
+					return err
+				}
 				// Layer 2: every seat must be available.
 				if !s.layers.On(layers.State) {
 					return nil
@@ -380,6 +395,8 @@ func (s *Service) countHold(err error, ran bool) {
 	case err == nil:
 	case code == problem.SeatUnavailable:
 		outcome = "unavailable"
+	case code == problem.HoldLimitReached:
+		outcome = "capped"
 	case code == problem.ResourceBusy:
 		outcome = "busy"
 		if !ran {

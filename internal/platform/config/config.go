@@ -62,6 +62,8 @@ type Config struct {
 	// Redis lock per seat), advisory (pg_advisory_xact_lock per seat) or
 	// none.
 	SeatLock string
+	// SeatCaps bound what one user may hold of one event.
+	SeatCaps SeatCaps
 	Migrate  bool // SHOP_MIGRATE: apply migrations when serve starts
 	// Demo makes `shop seed` add a demo user and print its token
 	// (SHOP_DEMO). The token is derived from the admin token, so it is
@@ -109,6 +111,23 @@ type RateLimits struct {
 	Likes    Rate // SHOP_RATE_LIMIT_LIKES: likes and unlikes per user
 	Lab      Rate // SHOP_RATE_LIMIT_LAB: race-lab runs started per user
 }
+
+// SeatCaps are the caps of package seats on one user's holds of one
+// event: within the rate limits, without them, one user could hold
+// most of a hall.
+type SeatCaps struct {
+	PerHold int // SHOP_SEAT_CAP_PER_HOLD: seats in one hold, 1–10
+	Holds   int // SHOP_SEAT_CAP_HOLDS: active holds per user per event
+	Seats   int // SHOP_SEAT_CAP_SEATS: held seats per user per event, at least PerHold
+}
+
+// The bounds of the seat caps: a hold has at most 10 seats
+// (seats.MaxHoldSeats), an event at most 26 rows of 50. A cap of a whole
+// event is no cap.
+const (
+	maxSeatsPerHold = 10
+	maxEventSeats   = 26 * 50
+)
 
 // Rate is Count requests per Per, written "30/h" (per s, m or h).
 type Rate struct {
@@ -196,6 +215,27 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		if u, err := url.Parse(c.LabGatewayURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 			errs = append(errs, fmt.Errorf("SHOP_LAB_GATEWAY_URL: want an http:// URL, got %q", c.LabGatewayURL))
 		}
+	}
+	count := func(name string, def, lo, hi int) int {
+		v := str(name, "")
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			errs = append(errs, fmt.Errorf("%s: want an integer %d–%d, got %q", name, lo, hi, v))
+			return def
+		}
+		return n
+	}
+	c.SeatCaps = SeatCaps{
+		PerHold: count("SHOP_SEAT_CAP_PER_HOLD", 10, 1, maxSeatsPerHold),
+		Holds:   count("SHOP_SEAT_CAP_HOLDS", 4, 1, maxEventSeats),
+		Seats:   count("SHOP_SEAT_CAP_SEATS", 10, 1, maxEventSeats),
+	}
+	if c.SeatCaps.Seats < c.SeatCaps.PerHold {
+		errs = append(errs, fmt.Errorf("SHOP_SEAT_CAP_SEATS: %d is fewer than SHOP_SEAT_CAP_PER_HOLD %d: no hold of that size could be made",
+			c.SeatCaps.Seats, c.SeatCaps.PerHold))
 	}
 	rate := func(name, def string) Rate {
 		r, err := ParseRate(str(name, def))
@@ -370,6 +410,11 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("order_ttl", c.OrderTTL),
 		slog.Duration("seat_hold_ttl", c.SeatHoldTTL),
 		slog.String("seat_lock", c.SeatLock),
+		slog.Group("seat_caps",
+			slog.Int("per_hold", c.SeatCaps.PerHold),
+			slog.Int("holds", c.SeatCaps.Holds),
+			slog.Int("seats", c.SeatCaps.Seats),
+		),
 		slog.Bool("migrate", c.Migrate),
 		slog.Bool("demo", c.Demo),
 		slog.String("replica_name", c.ReplicaName),
