@@ -45,7 +45,7 @@ test-browser:
 
 # The ablation matrices, rewriting docs/ABLATION.md with what they saw.
 ablation:
-	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -run '^TestAblation_' ./internal/app/
+	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -timeout 20m -run '^TestAblation_' ./internal/app/
 
 faults:
 	$(GO) test -tags faults -count=1 -timeout $(FAULTS_TIMEOUT) -v -run '^TestFaults$$' ./internal/faults/

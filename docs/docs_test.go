@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shop-example/shop/internal/ablation"
 	"github.com/shop-example/shop/internal/bench"
 	"github.com/shop-example/shop/internal/faults"
 	"github.com/shop-example/shop/internal/platform/docblock"
@@ -31,6 +32,15 @@ var blockRows = map[string]func(name string) ([]string, error){
 	"benchmarks/": bench.BlockRows, // docs/BENCHMARKS.md, make bench
 	"strategies/": bench.BlockRows, // docs/STRATEGIES.md, make bench
 	"faults/":     faultRows,       // docs/RELIABILITY.md, make faults
+	"ablation/":   ablationRows,    // docs/ABLATION.md, make ablation
+}
+
+func ablationRows(name string) ([]string, error) {
+	rows, ok := ablation.Rows()[name]
+	if !ok {
+		return nil, fmt.Errorf("no ablation matrix writes %s", name)
+	}
+	return rows, nil
 }
 
 func faultRows(name string) ([]string, error) {
@@ -46,6 +56,15 @@ var requiredBlocks = map[string][]string{
 	"BENCHMARKS.md":  {"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats"},
 	"STRATEGIES.md":  {"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes"},
 	"RELIABILITY.md": {faults.Block},
+	"ABLATION.md":    ablationBlocks(),
+}
+
+func ablationBlocks() []string {
+	var names []string
+	for _, f := range ablation.Flows() {
+		names = append(names, f.Block())
+	}
+	return names
 }
 
 // requiredSections are headings (as anchors) that hold prose other

@@ -121,7 +121,10 @@ func newEnvThrough(t *testing.T, replicas int, vars map[string]string, switches 
 		cfg.GatewayURL = gwURL
 	}
 
-	logger := testLogger(t)
+	logger := switches.Logger
+	if logger == nil {
+		logger = testLogger(t)
+	}
 	transport := &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
 	checked := checkedTransport(t, transport)
 	if len(switches.Layers.Taken()) > 0 {

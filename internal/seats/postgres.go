@@ -80,16 +80,18 @@ const (
 		VALUES ($1, $2, $3, $4, $5, 'active', $6, 1, $7, $7)
 		ON CONFLICT ON CONSTRAINT ` + constraintHoldRequest + ` DO NOTHING`
 
-	// Layer 3: each seat is written only if it is available at the
-	// version read. A seat that moved since is not written (a stale
-	// holder's write lands on zero rows), and the hold rolls back.
-	sqlHoldSeats = `UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
+	// Layers 2 and 3: each seat is written only if it is available
+	// (layer 2, asked again in the write) at the version read (layer 3).
+	// A seat that moved since is not written (a stale holder's write
+	// lands on zero rows), and the hold rolls back.
+	sqlHoldSeats = sqlHoldSeatsAny + ` AND s.status = 'available' AND s.version = r.version`
+	// The same with a layer taken off, as a naive implementation writes
+	// it; only the layer tests use them (holdSeatsSQL).
+	sqlHoldSeatsStateless   = sqlHoldSeatsAny + ` AND s.version = r.version`
+	sqlHoldSeatsUnversioned = sqlHoldSeatsAny + ` AND s.status = 'available'`
+	sqlHoldSeatsAny         = `UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
 		FROM unnest($2::text[], $4::bigint[]) AS r (seat, version)
-		WHERE s.event_id = $1 AND s.seat = r.seat AND s.status = 'available' AND s.version = r.version`
-	// The same without the version check, as a naive implementation
-	// writes it. Only the layer tests use it.
-	sqlHoldSeatsUnversioned = `UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
-		WHERE s.event_id = $1 AND s.seat = ANY($2)`
+		WHERE s.event_id = $1 AND s.seat = r.seat`
 
 	// Layer 4 behind it: hold_seats_one_active_per_seat.
 	sqlInsertHoldSeats = `INSERT INTO hold_seats (hold_id, event_id, seat, active)
@@ -292,11 +294,7 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 		for i, seat := range read {
 			versions[i] = seat.Version
 		}
-		if opts.Layers.On(layers.Version) {
-			tag, err = tx.Exec(ctx, sqlHoldSeats, h.EventID, h.Seats, h.ID, versions)
-		} else {
-			tag, err = tx.Exec(ctx, sqlHoldSeatsUnversioned, h.EventID, h.Seats, h.ID)
-		}
+		tag, err = tx.Exec(ctx, holdSeatsSQL(opts.Layers), h.EventID, h.Seats, h.ID, versions)
 		if err != nil {
 			return fmt.Errorf("hold seats: %w", err)
 		}
@@ -316,6 +314,21 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 		return Hold{}, deadlock(err)
 	}
 	return out, nil
+}
+
+// holdSeatsSQL is the write of a hold's seats with the conditions of the
+// layers on: sqlHoldSeats in production.
+func holdSeatsSQL(on layers.Set) string {
+	switch state, version := on.On(layers.State), on.On(layers.Version); {
+	case state && version:
+		return sqlHoldSeats
+	case version:
+		return sqlHoldSeatsStateless
+	case state:
+		return sqlHoldSeatsUnversioned
+	default:
+		return sqlHoldSeatsAny
+	}
 }
 
 // deadlock turns PostgreSQL's deadlock refusal into ErrDeadlock.

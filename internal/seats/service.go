@@ -26,11 +26,12 @@ import (
 //	                SHOP_SEAT_LOCK=advisory); hold:{id} on confirm
 //	                and release; pg_advisory_xact_lock on (user,     Store.Hold: sqlCapLock
 //	                event) for the caps, whatever the strategy
-//	2 state         seat available → held → booked; hold active →  CheckAvailable, Hold.Confirm,
-//	                confirmed | released | expired                  Hold.Release
-//	3 version       seats written WHERE status = 'available' AND   Store.Hold: sqlHoldSeats,
-//	                version = $read; the hold moved WHERE           Store.Update: sqlMoveHold
-//	                version = $read
+//	2 state         seat available → held → booked, asked of the    CheckAvailable and
+//	                seats read and again in their write (WHERE      Store.Hold: sqlHoldSeats,
+//	                status = 'available'); hold active →            Hold.Confirm, Hold.Release
+//	                confirmed | released | expired
+//	3 version       seats written WHERE version = $read; the hold  Store.Hold: sqlHoldSeats,
+//	                moved WHERE version = $read                     Store.Update: sqlMoveHold
 //	4 constraint    one active hold per seat; one ticket per seat, hold_seats_one_active_per_seat,
 //	                ever; one booking per hold                      tickets_one_per_seat, bookings_one_per_hold
 
