@@ -1,6 +1,6 @@
-// Package docs holds the project's documents and the tests that keep them
-// true: every test a document names as its proof must exist.
-package docs
+package docs_test
+
+// Every test a document names as its proof must exist.
 
 import (
 	"io/fs"

@@ -314,17 +314,20 @@ func raceLab(t *testing.T, p page, s *stack) {
 	}
 	t.Logf("six clicks: %s", eval[string](p, `document.querySelector('#six-answers').innerText`))
 
-	// Flash sale: the page's counts are the database's.
+	// What the live runs make is the live copy's, in its own schema and at
+	// its own gateway: the real shop's rows and charges stay as they are.
+	realBefore := realShop(t, s)
+
+	// Flash sale: the page's counts are the live copy's tables'.
 	d := race(t, p, "flash_sale", size)
 	sku := "LAB-" + d["run"]
 	if d["ok"] != "true" || d["target"] != "live" {
 		t.Fatalf("flash sale: %v", d)
 	}
-	var left product
-	s.get(t, s.url, "/v1/products/"+sku, "", &left)
-	orders := s.count(t, `SELECT count(*) FROM order_items WHERE sku = $1`, sku)
-	if d["orders"] != strconv.FormatInt(orders, 10) || d["created"] != d["orders"] || d["stockLeft"] != strconv.FormatInt(left.Stock, 10) {
-		t.Fatalf("page %v; API: %d left, database: %d orders", d, left.Stock, orders)
+	left := s.count(t, `SELECT stock_available FROM shop_lab_live.products WHERE sku = $1`, sku)
+	orders := s.count(t, `SELECT count(*) FROM shop_lab_live.order_items WHERE sku = $1`, sku)
+	if d["orders"] != strconv.FormatInt(orders, 10) || d["created"] != d["orders"] || d["stockLeft"] != strconv.FormatInt(left, 10) {
+		t.Fatalf("page %v; the live copy: %d left, %d orders", d, left, orders)
 	}
 	if want := fmt.Sprintf("✔ %d units, %d orders, 0 oversold", size/2, size/2); d["line"] != want {
 		t.Fatalf("outcome %q, want %q", d["line"], want)
@@ -341,33 +344,36 @@ func raceLab(t *testing.T, p page, s *stack) {
 		t.Errorf("%d answers out_of_stock, the version layer's counter moved by %s", refused, stopped)
 	}
 
-	// Pay storm: one charge at the gateway, as the gateway says.
+	// Pay storm: one charge at the lab's gateway, as that gateway says.
 	d = race(t, p, "pay_storm", size)
 	var orderID string
 	if err := s.db.QueryRow(context.Background(),
-		`SELECT o.id FROM orders o JOIN order_items i ON i.order_id = o.id WHERE i.sku = $1`, "LAB-"+d["run"]).Scan(&orderID); err != nil {
+		`SELECT o.id FROM shop_lab_live.orders o JOIN shop_lab_live.order_items i ON i.order_id = o.id WHERE i.sku = $1`, "LAB-"+d["run"]).Scan(&orderID); err != nil {
 		t.Fatal(err)
 	}
 	var charges struct {
 		Items []struct{} `json:"items"`
 	}
-	s.get(t, s.gateway, "/v1/charges?reference="+orderID, "", &charges)
+	s.get(t, s.labGateway, "/v1/charges?reference="+orderID, "", &charges)
 	if d["ok"] != "true" || d["charges"] != "1" || len(charges.Items) != 1 || d["created"] != "1" {
 		t.Fatalf("pay storm: page %v, gateway %d charges", d, len(charges.Items))
 	}
 
 	// Like storm: the count the page shows is the likes stored.
 	d = race(t, p, "like_storm", size)
-	rows := s.count(t, `SELECT count(*) FROM likes l JOIN posts p ON p.id = l.post_id WHERE p.title = $1 AND l.liked`, "Race lab like storm "+d["run"])
+	rows := s.count(t, `SELECT count(*) FROM shop_lab_live.likes l JOIN shop_lab_live.posts p ON p.id = l.post_id WHERE p.title = $1 AND l.liked`, "Race lab like storm "+d["run"])
 	if d["ok"] != "true" || d["likeCount"] != strconv.FormatInt(rows, 10) || rows != size/2 {
 		t.Fatalf("like storm: page %v, database %d likes", d, rows)
 	}
 
 	// Seat rush: one active hold on the seat, as the database holds it.
 	d = race(t, p, "seat_rush", size)
-	held := s.count(t, `SELECT count(*) FROM hold_seats h JOIN events e ON e.id = h.event_id WHERE e.name = $1 AND h.seat = 'A1' AND h.active`, "Race lab seat rush "+d["run"])
+	held := s.count(t, `SELECT count(*) FROM shop_lab_live.hold_seats h JOIN shop_lab_live.events e ON e.id = h.event_id WHERE e.name = $1 AND h.seat = 'A1' AND h.active`, "Race lab seat rush "+d["run"])
 	if d["ok"] != "true" || d["activeHolds"] != strconv.FormatInt(held, 10) || held != 1 || d["created"] != "1" {
 		t.Fatalf("seat rush: page %v, database %d active holds", d, held)
+	}
+	if after := realShop(t, s); after != realBefore {
+		t.Fatalf("four live runs moved the real shop: %+v, then %+v", realBefore, after)
 	}
 
 	// Layers off: the sandbox oversells, on its own tables; the real
@@ -425,6 +431,29 @@ func raceLab(t *testing.T, p page, s *stack) {
 		t.Fatalf("a sandbox run charged the real gateway: %d charges, then %d", len(realCharges.Items), len(stillReal.Items))
 	}
 	p.screenshot("lab-double-charge")
+}
+
+// shopRows are what the real shop holds that a race could make.
+type shopRows struct {
+	users, products, orders, payments, events, posts, likes, charges int64
+}
+
+func realShop(t *testing.T, s *stack) shopRows {
+	t.Helper()
+	var charges struct {
+		Items []struct{} `json:"items"`
+	}
+	s.get(t, s.gateway, "/v1/charges", "", &charges)
+	return shopRows{
+		users:    s.count(t, `SELECT count(*) FROM public.users`),
+		products: s.count(t, `SELECT count(*) FROM public.products`),
+		orders:   s.count(t, `SELECT count(*) FROM public.orders`),
+		payments: s.count(t, `SELECT count(*) FROM public.payments`),
+		events:   s.count(t, `SELECT count(*) FROM public.events`),
+		posts:    s.count(t, `SELECT count(*) FROM public.posts`),
+		likes:    s.count(t, `SELECT count(*) FROM public.likes`),
+		charges:  int64(len(charges.Items)),
+	}
 }
 
 func phone(t *testing.T, p page, s *stack) {

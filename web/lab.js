@@ -1,7 +1,7 @@
 // The race lab: asks the service to run a race, shows each answer as it
 // lands (Server-Sent Events over a POST), then the outcome and the layers'
 // counters.
-import { api, describe, el, header, newKey, say, session } from './api.js';
+import { api, describe, el, header, mountSession, newKey, say, session } from './api.js';
 
 const form = document.getElementById('race');
 const runButton = document.getElementById('run');
@@ -94,7 +94,12 @@ async function run(req) {
   reset(req);
   say(msg, 'Running…');
   try {
-    const res = await fetch('/v1/lab/races', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(req) });
+    if (!session.token) { say(msg, 'Register first (top of the page): a race is started by a user.', 'bad'); return; }
+    const res = await fetch('/v1/lab/races', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${session.token}` },
+      body: JSON.stringify(req),
+    });
     if (!res.ok) {
       const p = await res.json().catch(() => ({}));
       say(msg, `Refused: ${res.status} ${p.code || ''} — ${p.detail || ''}`, 'bad');
@@ -153,7 +158,7 @@ async function six() {
   out.textContent = '';
   out.className = 'outcome';
   delete out.dataset.orders;
-  if (!session.token) { say(msg, 'Register on the Shop page first: the six clicks are yours.', 'bad'); return; }
+  if (!session.token) { say(msg, 'Register first (top of the page): the six clicks are yours.', 'bad'); return; }
   const key = newKey();
   const body = { items: [{ sku: 'STICKER-PACK', quantity: 1 }] };
   const sent = performance.now();
@@ -176,4 +181,5 @@ async function six() {
 document.getElementById('six').addEventListener('click', six);
 
 header();
+mountSession(document.getElementById('session'), () => {});
 checkLab();

@@ -32,11 +32,13 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // stack is what `docker compose up` runs, in one process: two replicas
 // behind a round-robin balancer, a payment gateway, PostgreSQL and the
-// Redis quorum; a demo server, with the rate limits on.
+// Redis quorum; a demo server, with the rate limits on, and the race
+// lab's own gateway.
 type stack struct {
-	url     string // the balancer's
-	gateway string
-	db      *pgxpool.Pool
+	url        string // the balancer's
+	gateway    string
+	labGateway string // the live copy's: a lab order's charges are there
+	db         *pgxpool.Pool
 }
 
 func startStack(t *testing.T) *stack {
@@ -62,6 +64,8 @@ func startStack(t *testing.T) *stack {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	_, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Logger: logger})
 	cfg.GatewayURL = gwURL
+	_, labGwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Logger: logger})
+	cfg.LabGatewayURL = labGwURL
 
 	db := testenv.PoolFor(t, dbURL)
 	if _, err := app.Seed(context.Background(), db); err != nil {
@@ -94,7 +98,7 @@ func startStack(t *testing.T) *stack {
 	srv := &http.Server{Handler: lb, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return &stack{url: lbURL, gateway: gwURL, db: db}
+	return &stack{url: lbURL, gateway: gwURL, labGateway: labGwURL, db: db}
 }
 
 // get reads path from the stack with token (may be empty) into v.

@@ -1,11 +1,16 @@
 package app_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/shop-example/shop/internal/ablation"
+	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -15,60 +20,97 @@ import (
 // a like row that exists (liked once, then unliked), half on none; then
 // half of the users click unlike three times at once. Invariant: the
 // post's count is the number of users who like it, and each user has one
-// like row.
+// like row. A click the counter's CHECK refuses (a 500 whose logged error
+// names post_like_shards_n_nonnegative) is the count's drift caught by the
+// database, and counts as a violation; any other 500 fails the row.
 func TestAblation_Like(t *testing.T) {
 	const users, clicks = 60, 3
-	rows := []testenv.Row{
-		{Why: "every layer"},
-		{Layers: off(idem), Why: "likes take no Idempotency-Key: PUT and DELETE are idempotent by meaning, so the layer does not apply"},
-		{Layers: off(lck), Why: "the version check refuses a click that read the like before its twin wrote it, and likes_pkey a second first like; the loser re-reads and finds the like made"},
-		{Layers: off(state), Why: "the counter moves by what the write changed in the row, not by what was asked: a click that likes a liked post writes it again but counts nothing"},
-		{Layers: off(version), Why: "the lock serialises one user's clicks: each reads what the one before wrote"},
-		{Layers: off(constraint), Why: "the lock serialises one user's clicks, so no two of them insert the first like row"},
-		{Layers: off(layers.Database...), Why: "the lock alone: each click reads the last one's write, and the counter moves by what that write changed"},
-		{Layers: off(lck, version), Breaks: true,
-			Why: "the race the version check exists for: clicks read the unliked row before any of them writes, and each writes liked and counts one"},
-		{Layers: off(lck, constraint), Breaks: true,
-			Why: "two first likes find no row and each inserts one: without likes_pkey the duplicate is inserted and counted"},
-	}
-	testenv.Matrix(t, "like_post",
-		fmt.Sprintf("%d users like one post over two replicas, each clicking %d times at once, half of them on a like row that exists (liked, then unliked) and half on none; then half of them unlike it the same way. Invariant: the count is the number of users who like the post, and each user has one like row.", users, clicks),
-		rows, func(t *testing.T, row testenv.Row) testenv.Outcome {
-			e := ablationEnv(t, row, 0,
-				`ALTER TABLE likes DROP CONSTRAINT likes_pkey`,
-				`ALTER TABLE post_like_shards DROP CONSTRAINT post_like_shards_n_nonnegative`)
-			us := testenv.Users(t, e.db, users)
-			p := mustCreatePost(t, e.r(0), us[0].Token, "ablation")
-			for i := 0; i < users; i += 2 {
-				for _, liked := range []bool{true, false} {
-					wantStatus(t, setLike(t, e.r(i), us[i].Token, p.ID, liked), http.StatusOK)
+	testenv.Matrix(t, ablation.LikePost(), ablation.Scenario{
+		Text:         fmt.Sprintf("%d users like one post over two replicas, each clicking %d times at once, half of them on a like row that exists (liked, then unliked) and half on none; then half of them unlike it the same way. Invariant: the count is the number of users who like the post, and each user has one like row.", users, clicks),
+		Counted:      fmt.Sprintf("likes miscounted, duplicate like rows, and clicks refused by post_like_shards_n_nonnegative, of %d users", users),
+		Progress:     fmt.Sprintf("users who like the post after the likes, of %d", users),
+		ProgressWant: users,
+	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
+		refusals := newConstraintLog(testLogger(t).Handler(), "post_like_shards_n_nonnegative")
+		e := ablationEnv(t, row, app.Deps{Logger: slog.New(refusals)},
+			`ALTER TABLE likes DROP CONSTRAINT likes_pkey`,
+			`ALTER TABLE post_like_shards DROP CONSTRAINT post_like_shards_n_nonnegative`)
+		us := testenv.Users(t, e.db, users)
+		p := mustCreatePost(t, e.r(0), us[0].Token, "ablation")
+		for i := 0; i < users; i += 2 {
+			for _, liked := range []bool{true, false} {
+				wantStatus(t, setLike(t, e.r(i), us[i].Token, p.ID, liked), http.StatusOK)
+			}
+		}
+		e.warm(t, 32)
+		probe.Reset()
+		violations, progress := 0, 0
+		phase := func(who func(i int) bool, liked bool, want int) {
+			var failed atomic.Int64 // 500s: each must be a refusal the log names
+			before := refusals.count.Load()
+			testenv.Together(users*clicks, func(i int) {
+				u := i / clicks
+				if !who(u) {
+					return
 				}
+				res := untilNotBusy(t, func(attempt int) response { return setLike(t, e.r(i+attempt), us[u].Token, p.ID, liked) })
+				switch {
+				case res.Status == http.StatusOK:
+				case res.Status == http.StatusInternalServerError && res.code() == "internal":
+					failed.Add(1)
+				default:
+					t.Errorf("%s: %s", us[u].Name, res)
+				}
+			})
+			refused := int(refusals.count.Load() - before)
+			if n := int(failed.Load()); n != refused {
+				t.Errorf("liked=%v: %d answers 500, %d of them logged as refused by %s: the others broke something else", liked, n, refused, refusals.name)
 			}
-			e.warm(t, 32)
-			violations := 0
-			phase := func(who func(i int) bool, liked bool, want int) {
-				var refused atomic.Int64 // see countRefused
-				testenv.Together(users*clicks, func(i int) {
-					u := i / clicks
-					if !who(u) {
-						return
-					}
-					res := untilNotBusy(t, func(attempt int) response { return setLike(t, e.r(i+attempt), us[u].Token, p.ID, liked) })
-					switch {
-					case res.Status == http.StatusOK:
-					case row.Breaks && countRefused(res):
-						refused.Add(1)
-					default:
-						t.Errorf("%s: %s", us[u].Name, res)
-					}
-				})
-				c := e.countLikes(t, us[0].Token, p.ID)
-				violations += abs(c.counted-want) + abs(c.users-want) + c.dupes + int(refused.Load())
-				t.Logf("liked=%v: want %d, got %+v", liked, want, c)
+			c := e.countLikes(t, us[0].Token, p.ID)
+			violations += abs(c.counted-want) + abs(c.users-want) + c.dupes + refused
+			if liked {
+				progress = min(c.users, want)
 			}
-			phase(func(int) bool { return true }, true, users)
-			phase(func(i int) bool { return i%2 == 1 }, false, users/2)
-			return testenv.Outcome{Violations: violations, Unit: "likes miscounted or duplicate rows",
-				Of: users, OfUnit: "users"}
+			t.Logf("liked=%v: want %d, got %+v, %d refused by %s", liked, want, c, refused, refusals.name)
+		}
+		phase(func(int) bool { return true }, true, users)
+		phase(func(i int) bool { return i%2 == 1 }, false, users/2)
+		return testenv.Outcome{Violations: violations, Progress: progress}
+	})
+}
+
+// constraintLog passes records on to its Handler, counting those at
+// error level whose attributes name the constraint: the requests a
+// constraint refused, as the edge logs them.
+type constraintLog struct {
+	slog.Handler
+	name  string
+	count *atomic.Int64
+}
+
+func newConstraintLog(h slog.Handler, name string) constraintLog {
+	return constraintLog{Handler: h, name: name, count: new(atomic.Int64)}
+}
+
+func (h constraintLog) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		r.Attrs(func(a slog.Attr) bool {
+			if strings.Contains(a.Value.String(), `constraint "`+h.name+`"`) {
+				h.count.Add(1)
+				return false
+			}
+			return true
 		})
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h constraintLog) WithAttrs(as []slog.Attr) slog.Handler {
+	h.Handler = h.Handler.WithAttrs(as)
+	return h
+}
+
+func (h constraintLog) WithGroup(name string) slog.Handler {
+	h.Handler = h.Handler.WithGroup(name)
+	return h
 }

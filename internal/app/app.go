@@ -78,6 +78,7 @@ type App struct {
 	limits      limits
 	readiness   *readyProbe
 	sandboxes   *sandboxes
+	live        *liveCopy
 }
 
 // New builds the service on deps with the settings in cfg. Close releases
@@ -154,8 +155,12 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
 		bookkeeping: bookkeeping, limits: limit, readiness: readiness}
 	a.sandboxes = &sandboxes{a: a}
+	a.live = newLiveCopy(a)
 	replica := replicaName(cfg.ReplicaName)
 	e.Use(servedBy(replica))
+	// The race lab's live runs, before routing: a request with the lab's
+	// key is the live copy's (demo servers only).
+	e.Pre(a.live.route)
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", readiness.handle)
@@ -163,12 +168,23 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	// fetch what this replica answers to.
 	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", docs.OpenAPI()) })
 
-	// Layer 0 on the routes that take an Idempotency-Key.
+	// Layer 0 on the routes that take an Idempotency-Key. The layer is
+	// asked at each request, where it acts, so that a layer test's probe
+	// sees the requests that ran without it (layers.Probe).
 	idemFor := func(flow string) echo.MiddlewareFunc {
-		if !deps.Layers.On(layers.Idempotency) {
-			return func(next echo.HandlerFunc) echo.HandlerFunc { return next }
+		if deps.Layers.Same(layers.Set{}) {
+			return idem.For(flow)
 		}
-		return idem.For(flow)
+		claim := idem.For(flow)
+		return func(next echo.HandlerFunc) echo.HandlerFunc {
+			claimed := claim(next)
+			return func(c echo.Context) error {
+				if deps.Layers.On(layers.Idempotency) {
+					return claimed(c)
+				}
+				return next(c)
+			}
+		}
 	}
 	v1 := e.Group("/v1")
 	auth.Register(v1, users, authn, limit.register)
@@ -196,9 +212,9 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	// The shop in a browser, and its race lab (demo servers only).
 	web.Register(e)
 	lab.Register(v1, lab.New(lab.Config{
-		Demo: cfg.Demo, Replica: replica, Logger: deps.Logger, Sandbox: a.sandboxes.build,
-		Live: lab.Target{Name: "live", URL: cfg.LabTarget, GatewayURL: cfg.GatewayURL, Pool: deps.Pool, Metrics: m, Layers: deps.Layers},
-	}))
+		Demo: cfg.Demo, Replica: replica, Logger: deps.Logger, Now: deps.Now,
+		Live: a.live.target, LiveMetrics: a.live.liveMetrics, Sandbox: a.sandboxes.build,
+	}), lab.Guards{User: authn.User, RaceLimit: limit.lab})
 	return a, nil
 }
 
@@ -209,6 +225,7 @@ type limits struct {
 	writes   echo.MiddlewareFunc // a user's writes other than creating an order, per user
 	orders   echo.MiddlewareFunc // creating an order, per user
 	likes    echo.MiddlewareFunc // likes and unlikes, per user
+	lab      echo.MiddlewareFunc // race-lab runs started, per user
 	// rdb is the limiter's client; nil with the limits off. It is its own
 	// even on a lock node: its own connections, so a limiter call never
 	// waits for a lock's connection nor a lock for the limiter's, and its
@@ -247,6 +264,7 @@ func newLimits(cfg config.Config, deps Deps, m *metrics.Metrics) (limits, error)
 		{&l.writes, ratelimit.Policy{Name: "writes", Rate: ratelimit.Rate(cfg.RateLimit.Writes), Per: ratelimit.PerUser}},
 		{&l.orders, ratelimit.Policy{Name: "orders", Rate: ratelimit.Rate(cfg.RateLimit.Orders), Per: ratelimit.PerUser}},
 		{&l.likes, ratelimit.Policy{Name: "likes", Rate: ratelimit.Rate(cfg.RateLimit.Likes), Per: ratelimit.PerUser}},
+		{&l.lab, ratelimit.Policy{Name: "lab", Rate: ratelimit.Rate(cfg.RateLimit.Lab), Per: ratelimit.PerUser}},
 	} {
 		if *p.mw, err = limiter.Limit(p.policy); err != nil {
 			l.close()
@@ -324,7 +342,7 @@ func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Servic
 }
 
 // newSeats builds events, holds and bookings with the seat lock strategy
-// of cfg (SHOP_SEAT_LOCK).
+// (SHOP_SEAT_LOCK) and the caps (SHOP_SEAT_CAP_*) of cfg.
 func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*seats.Service, error) {
 	strategy, err := seats.ParseLockStrategy(cfg.SeatLock)
 	if err != nil {
@@ -338,6 +356,7 @@ func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 		Now:     deps.Now,
 		HoldTTL: cfg.SeatHoldTTL,
 		Lock:    strategy,
+		Caps:    seats.Caps{SeatsPerHold: cfg.SeatCaps.PerHold, HoldsPerEvent: cfg.SeatCaps.Holds, SeatsPerEvent: cfg.SeatCaps.Seats},
 		Layers:  deps.Layers,
 	})
 }
@@ -346,6 +365,7 @@ func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 // once the server has drained: it first waits for the idempotency keys
 // still being finished in the background.
 func (a *App) Close() {
+	a.live.close()
 	a.sandboxes.close()
 	a.idem.Wait()
 	a.bookkeeping.Close()

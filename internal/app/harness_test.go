@@ -91,7 +91,18 @@ func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
 // NaiveStock) in every replica: the ablation matrices take layers off.
 func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app.Deps) *env {
 	t.Helper()
+	return newEnvThrough(t, replicas, vars, switches, nil)
+}
+
+// newEnvThrough is newEnvWith whose replicas reach the database through
+// cutter (the checks' pool goes straight to it); nil is no cutter.
+func newEnvThrough(t *testing.T, replicas int, vars map[string]string, switches app.Deps, cutter *testenv.CommitCutter) *env {
+	t.Helper()
 	dbURL := testenv.DatabaseURL(t)
+	replicaURL := dbURL
+	if cutter != nil {
+		replicaURL = cutter.URL(dbURL)
+	}
 	environ := map[string]string{
 		"SHOP_DATABASE_URL":    dbURL,
 		"SHOP_REDIS_ADDRS":     strings.Join(testenv.RedisAddrs(t), ","),
@@ -110,7 +121,10 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 		cfg.GatewayURL = gwURL
 	}
 
-	logger := testLogger(t)
+	logger := switches.Logger
+	if logger == nil {
+		logger = testLogger(t)
+	}
 	transport := &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
 	checked := checkedTransport(t, transport)
 	if len(switches.Layers.Taken()) > 0 {
@@ -127,7 +141,7 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 
 	e := &env{db: testenv.PoolFor(t, dbURL), clock: testenv.NewClock(), gateway: gw, cfg: cfg}
 	for range replicas {
-		pool := testenv.PoolFor(t, dbURL)
+		pool := testenv.PoolFor(t, replicaURL)
 		clients := redisx.Clients(cfg.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
 		a, err := app.New(cfg, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.clock.Now,

@@ -2,6 +2,10 @@ package app
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -10,8 +14,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
@@ -19,15 +25,18 @@ import (
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/lab"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
-// The race lab's sandbox tables: the same migrations as the service's, in
-// schemas of their own, so a run with layers off can never touch a real
-// order. A constraint is schema, not code: with layer 4 off a run goes to
-// the second schema, whose constraints the flows lean on are dropped (the
-// ablation matrices drop the same ones in their test databases).
+// The race lab's tables: the same migrations as the service's, in
+// schemas of their own, so no run can touch a real order. Live runs go to
+// the first, through the public address; sandboxes to the others. A
+// constraint is schema, not code: with layer 4 off a run goes to the bare
+// schema, whose constraints the flows lean on are dropped (the ablation
+// matrices drop the same ones in their test databases).
 const (
+	liveSchema        = "shop_lab_live"
 	sandboxSchema     = "shop_lab"
 	sandboxBareSchema = "shop_lab_bare"
 )
@@ -85,7 +94,17 @@ func (s *sandboxes) open(ctx context.Context, schema string) (*pgxpool.Pool, err
 	if p, ok := s.pools[schema]; ok {
 		return p, nil
 	}
-	if _, err := s.a.deps.Pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema); err != nil {
+	// Two replicas may open the same schema at once, and CREATE SCHEMA IF
+	// NOT EXISTS is not safe against itself (the loser fails on the
+	// catalogue's unique index): the lock makes the second wait and find it.
+	err := postgres.InTx(ctx, s.a.deps.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('shop-lab-schema:' || $1, 0))`, schema); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema)
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("create schema: %w", err)
 	}
 	u, err := url.Parse(s.a.cfg.DatabaseURL)
@@ -194,6 +213,107 @@ func (s *sandboxes) gateway() (*gateway.Server, string, func(), error) {
 		_ = os.RemoveAll(dir)
 	}
 	return gw, "http://" + ln.Addr().String(), stop, nil
+}
+
+// liveCopy is this replica's copy of the service for the race lab's live
+// runs: every layer on and the same limits, on the live schema and the
+// lab's gateway. Every replica of a demo server builds one on the first
+// request routed to it, so a race sent through the balancer reaches the
+// copy on whichever replica serves it, as a real client's reaches the
+// shop.
+type liveCopy struct {
+	a   *App
+	key string // the RouteHeader value that routes to the copy
+
+	mu          sync.Mutex
+	app         *App         // guarded by mu; nil until the first request
+	metrics     atomic.Value // *metrics.Metrics, once app is built
+	gatewayURL  string
+	stopGateway func()
+}
+
+// newLiveCopy returns the copy of a, not yet built. Its key is derived
+// from the admin token, which every replica shares (a demo server has
+// one): only the lab's own requests reach the copy.
+func newLiveCopy(a *App) *liveCopy {
+	mac := hmac.New(sha256.New, []byte(a.cfg.AdminToken))
+	mac.Write([]byte("shop race lab: live copy"))
+	return &liveCopy{a: a, key: hex.EncodeToString(mac.Sum(nil))}
+}
+
+// get returns the copy, building it the first time.
+func (l *liveCopy) get(ctx context.Context) (*App, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.app != nil {
+		return l.app, nil
+	}
+	pool, err := l.a.sandboxes.open(ctx, liveSchema)
+	if err != nil {
+		return nil, err
+	}
+	l.gatewayURL, l.stopGateway = l.a.cfg.LabGatewayURL, func() {}
+	if l.gatewayURL == "" {
+		if _, l.gatewayURL, l.stopGateway, err = l.a.sandboxes.gateway(); err != nil {
+			return nil, err
+		}
+	}
+	cfg := l.a.cfg
+	cfg.GatewayURL = l.gatewayURL
+	cfg.Demo = false // no lab in the copy, so no copy of the copy
+	cfg.ReplicaName = replicaName(l.a.cfg.ReplicaName)
+	copied, err := New(cfg, Deps{Pool: pool, Redis: l.a.deps.Redis, Logger: l.a.deps.Logger, Now: l.a.deps.Now})
+	if err != nil {
+		l.stopGateway()
+		return nil, err
+	}
+	l.app = copied
+	l.metrics.Store(copied.Metrics)
+	return copied, nil
+}
+
+// route serves a request carrying the copy's key from the copy: run
+// before the router, so the request meets the copy's whole stack, its
+// own middleware, guards and limits included, and none of this replica's.
+func (l *liveCopy) route(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		got := c.Request().Header.Get(lab.RouteHeader)
+		if got == "" || !l.a.cfg.Demo || subtle.ConstantTimeCompare([]byte(got), []byte(l.key)) != 1 {
+			return next(c)
+		}
+		copied, err := l.get(c.Request().Context())
+		if err != nil {
+			return fmt.Errorf("lab live copy: %w", err)
+		}
+		copied.Echo.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
+}
+
+// target is a lab.Target for a live run: the public address, with the key
+// that routes each request to the copy, and the copy's tables and gateway.
+func (l *liveCopy) target(ctx context.Context) (lab.Target, error) {
+	copied, err := l.get(ctx)
+	if err != nil {
+		return lab.Target{}, err
+	}
+	return lab.Target{Name: "live", URL: l.a.cfg.LabTarget, Header: http.Header{lab.RouteHeader: {l.key}},
+		GatewayURL: l.gatewayURL, Pool: copied.deps.Pool, Metrics: copied.Metrics}, nil
+}
+
+// liveMetrics is the copy's registry, nil before it is built.
+func (l *liveCopy) liveMetrics() *metrics.Metrics {
+	m, _ := l.metrics.Load().(*metrics.Metrics)
+	return m
+}
+
+func (l *liveCopy) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.app != nil {
+		l.app.Close()
+		l.stopGateway()
+	}
 }
 
 func (s *sandboxes) close() {

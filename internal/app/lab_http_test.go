@@ -4,9 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 )
 
 // TestLab_DemoOnly: without SHOP_DEMO the lab's routes are 404, whatever
@@ -27,6 +35,7 @@ func TestLab_DemoOnly(t *testing.T) {
 // TestLab_Refusals: a demo lab still refuses what it cannot bound.
 func TestLab_Refusals(t *testing.T) {
 	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	u := mustCreateUser(t, e.r(0), "lab visitor")
 	for name, body := range map[string]string{
 		"TooBig":          `{"scenario":"flash_sale","size":201}`,
 		"TooSmall":        `{"scenario":"flash_sale","size":9}`,
@@ -35,7 +44,7 @@ func TestLab_Refusals(t *testing.T) {
 		"UnknownField":    `{"scenario":"flash_sale","size":10,"amplify":true}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			res := e.r(0).offContract("a body outside the lab's schema, on purpose").do(t, "POST", "/v1/lab/races", "", body)
+			res := e.r(0).offContract("a body outside the lab's schema, on purpose").do(t, "POST", "/v1/lab/races", u.Token, body)
 			if res.Status != http.StatusBadRequest || res.code() != "invalid_request" {
 				t.Errorf("%s: %s, want 400 invalid_request", body, res)
 			}
@@ -45,12 +54,157 @@ func TestLab_Refusals(t *testing.T) {
 
 // TestLab_SandboxOversells: a flash sale with the version layer off runs
 // on the sandbox's own tables, streams one answer per request, and its
-// outcome line counts what the sandbox's tables hold; the real tables
-// never see it.
+// outcome counts what the sandbox's tables hold: more orders than units,
+// the lost updates of read-check-write. The real tables never see it.
 func TestLab_SandboxOversells(t *testing.T) {
 	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
-	const size = 10
-	res := e.r(0).do(t, "POST", "/v1/lab/races", "", map[string]any{"scenario": "flash_sale", "size": size, "layers_off": []string{"version"}})
+	u := mustCreateUser(t, e.r(0), "lab visitor")
+	const size = 50
+	run := startRace(t, e.r(0), u.Token, map[string]any{"scenario": "flash_sale", "size": size, "layers_off": []string{"version"}})
+	if run.Start.Target != "sandbox" || run.Start.Layers != "version off" {
+		t.Errorf("start: %+v", run.Start)
+	}
+	sku := "LAB-" + run.Start.Run
+	orders := e.count(t, `SELECT count(*) FROM shop_lab.order_items WHERE sku = $1`, sku)
+	if run.Out.Facts["orders"] != int64(orders) || run.Out.Tally["201"] != orders {
+		t.Errorf("outcome %+v; the sandbox holds %d orders", run.Out, orders)
+	}
+	// 50 buyers, 25 units, no version check on the stock: buyers read the
+	// same count and each writes its own difference back.
+	if run.Out.OK || orders <= size/2 || run.Out.Facts["oversold"] != int64(orders-size/2) {
+		t.Errorf("%d orders of %d units, outcome %q (ok=%t): the sandbox did not oversell", orders, size/2, run.Out.Line, run.Out.OK)
+	}
+	if n := e.count(t, `SELECT count(*) FROM products WHERE sku = $1`, sku); n != 0 {
+		t.Errorf("the sandbox's product is in the real catalogue")
+	}
+	t.Log(run.Out.Line)
+}
+
+// TestLab_LiveRunsStayOutOfTheShop: a live run, every layer on, goes
+// through the balancer to both replicas, and leaves the real shop as it
+// found it: no user, product, order, payment, event, hold, post or like
+// in its tables and no charge at its gateway. What the runs made is in
+// the live copy's schema and at the lab's gateway.
+func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, labGateway := gatewaytest.Start(t, gateway.Options{Logger: testLogger(t)})
+	e := newEnv(t, 2, map[string]string{"SHOP_DEMO": "true", "SHOP_LAB_TARGET": "http://" + ln.Addr().String(),
+		"SHOP_LAB_GATEWAY_URL": labGateway})
+	served := serveBalancer(t, ln, e)
+	u := mustCreateUser(t, e.r(0), "lab visitor")
+
+	before := shopRows(t, e)
+	for i, scenario := range []string{"flash_sale", "pay_storm", "like_storm", "seat_rush"} {
+		// One run at a time per replica, a second apart: the lab's clock
+		// is the replicas'.
+		e.clock.Advance(2 * time.Second)
+		was := served()
+		run := startRace(t, e.r(i), u.Token, map[string]any{"scenario": scenario, "size": 10})
+		if run.Start.Target != "live" || !run.Out.OK {
+			t.Errorf("%s: start %+v, outcome %+v; want a live run that holds", scenario, run.Start, run.Out)
+		}
+		for b, n := range served() {
+			if n == was[b] {
+				t.Errorf("%s: the balancer sent replica %d none of the race", scenario, b)
+			}
+		}
+		after := shopRows(t, e)
+		for what, n := range after {
+			if n != before[what] {
+				t.Errorf("%s: the real shop's %s went from %d to %d", scenario, what, before[what], n)
+			}
+		}
+		before = after
+	}
+	var charges struct {
+		Items []struct{} `json:"items"`
+	}
+	getJSON(t, labGateway+"/v1/charges", &charges)
+	if len(charges.Items) != 1 {
+		t.Errorf("the lab's gateway has %d charges, want the pay storm's one", len(charges.Items))
+	}
+	if n := e.count(t, `SELECT count(*) FROM shop_lab_live.users`); n == 0 {
+		t.Errorf("the live copy's tables are empty: the runs went elsewhere")
+	}
+}
+
+// TestLab_LiveCopyNeedsItsKey: only the lab's own key reaches the live
+// copy; a request with any other X-Shop-Lab is the real shop's.
+func TestLab_LiveCopyNeedsItsKey(t *testing.T) {
+	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	res := e.r(0).do(t, "POST", "/v1/users", "", map[string]string{"name": "guesser"}, "X-Shop-Lab", "guessed")
+	wantStatus(t, res, http.StatusCreated)
+	if n := e.count(t, `SELECT count(*) FROM public.users WHERE name = 'guesser'`); n != 1 {
+		t.Errorf("a request with a guessed key made %d users in the real shop, want 1: it went elsewhere", n)
+	}
+}
+
+// TestLab_NeedsToken: a race is started by a user, named by a bearer
+// token; without one, or with one nobody holds, nothing runs.
+func TestLab_NeedsToken(t *testing.T) {
+	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	body := map[string]any{"scenario": "flash_sale", "size": 10, "layers_off": []string{"version"}}
+	for name, token := range map[string]string{"None": "", "Unknown": "not-a-token"} {
+		t.Run(name, func(t *testing.T) {
+			res := e.r(0).do(t, "POST", "/v1/lab/races", token, body)
+			if res.Status != http.StatusUnauthorized || res.code() != "unauthenticated" {
+				t.Errorf("race with token %q: %s, want 401 unauthenticated", token, res)
+			}
+		})
+	}
+	if n := e.count(t, `SELECT count(*) FROM users`); n != 0 {
+		t.Errorf("%d users after refused races", n)
+	}
+}
+
+// TestLab_RateLimited: each user starts at most SHOP_RATE_LIMIT_LAB races;
+// the next is 429 rate_limited with Retry-After, and another user is not
+// held back by it.
+func TestLab_RateLimited(t *testing.T) {
+	e := limitedEnv(t, 1, map[string]string{"SHOP_DEMO": "true", "SHOP_RATE_LIMIT_LAB": "2/h"})
+	a := decode[user](t, register(t, e.r(0), "lab visitor a", "203.0.113.1"))
+	b := decode[user](t, register(t, e.r(0), "lab visitor b", "203.0.113.2"))
+	// Refused bodies count too: the limit is on what a user asks of the
+	// lab, and they are the cheapest to ask.
+	r := e.r(0).offContract("a size outside the lab's bounds, on purpose")
+	tooSmall := `{"scenario":"flash_sale","size":9}`
+	for i := range 2 {
+		if res := r.do(t, "POST", "/v1/lab/races", a.Token, tooSmall); res.Status != http.StatusBadRequest {
+			t.Fatalf("race %d: %s, want 400", i+1, res)
+		}
+	}
+	res := r.do(t, "POST", "/v1/lab/races", a.Token, tooSmall)
+	policy, _, _ := rateLimitOf(res)
+	if res.Status != http.StatusTooManyRequests || res.code() != "rate_limited" || res.Header.Get("Retry-After") == "" || policy != "lab" {
+		t.Errorf("third race: %s (policy %q), want 429 rate_limited by the lab policy, with Retry-After", res, policy)
+	}
+	if res := r.do(t, "POST", "/v1/lab/races", b.Token, tooSmall); res.Status != http.StatusBadRequest {
+		t.Errorf("another user's race: %s, want 400", res)
+	}
+}
+
+// race is a run as its stream told it.
+type race struct {
+	Start struct {
+		Run, Target, Layers string
+	}
+	Out struct {
+		OK       bool             `json:"ok"`
+		Line     string           `json:"line"`
+		Facts    map[string]int64 `json:"facts"`
+		Tally    map[string]int   `json:"tally"`
+		Replicas map[string]int   `json:"replicas"`
+	}
+}
+
+// startRace posts a race as token and reads its stream, which must be a
+// start, one answer per request and an outcome.
+func startRace(t *testing.T, r *replica, token string, body map[string]any) race {
+	t.Helper()
+	res := r.do(t, "POST", "/v1/lab/races", token, body)
 	if res.Status != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("race: %s", res)
 	}
@@ -66,37 +220,92 @@ func TestLab_SandboxOversells(t *testing.T) {
 			events[event] = append(events[event], json.RawMessage(v))
 		}
 	}
+	size, _ := body["size"].(int)
 	if len(events["start"]) != 1 || len(events["answer"]) != size || len(events["outcome"]) != 1 || len(events["failure"]) != 0 {
 		t.Fatalf("events: %d start, %d answers, %d outcome, %d failure; body:\n%s",
 			len(events["start"]), len(events["answer"]), len(events["outcome"]), len(events["failure"]), res.Body)
 	}
-	var start struct {
-		Run, Target, Layers string
-	}
-	var out struct {
-		OK    bool             `json:"ok"`
-		Line  string           `json:"line"`
-		Facts map[string]int64 `json:"facts"`
-		Tally map[string]int   `json:"tally"`
-	}
-	if err := json.Unmarshal(events["start"][0], &start); err != nil {
+	var got race
+	if err := json.Unmarshal(events["start"][0], &got.Start); err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(events["outcome"][0], &out); err != nil {
+	if err := json.Unmarshal(events["outcome"][0], &got.Out); err != nil {
 		t.Fatal(err)
 	}
-	if start.Target != "sandbox" || start.Layers != "version off" {
-		t.Errorf("start: %+v", start)
+	return got
+}
+
+// shopRows counts what the real shop holds: the rows of its tables, and
+// the charges at its gateway.
+func shopRows(t *testing.T, e *env) map[string]int {
+	t.Helper()
+	rows := map[string]int{}
+	for _, table := range []string{"users", "products", "orders", "order_items", "payments", "stock_releases",
+		"events", "seats", "holds", "hold_seats", "bookings", "tickets", "posts", "likes", "post_like_shards", "idempotency_keys"} {
+		rows[table] = e.count(t, `SELECT count(*) FROM public.`+table)
 	}
-	sku := "LAB-" + start.Run
-	orders := e.count(t, `SELECT count(*) FROM shop_lab.order_items WHERE sku = $1`, sku)
-	if out.Facts["orders"] != int64(orders) || out.Tally["201"] != orders {
-		t.Errorf("outcome %+v; the sandbox holds %d orders", out, orders)
+	var charges struct {
+		Items []struct{} `json:"items"`
 	}
-	if n := e.count(t, `SELECT count(*) FROM products WHERE sku = $1`, sku); n != 0 {
-		t.Errorf("the sandbox's product is in the real catalogue")
+	getJSON(t, e.cfg.GatewayURL+"/v1/charges", &charges)
+	rows["gateway charges"] = len(charges.Items)
+	return rows
+}
+
+// getJSON reads url into v, around the contract check: it is not the
+// shop's API.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%s (ok=%t)", out.Line, out.OK)
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", url, res.StatusCode)
+	}
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// serveBalancer serves a round-robin balancer in front of e's replicas on
+// ln, as nginx does under compose: the lab's live runs go through it. It
+// returns how many requests each replica was sent, the lab's own reads of
+// its counters (GET /v1/lab/stats) left out.
+func serveBalancer(t *testing.T, ln net.Listener, e *env) func() []int64 {
+	t.Helper()
+	var backends []*url.URL
+	for _, r := range e.replicas {
+		u, err := url.Parse(r.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends = append(backends, u)
+	}
+	var next atomic.Uint64
+	sent := make([]atomic.Int64, len(backends))
+	lb := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			b := next.Add(1) % uint64(len(backends))
+			if r.In.URL.Path != "/v1/lab/stats" {
+				sent[b].Add(1)
+			}
+			r.SetURL(backends[b])
+			r.SetXForwarded()
+		},
+		FlushInterval: -1,
+	}
+	srv := &http.Server{Handler: lb, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return func() []int64 {
+		out := make([]int64, len(sent))
+		for i := range sent {
+			out[i] = sent[i].Load()
+		}
+		return out
+	}
 }
 
 // TestLab_SeatRushSandbox: a seat rush with the lock, the version check
@@ -104,7 +313,8 @@ func TestLab_SandboxOversells(t *testing.T) {
 // counts the active holds that schema has.
 func TestLab_SeatRushSandbox(t *testing.T) {
 	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
-	res := e.r(0).do(t, "POST", "/v1/lab/races", "", map[string]any{"scenario": "seat_rush", "size": 20, "layers_off": []string{"lock", "version", "constraint"}})
+	u := mustCreateUser(t, e.r(0), "lab visitor")
+	res := e.r(0).do(t, "POST", "/v1/lab/races", u.Token, map[string]any{"scenario": "seat_rush", "size": 20, "layers_off": []string{"lock", "version", "constraint"}})
 	if res.Status != http.StatusOK {
 		t.Fatalf("race: %s", res)
 	}

@@ -70,3 +70,59 @@ func TestText_ControlCharacters(t *testing.T) {
 		t.Errorf("%d payments, want 0", n)
 	}
 }
+
+// Bytes that are not UTF-8, in any body, are 400 invalid_request: they
+// were once decoded to U+FFFD and stored so (a user and an event named
+// "\ufffd\ufffd" for the bytes ff fe).
+func TestText_InvalidUTF8(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	for _, rt := range []struct{ name, path, token, body string }{
+		{"UserName", "/v1/users", "", "{\"name\": \"\xff\xfe\"}"},
+		{"EventName", "/v1/events", testAdminToken, "{\"name\": \"\xff\xfe\", \"rows\": 1, \"seats_per_row\": 1}"},
+	} {
+		t.Run(rt.name, func(t *testing.T) {
+			res := r.do(t, http.MethodPost, rt.path, rt.token, rt.body)
+			if res.Status != http.StatusBadRequest || res.code() != "invalid_request" {
+				t.Errorf("got %s, want 400 invalid_request", res)
+			}
+		})
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM users`); n != 0 {
+		t.Errorf("%d users, want 0", n)
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM events`); n != 0 {
+		t.Errorf("%d events, want 0", n)
+	}
+}
+
+// A query string that cannot be parsed is 400 invalid_request on every
+// route, before the route reads it: GET /v1/orders?cursor=%%% once
+// answered the first page, as if no cursor had been sent.
+func TestQuery_Unparsable(t *testing.T) {
+	e := newEnv(t, 1, nil)
+	r := e.r(0)
+	u := mustCreateUser(t, r, "quinn")
+	wantStatus(t, r.do(t, http.MethodGet, "/v1/orders?cursor=", u.Token, nil), http.StatusOK)
+	for _, rt := range []struct{ name, method, path, token string }{
+		{"OrdersCursor", http.MethodGet, "/v1/orders?cursor=%%%", u.Token},
+		{"OrdersLimit", http.MethodGet, "/v1/orders?limit=%zz", u.Token},
+		{"Semicolon", http.MethodGet, "/v1/orders?limit=5;cursor=x", u.Token},
+		{"Me", http.MethodGet, "/v1/me?%", u.Token},
+		{"Register", http.MethodPost, "/v1/users?x=%4", ""},
+	} {
+		t.Run(rt.name, func(t *testing.T) {
+			var body any
+			if rt.method == http.MethodPost {
+				body = map[string]string{"name": "never"}
+			}
+			res := r.do(t, rt.method, rt.path, rt.token, body)
+			if res.Status != http.StatusBadRequest || res.code() != "invalid_request" || !strings.Contains(res.problem().Detail, "query") {
+				t.Errorf("got %s, want 400 invalid_request naming the query", res)
+			}
+		})
+	}
+	if n := e.count(t, `SELECT count(*)::int FROM users WHERE name = 'never'`); n != 0 {
+		t.Errorf("a request with a bad query string registered a user")
+	}
+}

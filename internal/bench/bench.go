@@ -53,6 +53,7 @@ import (
 
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/docblock"
 	"github.com/shop-example/shop/internal/seats"
 )
 
@@ -99,6 +100,10 @@ type benchOptions struct {
 	// serviceConns is what the service's pools may hold: SHOP_DB_MAX_CONNS
 	// plus half as many for idempotency bookkeeping, as app.New opens them.
 	serviceConns int
+	// docPath is the Markdown file -doc names, doc what Run made of it:
+	// where the result tables go (nil: only to stdout).
+	docPath string
+	doc     *docTarget
 }
 
 // ErrUsage means the command line was not one Run understands; the caller
@@ -133,6 +138,11 @@ func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if o.docPath != "" {
+		if o.doc, err = newDocTarget(o.docPath, args); err != nil {
+			return err
+		}
+	}
 	return run(ctx, o, logger)
 }
 
@@ -162,6 +172,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	fs.DurationVar(&o.warmup, "warmup", warmup, "unmeasured time before each scenario's measurement")
 	fs.StringVar(&o.dbURL, "db", "", "PostgreSQL server to create the scratch database on (default $SHOP_DATABASE_URL)")
 	redis := fs.String("redis", strings.Join(cfg.RedisAddrs, ","), "comma-separated Redis nodes of the lock quorum; the default is $SHOP_REDIS_ADDRS")
+	fs.StringVar(&o.docPath, "doc", "", "also write the result tables into their generated blocks of this Markdown file (docs/BENCHMARKS.md; docs/STRATEGIES.md for strategies)")
 	switch what {
 	case "orders":
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread scenarios pick from at random")
@@ -169,7 +180,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	case "payments":
 		fs.IntVar(&o.stormOrders, "storm-orders", 50, "orders paid in each duplicate storm")
 		fs.IntVar(&o.stormClicks, "storm-clicks", 15, "pay requests fired at once at each order of a storm")
-		fs.IntVar(&o.storms, "storms", 3, "duplicate storms, one after the other, each on fresh orders")
+		fs.IntVar(&o.storms, "storms", defaultStorms, "duplicate storms, one after the other, each on fresh orders")
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the layered throughput and of the storms to this file, suffixed -distinct / -storm")
 	case "strategies":
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread order cases pick from at random")
@@ -179,11 +190,11 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered cell to this file, suffixed -flow-hot / -flow-spread")
 		fs.StringVar(&o.chart, "chart", "", "write the throughput chart to this SVG file, and a PNG beside it")
 		list(fs, &o.flows, "flows", "orders,payments,seats,likes", "comma-separated flows to run")
-		list(fs, &o.shapes, "cases", "hot,spread", "comma-separated cases to run")
+		list(fs, &o.shapes, "cases", hot+","+spread, "comma-separated cases to run")
 		list(fs, &o.only, "strategies", "", "comma-separated strategies to run (default all): "+strings.Join(strategyNames, ","))
 	case "likes":
 		fs.IntVar(&o.posts, "posts", 1000, "posts the spread scenarios pick from at random")
-		fs.Func("shards", "comma-separated counts of counter rows of the hot post, one scenario each (default 1,4,16,64)", func(v string) error {
+		fs.Func("shards", "comma-separated counts of counter rows of the hot post, one scenario each (default "+intList(defaultShardCounts)+")", func(v string) error {
 			counts, err := parseShardCounts(v)
 			o.shardCounts = counts
 			return err
@@ -200,7 +211,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		o.dbURL = cfg.DatabaseURL
 	}
 	if what == "likes" && o.shardCounts == nil {
-		o.shardCounts = []int{1, 4, 16, 64}
+		o.shardCounts = defaultShardCounts
 	}
 	o.serviceConns = int(cfg.DBMaxConns + max(cfg.DBMaxConns/2, 2))
 	for _, a := range strings.Split(*redis, ",") {
@@ -234,6 +245,15 @@ func list(fs *flag.FlagSet, dst *[]string, name, def, usage string) {
 	fs.Func(name, usage+" (default "+def+")", set)
 }
 
+// intList is counts as a flag spells them: comma-separated.
+func intList(counts []int) string {
+	s := make([]string, len(counts))
+	for i, n := range counts {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
 // parseShardCounts reads -shards: counts of counter rows, 1 to
 // likes.MaxShards each.
 func parseShardCounts(v string) ([]int, error) {
@@ -265,20 +285,25 @@ func benchOrders(ctx context.Context, o benchOptions, logger *slog.Logger) (err 
 	defer svc.stop()
 	raw := rawFlow{pool: pool, users: fx.userIDs}
 
-	// Each scenario buys from products of its own, so none inherits the
-	// dead row versions of another; hot and spread alternate raw, layered.
-	scenarios := []scenario{
-		{name: "raw/hot", skus: fx.skus[0], order: raw.order},
-		{name: "layered/hot", skus: fx.skus[1], order: svc.order, layered: true},
-		{name: "raw/spread", skus: fx.skus[2], order: raw.order},
-		{name: "layered/spread", skus: fx.skus[3], order: svc.order, layered: true},
+	// Each scenario buys from products of its own (fx.skus, in the order
+	// of orderScenarioNames), so none inherits the dead row versions of
+	// another; hot and spread alternate raw, layered.
+	var scenarios []scenario
+	for i, name := range orderScenarioNames() {
+		sc := scenario{name: name, skus: fx.skus[i], order: raw.order}
+		if strings.HasPrefix(name, "layered/") {
+			sc.order, sc.layered = svc.order, true
+		}
+		scenarios = append(scenarios, sc)
 	}
 	results, err := runScenarios(ctx, pool, o, scenarios, logger)
 	if err != nil {
 		return err
 	}
-	printReport(os.Stdout, o, results, svc.lockOutcomes())
-	return nil
+	var report strings.Builder
+	printReport(&report, o, results, svc.lockOutcomes())
+	fmt.Fprint(os.Stdout, report.String())
+	return o.doc.write(ctx, pool, o.redisAddrs, docblock.Block{Name: "benchmarks/orders", Rows: resultNames(results), Body: asMarkdown(report.String())})
 }
 
 // runScenarios measures each scenario in turn, each after a CHECKPOINT so

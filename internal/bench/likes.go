@@ -47,6 +47,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/likes"
+	"github.com/shop-example/shop/internal/platform/docblock"
 )
 
 // The goals of the like bench: the counter design alone at least 3× the
@@ -149,7 +150,12 @@ func benchLikes(ctx context.Context, o benchOptions, logger *slog.Logger) (err e
 			exact[i], allExact = fmt.Sprintf("NO: %d posts", drifted), false
 		}
 	}
-	printLikesReport(os.Stdout, o, results, exact, svc.lockOutcomes())
+	var report strings.Builder
+	printLikesReport(&report, o, results, exact, svc.lockOutcomes())
+	fmt.Fprint(os.Stdout, report.String())
+	if err := o.doc.write(ctx, pool, o.redisAddrs, docblock.Block{Name: "benchmarks/likes", Rows: resultNames(results), Body: asMarkdown(report.String())}); err != nil {
+		return err
+	}
 	if !allExact {
 		return errors.New("bench likes: a count was not exact (see the report)")
 	}

@@ -53,6 +53,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +64,7 @@ import (
 	gw "github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/docblock"
 )
 
 const (
@@ -149,7 +151,13 @@ func benchPayments(ctx context.Context, o benchOptions, logger *slog.Logger) (er
 	if err != nil {
 		return err
 	}
-	printPaymentsReport(os.Stdout, o, results, storms, audit, svc.lockOutcomes())
+	var report strings.Builder
+	printPaymentsReport(&report, o, results, storms, audit, svc.lockOutcomes())
+	fmt.Fprint(os.Stdout, report.String())
+	rows := append(resultNames(results), paymentRowNames(len(storms))[len(results):]...)
+	if err := o.doc.write(ctx, pool, o.redisAddrs, docblock.Block{Name: "benchmarks/payments", Rows: rows, Body: asMarkdown(report.String())}); err != nil {
+		return err
+	}
 	for _, s := range storms {
 		if len(s.violations) > 0 {
 			return errors.New("bench payments: the one-charge-per-order invariant was broken (see the report)")

@@ -46,6 +46,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/internal/platform/docblock"
 	"github.com/shop-example/shop/internal/seats"
 )
 
@@ -125,7 +126,12 @@ func benchSeats(ctx context.Context, o benchOptions, logger *slog.Logger) (err e
 		}
 		broken += n
 	}
-	printSeatsReport(os.Stdout, o, results, locks, broken)
+	var report strings.Builder
+	printSeatsReport(&report, o, results, locks, broken)
+	fmt.Fprint(os.Stdout, report.String())
+	if err := o.doc.write(ctx, pool, o.redisAddrs, docblock.Block{Name: "benchmarks/seats", Rows: resultNames(results), Body: asMarkdown(report.String())}); err != nil {
+		return err
+	}
 	if broken > 0 {
 		return fmt.Errorf("bench seats: %d seats double held or disagreeing with their holds", broken)
 	}

@@ -37,6 +37,7 @@ import (
 
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/docblock"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/problem"
 	"github.com/shop-example/shop/internal/platform/redisx"
@@ -198,10 +199,45 @@ func benchStrategies(ctx context.Context, o benchOptions, logger *slog.Logger) (
 	}
 	printStrategies(os.Stdout, o, results)
 	fmt.Fprintf(os.Stdout, "service lock (whole run): %s\n", lockSummary)
+	if o.doc != nil {
+		if err := writeStrategiesDoc(ctx, o, results, lockSummary); err != nil {
+			return err
+		}
+	}
 	if o.chart != "" {
 		return writeChart(o.chart, results)
 	}
 	return nil
+}
+
+// writeStrategiesDoc writes a block per flow, "strategies/<flow>": the
+// conditions of the run, the flow's table, its goal lines and the lock
+// counts of the whole run. The bench has dropped its scratch database by
+// now, so the server versions are read from a pool of its own.
+func writeStrategiesDoc(ctx context.Context, o benchOptions, results []cellResult, lockSummary string) error {
+	pool, err := pgxpool.New(ctx, o.dbURL)
+	if err != nil {
+		return fmt.Errorf("-doc: %w", err)
+	}
+	defer pool.Close()
+	var blocks []docblock.Block
+	for _, f := range strategyFlows() {
+		rows := flowResults(results, f.name)
+		if len(rows) == 0 {
+			continue
+		}
+		var report strings.Builder
+		fmt.Fprintln(&report, strategiesHeader(o))
+		fmt.Fprintln(&report)
+		printStrategyFlow(&report, o, f, rows)
+		fmt.Fprintf(&report, "service lock (whole run): %s\n", lockSummary)
+		names := make([]string, len(rows))
+		for i, r := range rows {
+			names[i] = r.shape + "/" + r.strategy
+		}
+		blocks = append(blocks, docblock.Block{Name: "strategies/" + f.name, Rows: names, Body: asMarkdown(report.String())})
+	}
+	return o.doc.write(ctx, pool, o.redisAddrs, blocks...)
 }
 
 // runStrategies sets up the arena and runs every cell of the -flows.
@@ -302,40 +338,56 @@ func runCell(ctx context.Context, a *arena, f flowSpec, name string, s strategy,
 // printStrategies writes a Markdown table per flow, then the goal of each
 // case: the layered flow against the fastest strategy with no anomaly.
 func printStrategies(w io.Writer, o benchOptions, results []cellResult) {
-	fmt.Fprintf(w, "\nshop bench strategies: %d clients, %s measured after %s warmup per cell; spread over %d SKUs or %d posts; hot payments: %d clicks per order; %d CPUs, GOMAXPROCS %d, %s\n",
-		o.clients, o.duration, o.warmup, o.skus, o.posts, o.clicks, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Fprintf(w, "\n%s\n", strategiesHeader(o))
 	for _, f := range strategyFlows() {
-		var rows []cellResult
-		for _, r := range results {
-			if r.flow == f.name {
-				rows = append(rows, r)
-			}
+		if rows := flowResults(results, f.name); len(rows) > 0 {
+			fmt.Fprintf(w, "\n### %s\n\n", f.title)
+			printStrategyFlow(w, o, f, rows)
 		}
-		if len(rows) == 0 {
+	}
+}
+
+// strategiesHeader is the line that states the conditions of the run.
+func strategiesHeader(o benchOptions) string {
+	return fmt.Sprintf("shop bench strategies: %d clients, %s measured after %s warmup per cell; spread over %d SKUs or %d posts; hot payments: %d clicks per order; %d CPUs, GOMAXPROCS %d, %s",
+		o.clients, o.duration, o.warmup, o.skus, o.posts, o.clicks, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+}
+
+// flowResults are the cells of one flow, in the order they ran.
+func flowResults(results []cellResult, flow string) []cellResult {
+	var rows []cellResult
+	for _, r := range results {
+		if r.flow == flow {
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// printStrategyFlow writes one flow's table, the strategies that do not
+// apply to it, and its goal lines.
+func printStrategyFlow(w io.Writer, o benchOptions, f flowSpec, rows []cellResult) {
+	fmt.Fprintf(w, "anomalies: %s\n\nin flight: %s; anomalies: the larger of those and the end state's\n\n", f.anomaly, f.inFlight)
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintf(tw, "| case\t strategy\t %s\t p50\t p99\t conflicts answered\t in flight\t anomalies\t\n", f.unit)
+	fmt.Fprintln(tw, "|---\t---\t---:\t---:\t---:\t---\t---:\t---:\t")
+	for _, r := range rows {
+		if r.na != "" {
+			fmt.Fprintf(tw, "| %s\t %s\t n/a\t —\t —\t —\t —\t —\t\n", r.shape, r.strategy)
 			continue
 		}
-		fmt.Fprintf(w, "\n### %s\n\nanomalies: %s\n\nin flight: %s; anomalies: the larger of those and the end state's\n\n", f.title, f.anomaly, f.inFlight)
-		tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-		fmt.Fprintf(tw, "| case\t strategy\t %s\t p50\t p99\t conflicts answered\t in flight\t anomalies\t\n", f.unit)
-		fmt.Fprintln(tw, "|---\t---\t---:\t---:\t---:\t---\t---:\t---:\t")
-		for _, r := range rows {
-			if r.na != "" {
-				fmt.Fprintf(tw, "| %s\t %s\t n/a\t —\t —\t —\t —\t —\t\n", r.shape, r.strategy)
-				continue
-			}
-			fmt.Fprintf(tw, "| %s\t %s\t %.0f\t %s\t %s\t %s\t %s\t %s\t\n", r.shape, r.strategy, r.rate(), millis(r.p50), millis(r.p99),
-				r.errorSummary(), anomalyCell(r.inFlight), anomalyCell(r.anomalies))
+		fmt.Fprintf(tw, "| %s\t %s\t %.0f\t %s\t %s\t %s\t %s\t %s\t\n", r.shape, r.strategy, r.rate(), millis(r.p50), millis(r.p99),
+			r.errorSummary(), anomalyCell(r.inFlight), anomalyCell(r.anomalies))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	for _, name := range strategyNames {
+		if s := f.strategies[name]; s.na != "" {
+			fmt.Fprintf(w, "n/a: %s does not apply: %s\n", name, s.na)
 		}
-		tw.Flush()
-		fmt.Fprintln(w)
-		for _, name := range strategyNames {
-			if s := f.strategies[name]; s.na != "" {
-				fmt.Fprintf(w, "n/a: %s does not apply: %s\n", name, s.na)
-			}
-		}
-		for _, shape := range o.shapes {
-			fmt.Fprintln(w, goalLine(rows, shape))
-		}
+	}
+	for _, shape := range o.shapes {
+		fmt.Fprintln(w, goalLine(rows, shape))
 	}
 }
 

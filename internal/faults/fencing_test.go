@@ -151,12 +151,7 @@ func snapshotCounters(c *cluster) map[*process]map[string]float64 {
 // replica started in between counts from zero. A replica killed in
 // between took its counts with it.
 func counterDelta(from, to map[*process]map[string]float64) string {
-	sum := map[string]float64{}
-	for p, end := range to {
-		for k, v := range end {
-			sum[k] += v - from[p][k]
-		}
-	}
+	sum := counterSums(from, to)
 	var parts []string
 	for _, k := range []string{"idempotency", "lock", "state", "version", "constraint"} {
 		if sum[k] > 0 {
@@ -170,4 +165,16 @@ func counterDelta(from, to map[*process]map[string]float64) string {
 	return fmt.Sprintf("conflicts stopped: %s; locks taken %.0f, busy %.0f, lost %.0f, run without the lock %.0f, refused (strict) %.0f",
 		stopped, sum["lock acquired"], sum["lock busy"], sum["lock lost"], sum["lock degraded"],
 		sum["lock unavailable"]-sum["lock degraded"])
+}
+
+// counterSums adds up, over the replicas, what they counted between two
+// snapshots (counters' keys).
+func counterSums(from, to map[*process]map[string]float64) map[string]float64 {
+	sum := map[string]float64{}
+	for p, end := range to {
+		for k, v := range end {
+			sum[k] += v - from[p][k]
+		}
+	}
+	return sum
 }

@@ -22,10 +22,11 @@ import (
 
 // Flows of the workload.
 const (
-	flowOrders = "flash sale"
-	flowPay    = "pay storm"
-	flowLikes  = "likes"
-	flowSeats  = "seat rush"
+	flowOrders   = "flash sale"
+	flowPay      = "pay storm"
+	flowPayOrder = "pay storm: order" // the order each pay storm pays
+	flowLikes    = "likes"
+	flowSeats    = "seat rush"
 )
 
 // answer is one request as its client saw it, after at most one failover.
@@ -35,13 +36,15 @@ type answer struct {
 	code     string // the problem's code, "" on success
 	retry    bool   // a Retry-After header came with it
 	replayed bool
-	at       time.Time     // when the answer arrived
-	took     time.Duration // from the first attempt to the answer
-	// answerTook is how long the replica that answered took: took less
-	// the wait for one that did not.
-	answerTook time.Duration
-	failover   bool // the first replica did not answer; the other did or did not
+	at       time.Time // when the answer arrived, or the client gave up
+	// took is the client's whole wait, from its first attempt to the
+	// answer, the wait for a replica that did not answer included.
+	took     time.Duration
+	failover bool // the first replica did not answer; the other did or did not
 }
+
+// sent is when the client sent the request's first attempt.
+func (a answer) sent() time.Time { return a.at.Add(-a.took) }
 
 // key names the answer in the tables: "201", "409 out_of_stock", "no answer".
 func (a answer) key() string {
@@ -66,7 +69,7 @@ func (a answer) useful() bool {
 	case a.status >= 200 && a.status < 300:
 		return true
 	case a.status == http.StatusConflict && (a.code == "out_of_stock" || a.code == "invalid_state" ||
-		a.code == "seat_unavailable" || a.code == "hold_expired"):
+		a.code == "seat_unavailable" || a.code == "hold_limit_reached" || a.code == "hold_expired"):
 		return true
 	case a.status == http.StatusPaymentRequired:
 		return true
@@ -110,9 +113,6 @@ type client struct {
 	// max_fails=1 fail_timeout=2s).
 	mu   sync.Mutex
 	down map[string]time.Time
-	// quick bounds an attempt other than a payment (quickTimeout unless
-	// the scenario waits longer).
-	quick time.Duration
 }
 
 // downFor is how long a replica that did not answer is left out.
@@ -157,19 +157,16 @@ func (c *client) markDown(url string) {
 	c.mu.Unlock()
 }
 
-// attemptTimeout bounds one attempt of a payment: longer than
-// SHOP_REQUEST_TIMEOUT, so a live replica always answers within it.
-// quickTimeout bounds the others (an order, a like), which take
-// milliseconds when all is well: a client gives up on a replica that has
-// not answered in 2 s and asks the other, with the same key.
-const (
-	attemptTimeout = 7 * time.Second
-	quickTimeout   = 2 * time.Second
-)
+// attemptTimeout bounds one attempt, as a balancer's read timeout does:
+// longer than the replicas' SHOP_REQUEST_TIMEOUT (6 s), so a live replica
+// always answers within it, and a replica that has not answered by then
+// is one that cannot (stopped, or cut off). The client then asks the
+// other, with the same key.
+const attemptTimeout = 7 * time.Second
 
 func newClient(replicas func() []string, hist *history) *client {
 	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
-	return &client{http: &http.Client{Transport: tr, Timeout: attemptTimeout}, replicas: replicas, hist: hist, down: map[string]time.Time{}, quick: quickTimeout}
+	return &client{http: &http.Client{Transport: tr, Timeout: attemptTimeout}, replicas: replicas, hist: hist, down: map[string]time.Time{}}
 }
 
 type reply struct {
@@ -178,27 +175,21 @@ type reply struct {
 }
 
 // do sends one request (with the same Idempotency-Key on the failover) and
-// records its answer under flow.
+// records its answer under flow, timed over the client's whole wait.
 func (c *client) do(ctx context.Context, flow, method, path, token, key string, body any) reply {
-	timeout := c.quick
-	if flow == flowPay || c.http.Timeout > attemptTimeout {
-		timeout = c.http.Timeout
-	}
 	var b []byte
 	if body != nil {
 		b, _ = json.Marshal(body)
 	}
 	urls := c.pick()
 	start := time.Now()
-	r := c.once(ctx, timeout, urls[0], method, path, token, key, b)
-	second := start
+	r := c.once(ctx, c.http.Timeout, urls[0], method, path, token, key, b)
 	if r.status == 0 && ctx.Err() == nil && len(urls) > 1 {
 		c.markDown(urls[0])
-		second = time.Now()
-		r = c.once(ctx, timeout, urls[1], method, path, token, key, b)
+		r = c.once(ctx, c.http.Timeout, urls[1], method, path, token, key, b)
 		r.failover = true
 	}
-	r.flow, r.at, r.took, r.answerTook = flow, time.Now(), time.Since(start), time.Since(second)
+	r.flow, r.at, r.took = flow, time.Now(), time.Since(start)
 	if ctx.Err() == nil {
 		c.hist.add(r.answer)
 	}
@@ -319,7 +310,7 @@ func (w *workload) payStorm(ctx context.Context, c *client, rng *rand.Rand) {
 // payStormAs is payStorm with its clicks recorded under flow.
 func (w *workload) payStormAs(ctx context.Context, c *client, rng *rand.Rand, flow string) {
 	token := w.token(rng)
-	r := c.do(ctx, "pay storm: order", "POST", "/v1/orders", token, crand.Text(),
+	r := c.do(ctx, flowPayOrder, "POST", "/v1/orders", token, crand.Text(),
 		map[string]any{"items": []map[string]any{{"sku": w.payerSKU, "quantity": 1}}})
 	if r.status != http.StatusCreated {
 		if r.status == 0 || r.status >= 500 || r.code == "resource_busy" {

@@ -10,6 +10,15 @@
 // client would, over HTTP to its own public address (SHOP_LAB_TARGET, the
 // load balancer under compose).
 //
+// No run writes to the real shop. With every layer on, each request
+// carries the lab's key (RouteHeader), and whichever replica the balancer
+// picks serves it from its live copy: the same service, every layer and
+// limit on, over the tables of the shop_lab_live schema and charging the
+// lab's own gateway. The race meets the balancer, both replicas, the
+// Redis quorum and PostgreSQL as a real client's would; its users,
+// products and charges never reach the catalogue, the real users or the
+// journal the real orders are audited against.
+//
 // With layers taken off, a run goes to a sandbox instead: a second copy
 // of the service, built with the flows' layer switches and serving on a
 // loopback port of this process, over tables of its own (the shop_lab
@@ -19,6 +28,8 @@
 // second charge, a seat held twice — next to the same run with every
 // layer on.
 //
-// The lab is an amplifier if left open: N is bounded, one run at a time
-// per replica, and it answers 404 unless the server is a demo.
+// The lab is an amplifier if left open: a race is started by a
+// registered user, counted against that user's limit (SHOP_RATE_LIMIT_LAB),
+// N is bounded, one run at a time per replica, and it answers 404 unless
+// the server is a demo.
 package lab

@@ -30,12 +30,22 @@ const (
 	cooldown = time.Second
 )
 
+// RouteHeader carries the key that sends a request to the live copy: a
+// replica of a demo server that sees it with the right key serves the
+// request from that copy, on the copy's tables, instead of its own.
+const RouteHeader = "X-Shop-Lab"
+
 // Target is a copy of the service a run races against.
 type Target struct {
-	// Name is "live" (the public API) or "sandbox".
+	// Name is "live" (every layer on, behind the public address) or
+	// "sandbox".
 	Name string
 	// URL is its public address, e.g. the load balancer's.
 	URL string
+	// Header goes with every request of the race and of its setup and
+	// check: for a live run, the RouteHeader that sends them to the live
+	// copy on whichever replica the balancer picks.
+	Header http.Header
 	// GatewayURL is the payment gateway it charges, asked how many
 	// charges an order got.
 	GatewayURL string
@@ -59,11 +69,24 @@ type Config struct {
 	Demo bool
 	// Replica names this replica in the stats.
 	Replica string
-	// Live is the service as the public reaches it.
-	Live Target
+	// Live returns the live copy: the service with every layer on, reached
+	// through the public address like any client's request, but on tables
+	// and a gateway of its own, so a run never writes to the real shop.
+	Live func(ctx context.Context) (Target, error)
+	// LiveMetrics is this replica's live copy's registry, whose counters
+	// GET /v1/lab/stats reports; nil before its first request.
+	LiveMetrics func() *metrics.Metrics
 	// Sandbox builds the copies runs with layers off go to.
 	Sandbox Sandbox
-	Logger  *slog.Logger
+	// Now is the clock of the pause between runs; nil means time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Guards are the protections of the route that starts a race, in order.
+type Guards struct {
+	User      echo.MiddlewareFunc // a registered user's bearer token
+	RaceLimit echo.MiddlewareFunc // races per user (SHOP_RATE_LIMIT_LAB)
 }
 
 // Lab runs races, one at a time.
@@ -80,14 +103,20 @@ func New(cfg Config) *Lab {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	transport := &http.Transport{MaxIdleConns: MaxSize, MaxIdleConnsPerHost: MaxSize, IdleConnTimeout: 30 * time.Second}
 	return &Lab{cfg: cfg, client: &http.Client{Transport: transport, Timeout: 15 * time.Second}}
 }
 
-// Register adds the lab's routes to the /v1 group.
-func Register(g *echo.Group, l *Lab) {
+// Register adds the lab's routes to the /v1 group. A race is a user's,
+// counted against their limit: each one creates up to 200 users and fires
+// 200 requests. The stats are read by the lab itself, through the
+// balancer, with no token.
+func Register(g *echo.Group, l *Lab, guards Guards) {
 	g.GET("/lab/stats", l.stats, l.demoOnly)
-	g.POST("/lab/races", l.race, l.demoOnly)
+	g.POST("/lab/races", l.race, l.demoOnly, guards.User, guards.RaceLimit)
 }
 
 // demoOnly answers 404 unless the server is a demo: the lab creates users
@@ -109,7 +138,11 @@ type statsDoc struct {
 }
 
 func (l *Lab) stats(c echo.Context) error {
-	m, err := gather(l.cfg.Live.Metrics)
+	var live *metrics.Metrics
+	if l.cfg.LiveMetrics != nil {
+		live = l.cfg.LiveMetrics()
+	}
+	m, err := gather(live)
 	if err != nil {
 		return err
 	}
@@ -173,10 +206,10 @@ func (l *Lab) race(c echo.Context) error {
 		return &problem.Error{Code: problem.RateLimited, Detail: "another race is running on this replica", RetryAfter: 2 * time.Second}
 	}
 	defer l.mu.Unlock()
-	if wait := cooldown - time.Since(l.lastEnd); wait > 0 {
+	if wait := cooldown - l.cfg.Now().Sub(l.lastEnd); wait > 0 {
 		return &problem.Error{Code: problem.RateLimited, Detail: "one race at a time: the last one just ended", RetryAfter: time.Second}
 	}
-	defer func() { l.lastEnd = time.Now() }()
+	defer func() { l.lastEnd = l.cfg.Now() }()
 
 	// The run outlives the request timeout of the API's middleware; it
 	// stops with the client.
@@ -192,8 +225,12 @@ func (l *Lab) race(c echo.Context) error {
 		}
 	}()
 
-	target := l.cfg.Live
-	if len(set.Taken()) > 0 {
+	var target Target
+	if len(set.Taken()) == 0 {
+		if target, err = l.cfg.Live(ctx); err != nil {
+			return fmt.Errorf("live copy: %w", err)
+		}
+	} else {
 		sb, stop, err := l.cfg.Sandbox(ctx, set)
 		if err != nil {
 			return fmt.Errorf("sandbox: %w", err)

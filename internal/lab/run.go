@@ -170,6 +170,9 @@ func (r *run) call(ctx context.Context, q request) (int, []byte, http.Header, er
 	if err != nil {
 		return 0, nil, nil, err
 	}
+	for k, vs := range r.target.Header {
+		req.Header[k] = vs
+	}
 	if q.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -82,8 +82,10 @@ func delta(before, after map[string]float64) map[string]float64 {
 // replica counts its own, and a race through the load balancer moves
 // them all. The lab asks the target's GET /v1/lab/stats until two answers
 // in a row come from replicas it has already seen (a round-robin
-// balancer has then shown them all), at most maxStatsCalls times. A
-// sandbox is one copy in this process: its registry is read directly.
+// balancer has then shown them all), at most maxStatsCalls times, without
+// the live copy's route: the lab answers them, with its live copy's
+// counters. A sandbox is one copy in this process: its registry is read
+// directly.
 func (r *run) snapshot(ctx context.Context) (map[string]map[string]float64, error) {
 	if r.target.Name != "live" {
 		m, err := gather(r.target.Metrics)
@@ -91,9 +93,10 @@ func (r *run) snapshot(ctx context.Context) (map[string]map[string]float64, erro
 	}
 	out := map[string]map[string]float64{}
 	seen := 0
+	public := &run{lab: r.lab, target: Target{URL: r.target.URL}}
 	for range maxStatsCalls {
 		var doc statsDoc
-		if err := r.callJSON(ctx, request{method: http.MethodGet, path: "/v1/lab/stats"}, &doc); err != nil {
+		if err := public.callJSON(ctx, request{method: http.MethodGet, path: "/v1/lab/stats"}, &doc); err != nil {
 			break
 		}
 		if _, ok := out[doc.Replica]; ok {

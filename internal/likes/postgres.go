@@ -209,11 +209,13 @@ func (s *Store) Update(ctx context.Context, postID, userID string, on layers.Set
 	var written int
 	var count *int64
 	err = row.Scan(&written, &count)
+	// The database's error stays wrapped: what is logged names the
+	// constraint that refused the write.
 	switch postgres.ConstraintViolated(err) {
 	case constraintOneLike:
-		return Like{}, 0, ErrDuplicateLike
+		return Like{}, 0, fmt.Errorf("%w: %w", ErrDuplicateLike, err)
 	case constraintCountNotBelow0:
-		return Like{}, 0, ErrCountBelowZero
+		return Like{}, 0, fmt.Errorf("%w: %w", ErrCountBelowZero, err)
 	}
 	if err != nil {
 		return Like{}, 0, fmt.Errorf("write like of %s: %w", postID, err)

@@ -110,7 +110,7 @@ func TestPay_ClientHangsUp(t *testing.T) {
 	defer hangUp()
 	f := newFixtureWith(t, gateway.Options{AfterCharge: func(gateway.Charge) { hangUp() }})
 	users, ids := f.mustCreateOrders(t, 1)
-	p, err := f.service(t, layers.Set{}).Pay(ctx, users[0], ids[0], gateway.MethodOK)
+	p, err := f.service(t, layers.Set{}).Pay(ctx, users[0], newKey(), ids[0], gateway.MethodOK)
 	if err != nil || p.Status != payments.StatusSucceeded {
 		t.Fatalf("Pay after the client hung up = %s, %v; want succeeded", p.Status, err)
 	}

@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"crypto/rand"
 	"testing"
 	"time"
 
@@ -21,6 +22,10 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
+
+// newKey returns a fresh Idempotency-Key: each Pay in these tests is a
+// request of its own.
+func newKey() string { return rand.Text() }
 
 // fixture is one test database, a gateway on a real HTTP server, and the
 // order service the pay flow works on.

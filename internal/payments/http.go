@@ -9,6 +9,7 @@ import (
 
 	"github.com/shop-example/shop/internal/platform/auth"
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 )
 
 // Guards are the middleware the routes are protected with.
@@ -70,7 +71,8 @@ func (h handlers) pay(c echo.Context) error {
 		return err
 	}
 	p, _ := auth.PrincipalFrom(c.Request().Context())
-	pay, err := h.svc.Pay(c.Request().Context(), p.UserID, orderID, req.PaymentMethod)
+	key := c.Request().Header.Get(idempotency.HeaderKey)
+	pay, err := h.svc.Pay(c.Request().Context(), p.UserID, key, orderID, req.PaymentMethod)
 	switch {
 	case errors.Is(err, ErrOutcomeUnknown) && pay.ID != "":
 		// The gateway did not say; the reconciler will. The client polls

@@ -26,8 +26,11 @@ const (
 // Payment is one attempt to charge an order. Its ID is the idempotency key
 // the gateway sees for the charge.
 type Payment struct {
-	ID            string
-	OrderID       string
+	ID      string
+	OrderID string
+	// RequestKey is the Idempotency-Key of the request that began the
+	// payment: one payment per (order, key), payments_order_request_key.
+	RequestKey    string
 	Status        Status
 	AmountCents   int64
 	Method        string
@@ -48,6 +51,9 @@ var (
 	// ErrActivePayment means the order already has a payment that is
 	// processing or succeeded (the partial unique index said so).
 	ErrActivePayment = fmt.Errorf("order already has a payment in flight or succeeded")
+	// ErrDuplicateRequest means the order already has a payment begun
+	// with the request's key (payments_order_request_key said so).
+	ErrDuplicateRequest = fmt.Errorf("order already has a payment of this request")
 	// ErrVersionConflict means another settler changed the payment between
 	// read and write. It never reaches a client: the flow re-reads.
 	ErrVersionConflict = fmt.Errorf("payment changed since it was read")

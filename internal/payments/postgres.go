@@ -14,18 +14,20 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
-// Constraints that back this package's rules (migrations/000004_payments.up.sql).
+// Constraints that back this package's rules (migrations/000004_payments.up.sql,
+// 000008_hold_request_keys.up.sql).
 const (
-	constraintOneActive = "payments_one_active_per_order" // one processing-or-succeeded payment per order
-	constraintChargeID  = "payments_charge_id_key"        // a charge settles one payment
+	constraintOneActive  = "payments_one_active_per_order" // one processing-or-succeeded payment per order
+	constraintChargeID   = "payments_charge_id_key"        // a charge settles one payment
+	constraintRequestKey = "payments_order_request_key"    // one payment per (order, request key)
 )
 
 const paymentColumns = `id, order_id, status, amount_cents, payment_method, charge_id, refund_id,
 	failure_reason, version, created_at, updated_at`
 
 const (
-	sqlInsertPayment = `INSERT INTO payments (id, order_id, status, amount_cents, payment_method, version, created_at, updated_at)
-		VALUES ($1, $2, 'processing', $3, $4, 1, $5, $5)`
+	sqlInsertPayment = `INSERT INTO payments (id, order_id, request_key, status, amount_cents, payment_method, version, created_at, updated_at)
+		VALUES ($1, $2, $3, 'processing', $4, $5, 1, $6, $6)`
 
 	// The settler's first question, before it looks at the order: is the
 	// payment still as it read it? The row lock makes every other settler
@@ -50,6 +52,7 @@ const (
 	sqlDiscardPayment = `DELETE FROM payments WHERE id = $1 AND status = 'processing'`
 
 	sqlGetPayment       = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
+	sqlPaymentOfRequest = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND request_key = $2`
 	sqlActivePayment    = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND status IN ('processing', 'succeeded')`
 	sqlPaymentsOfOrder  = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 ORDER BY created_at, id`
 	sqlProcessingBefore = `SELECT ` + paymentColumns + ` FROM payments
@@ -72,7 +75,8 @@ func NewStore(db *pgxpool.Pool) *Store {
 // returns the payment to insert. The order is written at the version read
 // (orders.UpdateTx), so a cancel that got in between makes Begin return
 // orders.ErrVersionConflict. It returns ErrActivePayment when the order
-// already has a payment processing or succeeded.
+// already has a payment processing or succeeded, and ErrDuplicateRequest
+// when it has a payment begun with p's request key.
 func (s *Store) Begin(ctx context.Context, orderID string, on layers.Set, start func(*orders.Order) (Payment, error)) (Payment, error) {
 	var p Payment
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
@@ -86,9 +90,12 @@ func (s *Store) Begin(ctx context.Context, orderID string, on layers.Set, start 
 		}
 		// Layer 4: the partial unique index admits one processing-or-
 		// succeeded payment per order.
-		_, err = tx.Exec(ctx, sqlInsertPayment, p.ID, p.OrderID, p.AmountCents, p.Method, p.CreatedAt)
-		if postgres.ConstraintViolated(err) == constraintOneActive {
+		_, err = tx.Exec(ctx, sqlInsertPayment, p.ID, p.OrderID, p.RequestKey, p.AmountCents, p.Method, p.CreatedAt)
+		switch postgres.ConstraintViolated(err) {
+		case constraintOneActive:
 			return ErrActivePayment
+		case constraintRequestKey:
+			return ErrDuplicateRequest
 		}
 		if err != nil {
 			return fmt.Errorf("insert payment for %s: %w", orderID, err)
@@ -204,6 +211,19 @@ func (s *Store) Get(ctx context.Context, id string) (Payment, error) {
 	if err != nil {
 		return Payment{}, fmt.Errorf("read payment %s: %w", id, err)
 	}
+	return p, nil
+}
+
+// OfRequest returns the payment of the order begun with a request key.
+func (s *Store) OfRequest(ctx context.Context, orderID, requestKey string) (Payment, error) {
+	p, err := scanPayment(s.db.QueryRow(ctx, sqlPaymentOfRequest, orderID, requestKey))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, ErrNotFound
+	}
+	if err != nil {
+		return Payment{}, fmt.Errorf("read payment of request: %w", err)
+	}
+	p.RequestKey = requestKey
 	return p, nil
 }
 

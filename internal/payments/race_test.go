@@ -38,7 +38,7 @@ func storm(t *testing.T, svc *payments.Service, users, ids []string) map[string]
 	testenv.Together(len(ids)*stormClicks, func(i int) {
 		o := i % len(ids)
 		for attempt := 1; ; attempt++ {
-			_, err := svc.Pay(context.Background(), users[o], ids[o], gateway.MethodOK)
+			_, err := svc.Pay(context.Background(), users[o], newKey(), ids[o], gateway.MethodOK)
 			code := "ok"
 			if err != nil {
 				code = string(problem.CodeOf(err))
@@ -195,7 +195,7 @@ func TestPay_ExpiryWhileCharging(t *testing.T) {
 			for _, u := range users {
 				id := f.mustPlaceOrder(t, u)
 				ids = append(ids, id)
-				_, _ = svc.Pay(context.Background(), u, id, gateway.MethodOK)
+				_, _ = svc.Pay(context.Background(), u, newKey(), id, gateway.MethodOK)
 				f.clock.Advance(-time.Hour)
 			}
 			close(expired)
@@ -239,7 +239,7 @@ func TestPay_CancelRace(t *testing.T) {
 	testenv.Together(2*len(ids), func(i int) {
 		o := i / 2
 		if i%2 == 0 {
-			_, _ = svc.Pay(context.Background(), users[o], ids[o], gateway.MethodOK)
+			_, _ = svc.Pay(context.Background(), users[o], newKey(), ids[o], gateway.MethodOK)
 			return
 		}
 		// Cancels land from before the payment begins to after it

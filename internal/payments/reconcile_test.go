@@ -25,7 +25,7 @@ func TestReconcile_Backlog(t *testing.T) {
 	down, downMetrics := f.serviceOn(t, "http://127.0.0.1:1") // nothing listens on port 1
 	began := f.clock.Now()
 	for i := range ids {
-		if _, err := down.Pay(context.Background(), users[i], ids[i], gateway.MethodOK); !errors.Is(err, payments.ErrOutcomeUnknown) {
+		if _, err := down.Pay(context.Background(), users[i], newKey(), ids[i], gateway.MethodOK); !errors.Is(err, payments.ErrOutcomeUnknown) {
 			t.Fatalf("pay %d with the gateway down: %v, want the outcome unknown", i, err)
 		}
 	}

@@ -19,7 +19,8 @@ import (
 // The layers of the pay flow, where each one is:
 //
 //	layer           where                                       backed by
-//	0 idempotency   the route's middleware (http.go)            idempotency_keys
+//	0 idempotency   the route's middleware (http.go);           idempotency_keys,
+//	                (order, key) on the payment's row           payments_order_request_key
 //	1 lock          payment:{order}, held across the gateway    Pay, reconcileOne
 //	                call under the watchdog
 //	2 state         the order: pending_payment → paying → paid  orders.Order.BeginPayment, Pay,
@@ -101,7 +102,10 @@ func NewService(cfg Config) (*Service, error) {
 }
 
 // Pay charges one of userID's orders with method and, once the charge has
-// gone through, marks the order paid. It returns the payment with:
+// gone through, marks the order paid. requestKey is the client's
+// Idempotency-Key: a request sent again after a first try whose begin
+// committed (its answer lost) carries that try's payment on, and gets its
+// outcome. It returns the payment with:
 //
 //   - nil: succeeded, the order is paid;
 //   - a payment_declined problem: failed, the order can be paid again;
@@ -111,7 +115,10 @@ func NewService(cfg Config) (*Service, error) {
 //     waiting while the charge was in flight and the charge was refunded;
 //   - an invalid_request problem: the gateway refused the payment method;
 //     nothing was charged and no payment is kept.
-func (s *Service) Pay(ctx context.Context, userID, orderID, method string) (Payment, error) {
+func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method string) (Payment, error) {
+	if requestKey == "" {
+		return Payment{}, problem.New(problem.IdempotencyRequired, "Idempotency-Key: required on this route")
+	}
 	if err := ValidateMethod(method); err != nil {
 		return Payment{}, err
 	}
@@ -128,9 +135,21 @@ func (s *Service) Pay(ctx context.Context, userID, orderID, method string) (Paym
 	// while the call runs, and cancels the call if the lease is lost.
 	err := s.lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
 		ran = true
-		p, err := s.begin(ctx, userID, orderID, method)
-		if err != nil {
+		// The request's own payment first: a try of this request that
+		// began one carries it on, rather than this one beginning another.
+		p, err := s.ofRequest(ctx, userID, requestKey, orderID, method)
+		if errors.Is(err, ErrNotFound) {
+			p, err = s.begin(ctx, userID, requestKey, orderID, method)
+		}
+		if errors.Is(err, ErrDuplicateRequest) {
+			p, err = s.ofRequest(ctx, userID, requestKey, orderID, method)
+		}
+		switch {
+		case err != nil:
 			return err
+		case p.Status != StatusProcessing:
+			out = p
+			return Outcome(p)
 		}
 		out, err = s.charge(ctx, p)
 		return err
@@ -149,9 +168,27 @@ func (s *Service) lock(ctx context.Context, key string, fn func(ctx context.Cont
 	return s.locker.Do(ctx, key, fn)
 }
 
+// ofRequest returns the payment of userID's order begun with requestKey,
+// or ErrNotFound. The same key with another payment method is
+// idempotency_key_reused.
+func (s *Service) ofRequest(ctx context.Context, userID, requestKey, orderID, method string) (Payment, error) {
+	p, err := s.store.OfRequest(ctx, orderID, requestKey)
+	if err != nil {
+		return Payment{}, err
+	}
+	if _, err := s.orders.Get(ctx, userID, orderID); err != nil {
+		return Payment{}, err // someone else's order does not exist for this user
+	}
+	if p.Method != method {
+		return Payment{}, problem.New(problem.IdempotencyReused,
+			"this Idempotency-Key was used for a payment with another method; send a new key for a new request")
+	}
+	return p, nil
+}
+
 // begin opens the processing payment that the charge will settle, and
 // moves its order to paying, in one transaction.
-func (s *Service) begin(ctx context.Context, userID, orderID, method string) (Payment, error) {
+func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method string) (Payment, error) {
 	for attempt := 1; ; attempt++ {
 		p, err := s.store.Begin(ctx, orderID, s.layers, func(o *orders.Order) (Payment, error) {
 			if o.UserID != userID {
@@ -169,7 +206,7 @@ func (s *Service) begin(ctx context.Context, userID, orderID, method string) (Pa
 			if err != nil {
 				return Payment{}, fmt.Errorf("new payment id: %w", err)
 			}
-			return Payment{ID: id.String(), OrderID: o.ID, Status: StatusProcessing, AmountCents: o.TotalCents,
+			return Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing, AmountCents: o.TotalCents,
 				Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}, nil
 		})
 		switch {

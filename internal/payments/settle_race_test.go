@@ -49,7 +49,7 @@ func TestSettle_ConcurrentSettlers(t *testing.T) {
 			}
 			testenv.Together(10, func(w int) {
 				for i := w; i < len(ids); i += 10 {
-					if _, err := request.Pay(context.Background(), users[i], ids[i], gateway.MethodOK); err != nil {
+					if _, err := request.Pay(context.Background(), users[i], newKey(), ids[i], gateway.MethodOK); err != nil {
 						t.Errorf("pay order %d: %v", i, err)
 					}
 				}

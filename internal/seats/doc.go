@@ -30,6 +30,11 @@
 //     active hold per seat, tickets_one_per_seat one ticket per seat ever,
 //     bookings_one_per_hold one booking per hold.
 //
+// The caps (Caps.Admit) bound what one user holds of one event: seats per
+// hold, active holds and held seats. The hold's transaction counts the
+// user's active holds after taking pg_advisory_xact_lock on (user, event),
+// part of layer 1, so two holds by one user cannot both pass the count.
+//
 // Expiry (ExpireDue) runs in every replica: FOR UPDATE SKIP LOCKED shares
 // the due holds between them, the status check and version bump make a
 // racing confirm either win (and book) or find its own hold expired when

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shop-example/shop/internal/platform/auth"
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 )
 
 // Guards are the middleware the routes are protected with.
@@ -32,6 +33,7 @@ func Register(g *echo.Group, svc *Service, guard Guards) {
 	g.GET("/events/:id", h.event, guard.PublicLimit)
 	g.GET("/events/:id/seats", h.seatMap, guard.PublicLimit)
 	g.POST("/events/:id/holds", h.hold, guard.User, guard.WriteLimit, guard.Idempotency(FlowHold))
+	g.GET("/holds", h.listHolds, guard.User)
 	g.GET("/holds/:id", h.getHold, guard.User)
 	g.DELETE("/holds/:id", h.release, guard.User, guard.WriteLimit)
 	g.POST("/holds/:id/confirm", h.confirm, guard.User, guard.WriteLimit, guard.Idempotency(FlowConfirm))
@@ -146,12 +148,26 @@ func (h handlers) hold(c echo.Context) error {
 		return err
 	}
 	p, _ := auth.PrincipalFrom(c.Request().Context())
-	hold, err := h.svc.Hold(c.Request().Context(), p.UserID, id, req.Seats)
+	key := c.Request().Header.Get(idempotency.HeaderKey)
+	hold, err := h.svc.Hold(c.Request().Context(), p.UserID, key, id, req.Seats)
 	if err != nil {
 		return err
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/holds/"+hold.ID)
 	return httpx.JSON(c, http.StatusCreated, toHold(hold))
+}
+
+func (h handlers) listHolds(c echo.Context) error {
+	limit, err := httpx.Limit(c)
+	if err != nil {
+		return err
+	}
+	p, _ := auth.PrincipalFrom(c.Request().Context())
+	items, next, err := h.svc.ActiveHolds(c.Request().Context(), p.UserID, c.QueryParam("cursor"), limit)
+	if err != nil {
+		return err
+	}
+	return httpx.JSON(c, http.StatusOK, httpx.NewPage(items, next, toHold))
 }
 
 func (h handlers) getHold(c echo.Context) error {

@@ -19,7 +19,7 @@ func newCounters(m *metrics.Metrics) (*counters, error) {
 	c := &counters{
 		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shop_seat_holds_total",
-			Help: "Hold requests, by outcome: held, unavailable (a seat was taken), busy (a lock or the seats kept changing), error.",
+			Help: "Hold requests, by outcome: held, unavailable (a seat was taken), capped (the user's holds on the event reached a cap), busy (a lock or the seats kept changing), error.",
 		}, []string{"outcome"}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shop_seat_hold_moves_total",

@@ -4,21 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/internal/platform/keyset"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
-// Constraints that back this package's rules (migrations/000007_seats.up.sql).
+// Constraints that back this package's rules (migrations/000007_seats.up.sql,
+// 000008_hold_request_keys.up.sql).
 const (
 	constraintOneActiveHold = "hold_seats_one_active_per_seat" // one active hold per seat
 	constraintOneTicket     = "tickets_one_per_seat"           // a seat is booked once, ever
 	constraintOneBooking    = "bookings_one_per_hold"          // one booking per hold
+	constraintHoldRequest   = "holds_user_request_key"         // one hold per (user, request key)
 )
 
 // advisoryLockTimeout bounds the wait for the advisory locks (SHOP_SEAT_LOCK=advisory),
@@ -54,28 +58,50 @@ const (
 	sqlAdvisoryLocks       = `SELECT count(pg_advisory_xact_lock(hashtextextended($1 || ':' || s, 0)))
 		FROM unnest($2::text[]) AS s`
 
+	// The caps' lock: one per (user, event), inside the hold's
+	// transaction, released at commit. Two holds by one user on one event
+	// take it in turn, so the second reads what the first committed.
+	sqlCapLock = `SELECT pg_advisory_xact_lock(hashtextextended('hold-cap:' || $1 || ':' || $2, 0))`
+
+	// What the user holds of the event: active holds whose time is not up
+	// (a hold past expires_at is over, whether or not the expiry job has
+	// reached it; holds_active_of_user_event_idx finds them).
+	sqlReadHolding = `SELECT count(*)::int, coalesce(sum(cardinality(seats)), 0)::int FROM holds
+		WHERE user_id = $1 AND event_id = $2 AND status = 'active' AND expires_at > $3`
+
 	sqlReadSeats = `SELECT seat, status, coalesce(hold_id::text, ''), version
 		FROM seats WHERE event_id = $1 AND seat = ANY($2) ORDER BY position`
 
-	sqlInsertHold = `INSERT INTO holds (id, event_id, user_id, seats, status, expires_at, version, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, 'active', $5, 1, $6, $6)`
+	// The hold's row is the transaction's first write: it claims the
+	// request key (holds_user_request_key). Nothing is inserted when the
+	// key already has a hold: a try of this request that committed
+	// before, whose answer was lost.
+	sqlInsertHold = `INSERT INTO holds (id, event_id, user_id, request_key, seats, status, expires_at, version, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, 'active', $6, 1, $7, $7)
+		ON CONFLICT ON CONSTRAINT ` + constraintHoldRequest + ` DO NOTHING`
 
-	// Layer 3: each seat is written only if it is available at the
-	// version read. A seat that moved since is not written (a stale
-	// holder's write lands on zero rows), and the hold rolls back.
-	sqlHoldSeats = `UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
+	// Layers 2 and 3: each seat is written only if it is available
+	// (layer 2, asked again in the write) at the version read (layer 3).
+	// A seat that moved since is not written (a stale holder's write
+	// lands on zero rows), and the hold rolls back.
+	sqlHoldSeats = sqlHoldSeatsAny + ` AND s.status = 'available' AND s.version = r.version`
+	// The same with a layer taken off, as a naive implementation writes
+	// it; only the layer tests use them (holdSeatsSQL).
+	sqlHoldSeatsStateless   = sqlHoldSeatsAny + ` AND s.version = r.version`
+	sqlHoldSeatsUnversioned = sqlHoldSeatsAny + ` AND s.status = 'available'`
+	sqlHoldSeatsAny         = `UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
 		FROM unnest($2::text[], $4::bigint[]) AS r (seat, version)
-		WHERE s.event_id = $1 AND s.seat = r.seat AND s.status = 'available' AND s.version = r.version`
-	// The same without the version check, as a naive implementation
-	// writes it. Only the layer tests use it.
-	sqlHoldSeatsUnversioned = `UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
-		WHERE s.event_id = $1 AND s.seat = ANY($2)`
+		WHERE s.event_id = $1 AND s.seat = r.seat`
 
 	// Layer 4 behind it: hold_seats_one_active_per_seat.
 	sqlInsertHoldSeats = `INSERT INTO hold_seats (hold_id, event_id, seat, active)
 		SELECT $1, $2, s, true FROM unnest($3::text[]) AS s`
 
-	sqlReadHold = `SELECT id, event_id, user_id, seats, status, expires_at, version FROM holds WHERE id = $1 AND user_id = $2`
+	holdSelect           = `SELECT id, event_id, user_id, coalesce(request_key, ''), seats, status, expires_at, version, created_at FROM holds `
+	sqlReadHold          = holdSelect + `WHERE id = $1 AND user_id = $2`
+	sqlReadHoldOfRequest = holdSelect + `WHERE user_id = $1 AND request_key = $2`
+	sqlListActiveForUser = holdSelect + `WHERE user_id = $1 AND status = 'active' AND expires_at > $2
+		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
 
 	// Layer 3 on the hold: its move is written only at the version read,
 	// so of a confirm, a release and the expiry job, one moves it.
@@ -193,18 +219,62 @@ type HoldOptions struct {
 	Advisory bool
 }
 
-// Hold creates h in one transaction: it reads h's seats, lets rule judge
-// them (layer 2: all available), writes each seat at the version read
-// (layer 3), and records the seats as actively held under
-// hold_seats_one_active_per_seat (layer 4). A seat that moved since it
-// was read gives ErrVersionConflict; a second active hold on a seat gives
+// Hold creates h in one transaction: it reads what h's user holds of the
+// event, claims h's request key, reads h's seats, lets rule judge them
+// (the caps, and layer 2: all available), writes each seat at the version
+// read (layer 3), and records the seats as actively held under
+// hold_seats_one_active_per_seat (layer 4). A seat that moved since it was
+// read gives ErrVersionConflict; a second active hold on a seat gives
 // ErrSeatTaken. Either way nothing is written.
-func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOptions, rule func([]Seat) error) error {
-	return deadlock(postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+//
+// When h's user already has a hold under h's request key, that hold is
+// the answer, whatever its state now, and nothing is written: the same
+// request, sent again after its first try committed. A hold under the
+// key for other seats gives idempotency_key_reused.
+//
+// With layer 1 on, the user's holds on the event are serialised first
+// (sqlCapLock), so two of them cannot both read a count under the caps
+// and both write. A count of rows cannot be a constraint, and locking the
+// rows counted does not stop a new row from joining them; an advisory
+// lock needs no table, is taken only by this user's holds on this event,
+// and is gone at commit or rollback. Releases and expiry take no such
+// lock: they only lower the count, and a hold that does not see one yet
+// errs towards refusing.
+func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOptions, rule func(mine Holding, read []Seat) error) (Hold, error) {
+	out := h
+	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		// The caps' lock comes before the seats': every hold takes the
+		// locks in that one order, so they cannot deadlock.
+		if opts.Layers.On(layers.Lock) {
+			if _, err := tx.Exec(ctx, sqlCapLock, h.UserID, h.EventID); err != nil {
+				return fmt.Errorf("cap lock: %w", err)
+			}
+		}
+		// Read before this hold's own row is written, so it does not
+		// count itself.
+		var mine Holding
+		if err := tx.QueryRow(ctx, sqlReadHolding, h.UserID, h.EventID, now).Scan(&mine.Holds, &mine.Seats); err != nil {
+			return fmt.Errorf("read holding: %w", err)
+		}
 		if opts.Advisory {
 			if err := advisoryLocks(ctx, tx, h.EventID, h.Seats); err != nil {
 				return err
 			}
+		}
+		tag, err := tx.Exec(ctx, sqlInsertHold, h.ID, h.EventID, h.UserID, h.RequestKey, h.Seats, h.ExpiresAt, now)
+		if err != nil {
+			return fmt.Errorf("insert hold: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			out, err = scanHold(tx.QueryRow(ctx, sqlReadHoldOfRequest, h.UserID, h.RequestKey))
+			if err != nil {
+				return fmt.Errorf("read hold of request: %w", err)
+			}
+			if out.EventID != h.EventID || !slices.Equal(out.Seats, h.Seats) {
+				return problem.New(problem.IdempotencyReused,
+					"this Idempotency-Key was used for a hold of other seats; send a new key for a new request")
+			}
+			return nil
 		}
 		rows, err := tx.Query(ctx, sqlReadSeats, h.EventID, h.Seats)
 		if err != nil {
@@ -217,22 +287,14 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 		if len(read) != len(h.Seats) {
 			return fmt.Errorf("hold on %s: %d of %d seats exist", h.EventID, len(read), len(h.Seats))
 		}
-		if err := rule(read); err != nil {
+		if err := rule(mine, read); err != nil {
 			return err
-		}
-		if _, err := tx.Exec(ctx, sqlInsertHold, h.ID, h.EventID, h.UserID, h.Seats, h.ExpiresAt, now); err != nil {
-			return fmt.Errorf("insert hold: %w", err)
 		}
 		versions := make([]int64, len(read))
 		for i, seat := range read {
 			versions[i] = seat.Version
 		}
-		var tag interface{ RowsAffected() int64 }
-		if opts.Layers.On(layers.Version) {
-			tag, err = tx.Exec(ctx, sqlHoldSeats, h.EventID, h.Seats, h.ID, versions)
-		} else {
-			tag, err = tx.Exec(ctx, sqlHoldSeatsUnversioned, h.EventID, h.Seats, h.ID)
-		}
+		tag, err = tx.Exec(ctx, holdSeatsSQL(opts.Layers), h.EventID, h.Seats, h.ID, versions)
 		if err != nil {
 			return fmt.Errorf("hold seats: %w", err)
 		}
@@ -247,7 +309,26 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 			return fmt.Errorf("insert hold seats: %w", err)
 		}
 		return nil
-	}))
+	})
+	if err != nil {
+		return Hold{}, deadlock(err)
+	}
+	return out, nil
+}
+
+// holdSeatsSQL is the write of a hold's seats with the conditions of the
+// layers on: sqlHoldSeats in production.
+func holdSeatsSQL(on layers.Set) string {
+	switch state, version := on.On(layers.State), on.On(layers.Version); {
+	case state && version:
+		return sqlHoldSeats
+	case version:
+		return sqlHoldSeatsStateless
+	case state:
+		return sqlHoldSeatsUnversioned
+	default:
+		return sqlHoldSeatsAny
+	}
 }
 
 // deadlock turns PostgreSQL's deadlock refusal into ErrDeadlock.
@@ -407,7 +488,7 @@ func scanSeat(row pgx.CollectableRow) (Seat, error) {
 func scanHold(row pgx.Row) (Hold, error) {
 	var h Hold
 	var status string
-	err := row.Scan(&h.ID, &h.EventID, &h.UserID, &h.Seats, &status, &h.ExpiresAt, &h.Version)
+	err := row.Scan(&h.ID, &h.EventID, &h.UserID, &h.RequestKey, &h.Seats, &status, &h.ExpiresAt, &h.Version, &h.CreatedAt)
 	h.Status = HoldStatus(status)
 	return h, err
 }
@@ -428,4 +509,29 @@ func (s *Store) HoldOf(ctx context.Context, id, userID string) (Hold, error) {
 		return Hold{}, fmt.Errorf("get hold %s: %w", id, err)
 	}
 	return h, nil
+}
+
+// ActiveHolds returns up to limit of userID's holds that are active at
+// now, newest first, after the cursor, and the cursor of the next page
+// ("" on the last page).
+func (s *Store) ActiveHolds(ctx context.Context, userID string, now time.Time, cursor string, limit int) ([]Hold, string, error) {
+	beforeAt, beforeID, err := keyset.Decode(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.db.Query(ctx, sqlListActiveForUser, userID, now, beforeAt, beforeID, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list holds: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Hold, error) { return scanHold(r) })
+	if err != nil {
+		return nil, "", fmt.Errorf("list holds: %w", err)
+	}
+	next := ""
+	if len(items) > limit {
+		items = items[:limit]
+		last := items[limit-1]
+		next = keyset.Encode(last.CreatedAt, last.ID)
+	}
+	return items, next, nil
 }

@@ -76,13 +76,17 @@ type Seat struct {
 
 // Hold is a user's claim on a set of seats until ExpiresAt.
 type Hold struct {
-	ID        string
-	EventID   string
-	UserID    string
-	Seats     []string // in seat order (SortSeats)
-	Status    HoldStatus
-	ExpiresAt time.Time
-	Version   int64
+	ID      string
+	EventID string
+	UserID  string
+	// RequestKey is the Idempotency-Key of the request that made the
+	// hold: one hold per (user, key), holds_user_request_key.
+	RequestKey string
+	Seats      []string // in seat order (SortSeats)
+	Status     HoldStatus
+	ExpiresAt  time.Time
+	Version    int64
+	CreatedAt  time.Time
 }
 
 // Booking is a confirmed hold: its seats are sold.
@@ -201,12 +205,12 @@ func SortSeats(labels []string) {
 	slices.SortFunc(labels, func(a, b string) int { return Position(a) - Position(b) })
 }
 
-// ValidateHold checks the seats of a hold on ev: 1–10 distinct seats of
-// its map, and returns them sorted. Nothing is read or written on a
-// refusal.
-func ValidateHold(ev Event, labels []string) ([]string, error) {
-	if len(labels) < 1 || len(labels) > MaxHoldSeats {
-		return nil, problem.Errorf(problem.Invalid, "seats: want 1–%d seats, got %d", MaxHoldSeats, len(labels))
+// ValidateHold checks the seats of a hold on ev: 1 to perHold (at most
+// MaxHoldSeats) distinct seats of its map, and returns them sorted.
+// Nothing is read or written on a refusal.
+func ValidateHold(ev Event, labels []string, perHold int) ([]string, error) {
+	if len(labels) < 1 || len(labels) > perHold {
+		return nil, problem.Errorf(problem.Invalid, "seats: want 1–%d seats, got %d", perHold, len(labels))
 	}
 	out := slices.Clone(labels)
 	seen := make(map[string]bool, len(out))
@@ -225,6 +229,81 @@ func ValidateHold(ev Event, labels []string) ([]string, error) {
 	}
 	SortSeats(out)
 	return out, nil
+}
+
+// Caps bound what one user may hold of one event, so that within the
+// rate limits no one user can hold a hall: 60 holds a minute of 10 seats,
+// each lasting the hold TTL, would otherwise hold 1,190 of 1,300 seats in
+// a minute. They count active holds only: a confirmed hold is sold, not
+// hoarded.
+type Caps struct {
+	SeatsPerHold  int // seats in one hold, 1–MaxHoldSeats (SHOP_SEAT_CAP_PER_HOLD)
+	HoldsPerEvent int // active holds of one user on one event (SHOP_SEAT_CAP_HOLDS)
+	SeatsPerEvent int // seats one user holds of one event, all holds together (SHOP_SEAT_CAP_SEATS)
+}
+
+// The default caps: a hold of a whole row of friends, and room to hold
+// seats again before a first hold is released or expires.
+const (
+	DefaultCapSeatsPerHold  = MaxHoldSeats
+	DefaultCapHoldsPerEvent = 4
+	DefaultCapSeatsPerEvent = 10
+)
+
+// orDefaults fills each cap left zero with its default, so a Config that
+// forgets the caps has them on.
+func (c Caps) orDefaults() Caps {
+	if c.SeatsPerHold == 0 {
+		c.SeatsPerHold = DefaultCapSeatsPerHold
+	}
+	if c.HoldsPerEvent == 0 {
+		c.HoldsPerEvent = DefaultCapHoldsPerEvent
+	}
+	if c.SeatsPerEvent == 0 {
+		c.SeatsPerEvent = DefaultCapSeatsPerEvent
+	}
+	return c
+}
+
+// check refuses caps that cannot be met: a hold of more than MaxHoldSeats
+// seats, or a cap on the seats per event below the seats per hold.
+func (c Caps) check() error {
+	switch {
+	case c.SeatsPerHold < 1 || c.SeatsPerHold > MaxHoldSeats:
+		return fmt.Errorf("seats per hold: want 1–%d, got %d", MaxHoldSeats, c.SeatsPerHold)
+	case c.HoldsPerEvent < 1:
+		return fmt.Errorf("holds per event: want at least 1, got %d", c.HoldsPerEvent)
+	case c.SeatsPerEvent < c.SeatsPerHold:
+		return fmt.Errorf("seats per event: %d is fewer than the %d seats of one hold", c.SeatsPerEvent, c.SeatsPerHold)
+	}
+	return nil
+}
+
+// Holding is what one user holds of one event, as the hold's transaction
+// read it: their active holds whose time is not up, and those holds'
+// seats.
+type Holding struct {
+	Holds int
+	Seats int
+}
+
+// Admit is the caps' rule for a new hold of seats seats by a user who
+// holds mine: one more hold and seats more seats must stay within the
+// caps. A refusal is 409 hold_limit_reached, naming the cap and what the
+// user holds; it passes once a hold of theirs is confirmed, released or
+// expired.
+func (c Caps) Admit(mine Holding, seats int) error {
+	switch {
+	case mine.Holds+1 > c.HoldsPerEvent:
+		return &problem.Error{Code: problem.HoldLimitReached,
+			Detail: fmt.Sprintf("at most %d active holds per event; you have %d", c.HoldsPerEvent, mine.Holds),
+			Extra:  map[string]any{"limit": "holds_per_event", "max": c.HoldsPerEvent, "holds": mine.Holds, "held_seats": mine.Seats}}
+	case mine.Seats+seats > c.SeatsPerEvent:
+		return &problem.Error{Code: problem.HoldLimitReached,
+			Detail: fmt.Sprintf("at most %d held seats per event; you hold %d and ask for %d", c.SeatsPerEvent, mine.Seats, seats),
+			Extra:  map[string]any{"limit": "seats_per_event", "max": c.SeatsPerEvent, "holds": mine.Holds, "held_seats": mine.Seats}}
+	}
+	return nil
 }
 
 // ValidateEvent checks a new event's name and seat map.

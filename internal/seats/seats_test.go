@@ -37,7 +37,7 @@ func TestParseSeat(t *testing.T) {
 
 func TestValidateHold(t *testing.T) {
 	ev := Event{Rows: 2, SeatsPerRow: 10}
-	got, err := ValidateHold(ev, []string{"B2", "A10", "A2", "B1"})
+	got, err := ValidateHold(ev, []string{"B2", "A10", "A2", "B1"}, MaxHoldSeats)
 	if err != nil || !slices.Equal(got, []string{"A2", "A10", "B1", "B2"}) {
 		t.Fatalf("ValidateHold = %v, %v; want seat order", got, err)
 	}
@@ -50,9 +50,57 @@ func TestValidateHold(t *testing.T) {
 		"LowerCase":   {"a1"},
 		"LeadingZero": {"A01"},
 	} {
-		if _, err := ValidateHold(ev, labels); problem.CodeOf(err) != problem.Invalid {
+		if _, err := ValidateHold(ev, labels, MaxHoldSeats); problem.CodeOf(err) != problem.Invalid {
 			t.Errorf("%s: ValidateHold(%v) = %v, want invalid_request", name, labels, err)
 		}
+	}
+	// SHOP_SEAT_CAP_PER_HOLD below 10 lowers the bound.
+	if _, err := ValidateHold(ev, []string{"A1", "A2", "A3"}, 2); problem.CodeOf(err) != problem.Invalid {
+		t.Errorf("3 seats with a cap of 2 per hold: %v, want invalid_request", err)
+	}
+	if _, err := ValidateHold(ev, []string{"A1", "A2"}, 2); err != nil {
+		t.Errorf("2 seats with a cap of 2 per hold: %v", err)
+	}
+}
+
+func TestCaps_Admit(t *testing.T) {
+	caps := Caps{SeatsPerHold: 10, HoldsPerEvent: 4, SeatsPerEvent: 10}
+	for _, tt := range []struct {
+		name  string
+		mine  Holding
+		seats int
+		limit string // "" when admitted
+	}{
+		{"FirstHold", Holding{}, 10, ""},
+		{"FourthHold", Holding{Holds: 3, Seats: 3}, 1, ""},
+		{"FifthHold", Holding{Holds: 4, Seats: 4}, 1, "holds_per_event"},
+		{"UpToTheSeats", Holding{Holds: 1, Seats: 6}, 4, ""},
+		{"PastTheSeats", Holding{Holds: 1, Seats: 6}, 5, "seats_per_event"},
+		{"FullHouse", Holding{Holds: 1, Seats: 10}, 1, "seats_per_event"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := caps.Admit(tt.mine, tt.seats)
+			if tt.limit == "" {
+				if err != nil {
+					t.Fatalf("Admit(%+v, %d) = %v, want admitted", tt.mine, tt.seats, err)
+				}
+				return
+			}
+			p, ok := problem.As(err)
+			if !ok || p.Code != problem.HoldLimitReached || p.Extra["limit"] != tt.limit {
+				t.Fatalf("Admit(%+v, %d) = %v, want hold_limit_reached on %s", tt.mine, tt.seats, err, tt.limit)
+			}
+		})
+	}
+}
+
+func TestCaps_ZeroIsDefault(t *testing.T) {
+	want := Caps{SeatsPerHold: DefaultCapSeatsPerHold, HoldsPerEvent: DefaultCapHoldsPerEvent, SeatsPerEvent: DefaultCapSeatsPerEvent}
+	if got := (Caps{}).orDefaults(); got != want {
+		t.Errorf("Caps{}.orDefaults() = %+v, want %+v", got, want)
+	}
+	if got := (Caps{HoldsPerEvent: 9}).orDefaults(); got.HoldsPerEvent != 9 || got.SeatsPerEvent != DefaultCapSeatsPerEvent {
+		t.Errorf("a set cap is kept, the others defaulted: %+v", got)
 	}
 }
 

@@ -19,16 +19,19 @@ import (
 // The layers of the seat flows, where each one is:
 //
 //	layer           where                                         backed by
-//	0 idempotency   Idempotency-Key on POST holds and confirm      the route (http.go)
+//	0 idempotency   Idempotency-Key on POST holds and confirm      the route (http.go);
+//	                (user, key) on the hold's row                   holds_user_request_key
 //	1 lock          seat:{event}:{seat} per seat, sorted, nested   Service.lockSeats
 //	                (or pg_advisory_xact_lock per seat, sorted,     Store.Hold: advisoryLocks
 //	                SHOP_SEAT_LOCK=advisory); hold:{id} on confirm
-//	                and release
-//	2 state         seat available → held → booked; hold active →  CheckAvailable, Hold.Confirm,
-//	                confirmed | released | expired                  Hold.Release
-//	3 version       seats written WHERE status = 'available' AND   Store.Hold: sqlHoldSeats,
-//	                version = $read; the hold moved WHERE           Store.Update: sqlMoveHold
-//	                version = $read
+//	                and release; pg_advisory_xact_lock on (user,     Store.Hold: sqlCapLock
+//	                event) for the caps, whatever the strategy
+//	2 state         seat available → held → booked, asked of the    CheckAvailable and
+//	                seats read and again in their write (WHERE      Store.Hold: sqlHoldSeats,
+//	                status = 'available'); hold active →            Hold.Confirm, Hold.Release
+//	                confirmed | released | expired
+//	3 version       seats written WHERE version = $read; the hold  Store.Hold: sqlHoldSeats,
+//	                moved WHERE version = $read                     Store.Update: sqlMoveHold
 //	4 constraint    one active hold per seat; one ticket per seat, hold_seats_one_active_per_seat,
 //	                ever; one booking per hold                      tickets_one_per_seat, bookings_one_per_hold
 
@@ -95,6 +98,9 @@ type Config struct {
 	HoldTTL time.Duration // 0 means DefaultHoldTTL
 	// Lock is the strategy of layer 1; "" means LockRedsync.
 	Lock LockStrategy
+	// Caps bound what one user may hold of one event; a cap left zero is
+	// its default.
+	Caps Caps
 	// Layers are the defences on. The zero value is all of them; only the
 	// layer tests take some off.
 	Layers layers.Set
@@ -110,6 +116,7 @@ type Service struct {
 	now     func() time.Time
 	ttl     time.Duration
 	lock    LockStrategy
+	caps    Caps
 	layers  layers.Set
 }
 
@@ -123,6 +130,10 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil {
 		return nil, fmt.Errorf("seats: lock strategy: %w", err)
+	}
+	cfg.Caps = cfg.Caps.orDefaults()
+	if err := cfg.Caps.check(); err != nil {
+		return nil, fmt.Errorf("seats: %w", err)
 	}
 	if cfg.HoldTTL == 0 {
 		cfg.HoldTTL = DefaultHoldTTL
@@ -138,13 +149,18 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{store: cfg.Store, locker: cfg.Locker, metrics: cfg.Metrics, counts: counts, logger: cfg.Logger,
-		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, layers: cfg.Layers}, nil
+		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, caps: cfg.Caps, layers: cfg.Layers}, nil
 }
 
 // Hold holds seats of eventID for userID, all or none. Any seat taken
 // gives seat_unavailable listing the seats taken as this request's
-// transaction read them.
-func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []string) (Hold, error) {
+// transaction read them. requestKey is the client's Idempotency-Key: the
+// same request sent again, after a first try that committed, answers the
+// hold that try made (its answer may have been lost on the way).
+func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, labels []string) (Hold, error) {
+	if requestKey == "" {
+		return Hold{}, problem.New(problem.IdempotencyRequired, "Idempotency-Key: required on this route")
+	}
 	if !ids.Valid(eventID) {
 		return Hold{}, ErrNotFound
 	}
@@ -152,7 +168,7 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 	if err != nil {
 		return Hold{}, err
 	}
-	sorted, err := ValidateHold(ev, labels)
+	sorted, err := ValidateHold(ev, labels, s.caps.SeatsPerHold)
 	if err != nil {
 		return Hold{}, err
 	}
@@ -160,7 +176,8 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 	if err != nil {
 		return Hold{}, fmt.Errorf("new hold id: %w", err)
 	}
-	h := Hold{ID: id.String(), EventID: eventID, UserID: userID, Seats: sorted, Status: Active, Version: 1}
+	h := Hold{ID: id.String(), EventID: eventID, UserID: userID, RequestKey: requestKey, Seats: sorted, Status: Active, Version: 1}
+	var out Hold
 	ran := false
 	// Layer 1: a lock per seat, taken in seat order and released in
 	// reverse, so two holds that overlap queue on their first common seat
@@ -169,11 +186,20 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 		ran = true
 		for attempt := 1; ; attempt++ {
 			now := s.stamp()
-			h.ExpiresAt = now.Add(s.ttl)
+			h.ExpiresAt, h.CreatedAt = now.Add(s.ttl), now
 			// Layers 3 and 4 are in the store's transaction: each seat is
 			// written at the version read, and hold_seats admits one
-			// active hold per seat.
-			err := s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(read []Seat) error {
+			// active hold per seat. The hold's row comes first, under its
+			// request key: a try of this request that committed before is
+			// found there.
+			var err error
+			out, err = s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(mine Holding, read []Seat) error {
+				// The caps: what this user holds of the event, read under
+				// the lock on (user, event) that layer 1 takes in the
+				// transaction, leaves room for this hold.
+				if err := s.caps.Admit(mine, len(h.Seats)); err != nil {
+					return err
+				}
 				// Layer 2: every seat must be available.
 				if !s.layers.On(layers.State) {
 					return nil
@@ -202,7 +228,7 @@ func (s *Service) Hold(ctx context.Context, userID, eventID string, labels []str
 	if err != nil {
 		return Hold{}, s.lockLost(err)
 	}
-	return h, nil
+	return out, nil
 }
 
 // Confirm books the seats of userID's hold. Confirming a confirmed hold
@@ -370,6 +396,8 @@ func (s *Service) countHold(err error, ran bool) {
 	case err == nil:
 	case code == problem.SeatUnavailable:
 		outcome = "unavailable"
+	case code == problem.HoldLimitReached:
+		outcome = "capped"
 	case code == problem.ResourceBusy:
 		outcome = "busy"
 		if !ran {
@@ -427,6 +455,12 @@ func (s *Service) Booking(ctx context.Context, userID, id string) (Booking, erro
 
 // stamp is the time now as PostgreSQL keeps it.
 func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// ActiveHolds returns a page of userID's active holds, newest first: a
+// client that lost the answer to a hold finds it here.
+func (s *Service) ActiveHolds(ctx context.Context, userID, cursor string, limit int) ([]Hold, string, error) {
+	return s.store.ActiveHolds(ctx, userID, s.stamp(), cursor, limit)
+}
 
 // HoldOf returns userID's hold.
 func (s *Service) HoldOf(ctx context.Context, userID, id string) (Hold, error) {

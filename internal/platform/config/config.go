@@ -62,6 +62,8 @@ type Config struct {
 	// Redis lock per seat), advisory (pg_advisory_xact_lock per seat) or
 	// none.
 	SeatLock string
+	// SeatCaps bound what one user may hold of one event.
+	SeatCaps SeatCaps
 	Migrate  bool // SHOP_MIGRATE: apply migrations when serve starts
 	// Demo makes `shop seed` add a demo user and print its token
 	// (SHOP_DEMO). The token is derived from the admin token, so it is
@@ -73,7 +75,14 @@ type Config struct {
 	// LabTarget is the public address the race lab sends its requests to
 	// (SHOP_LAB_TARGET): the load balancer under compose, by default this
 	// replica's own listener. The lab answers only with Demo on.
-	LabTarget     string
+	LabTarget string
+	// LabGatewayURL is the payment gateway the race lab's live copy
+	// charges (SHOP_LAB_GATEWAY_URL), so a lab order's charge never lands
+	// in the journal the real orders are audited against. Empty: one in
+	// this process, which is right for a single replica; behind a
+	// balancer every replica must name the same one (compose's
+	// lab-gateway), or a pay storm's charges are counted per replica.
+	LabGatewayURL string
 	DBMaxConns    int32         // SHOP_DB_MAX_CONNS
 	JobInterval   time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
 	ShutdownDrain time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
@@ -100,7 +109,25 @@ type RateLimits struct {
 	Writes   Rate // SHOP_RATE_LIMIT_WRITES: writes per user, other than creating an order
 	Orders   Rate // SHOP_RATE_LIMIT_ORDERS: orders created per user
 	Likes    Rate // SHOP_RATE_LIMIT_LIKES: likes and unlikes per user
+	Lab      Rate // SHOP_RATE_LIMIT_LAB: race-lab runs started per user
 }
+
+// SeatCaps are the caps of package seats on one user's holds of one
+// event: within the rate limits, without them, one user could hold
+// most of a hall.
+type SeatCaps struct {
+	PerHold int // SHOP_SEAT_CAP_PER_HOLD: seats in one hold, 1–10
+	Holds   int // SHOP_SEAT_CAP_HOLDS: active holds per user per event
+	Seats   int // SHOP_SEAT_CAP_SEATS: held seats per user per event, at least PerHold
+}
+
+// The bounds of the seat caps: a hold has at most 10 seats
+// (seats.MaxHoldSeats), an event at most 26 rows of 50. A cap of a whole
+// event is no cap.
+const (
+	maxSeatsPerHold = 10
+	maxEventSeats   = 26 * 50
+)
 
 // Rate is Count requests per Per, written "30/h" (per s, m or h).
 type Rate struct {
@@ -184,6 +211,32 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if u, err := url.Parse(c.LabTarget); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("SHOP_LAB_TARGET: want an http:// URL, got %q", c.LabTarget))
 	}
+	if c.LabGatewayURL = str("SHOP_LAB_GATEWAY_URL", ""); c.LabGatewayURL != "" {
+		if u, err := url.Parse(c.LabGatewayURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			errs = append(errs, fmt.Errorf("SHOP_LAB_GATEWAY_URL: want an http:// URL, got %q", c.LabGatewayURL))
+		}
+	}
+	count := func(name string, def, lo, hi int) int {
+		v := str(name, "")
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			errs = append(errs, fmt.Errorf("%s: want an integer %d–%d, got %q", name, lo, hi, v))
+			return def
+		}
+		return n
+	}
+	c.SeatCaps = SeatCaps{
+		PerHold: count("SHOP_SEAT_CAP_PER_HOLD", 10, 1, maxSeatsPerHold),
+		Holds:   count("SHOP_SEAT_CAP_HOLDS", 4, 1, maxEventSeats),
+		Seats:   count("SHOP_SEAT_CAP_SEATS", 10, 1, maxEventSeats),
+	}
+	if c.SeatCaps.Seats < c.SeatCaps.PerHold {
+		errs = append(errs, fmt.Errorf("SHOP_SEAT_CAP_SEATS: %d is fewer than SHOP_SEAT_CAP_PER_HOLD %d: no hold of that size could be made",
+			c.SeatCaps.Seats, c.SeatCaps.PerHold))
+	}
 	rate := func(name, def string) Rate {
 		r, err := ParseRate(str(name, def))
 		if err != nil {
@@ -202,6 +255,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Writes:   rate("SHOP_RATE_LIMIT_WRITES", "60/m"),
 		Orders:   rate("SHOP_RATE_LIMIT_ORDERS", "30/h"),
 		Likes:    rate("SHOP_RATE_LIMIT_LIKES", "120/m"),
+		Lab:      rate("SHOP_RATE_LIMIT_LAB", "30/h"),
 	}
 	switch v := str("SHOP_RATE_LIMIT", "on"); v {
 	case "on":
@@ -356,10 +410,16 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("order_ttl", c.OrderTTL),
 		slog.Duration("seat_hold_ttl", c.SeatHoldTTL),
 		slog.String("seat_lock", c.SeatLock),
+		slog.Group("seat_caps",
+			slog.Int("per_hold", c.SeatCaps.PerHold),
+			slog.Int("holds", c.SeatCaps.Holds),
+			slog.Int("seats", c.SeatCaps.Seats),
+		),
 		slog.Bool("migrate", c.Migrate),
 		slog.Bool("demo", c.Demo),
 		slog.String("replica_name", c.ReplicaName),
 		slog.String("lab_target", c.LabTarget),
+		slog.String("lab_gateway_url", c.LabGatewayURL),
 		slog.Any("trusted_proxies", c.TrustedProxies),
 		slog.Group("rate_limit",
 			slog.Bool("off", c.RateLimit.Off),
@@ -370,6 +430,7 @@ func (c Config) LogValue() slog.Value {
 			slog.String("writes", c.RateLimit.Writes.String()),
 			slog.String("orders", c.RateLimit.Orders.String()),
 			slog.String("likes", c.RateLimit.Likes.String()),
+			slog.String("lab", c.RateLimit.Lab.String()),
 		),
 	)
 }

@@ -39,10 +39,14 @@ var allVars = []string{
 	"SHOP_ORDER_TTL",
 	"SHOP_SEAT_HOLD_TTL",
 	"SHOP_SEAT_LOCK",
+	"SHOP_SEAT_CAP_PER_HOLD",
+	"SHOP_SEAT_CAP_HOLDS",
+	"SHOP_SEAT_CAP_SEATS",
 	"SHOP_MIGRATE",
 	"SHOP_DEMO",
 	"SHOP_REPLICA_NAME",
 	"SHOP_LAB_TARGET",
+	"SHOP_LAB_GATEWAY_URL",
 	"SHOP_DB_MAX_CONNS",
 	"SHOP_JOB_INTERVAL",
 	"SHOP_SHUTDOWN_DRAIN",
@@ -57,6 +61,7 @@ var allVars = []string{
 	"SHOP_RATE_LIMIT_WRITES",
 	"SHOP_RATE_LIMIT_ORDERS",
 	"SHOP_RATE_LIMIT_LIKES",
+	"SHOP_RATE_LIMIT_LAB",
 }
 
 // The defaults are DESIGN.md §5's table; the variables after it are not
@@ -79,6 +84,8 @@ func TestFromEnv_Defaults(t *testing.T) {
 		OrderTTL:    15 * time.Minute,
 		SeatHoldTTL: 5 * time.Minute,
 		SeatLock:    "redsync",
+		// Ten seats a hold, four holds and ten seats per user per event.
+		SeatCaps: SeatCaps{PerHold: 10, Holds: 4, Seats: 10},
 
 		GatewayJournal:   "data/gateway-journal.jsonl",
 		GatewaySlowDelay: 10 * time.Second,
@@ -100,6 +107,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 			Writes:   Rate{60, time.Minute},
 			Orders:   Rate{30, time.Hour},
 			Likes:    Rate{120, time.Minute},
+			Lab:      Rate{30, time.Hour},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -136,10 +144,14 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_ORDER_TTL":               "30m",
 		"SHOP_SEAT_HOLD_TTL":           "90s",
 		"SHOP_SEAT_LOCK":               "advisory",
+		"SHOP_SEAT_CAP_PER_HOLD":       "6",
+		"SHOP_SEAT_CAP_HOLDS":          "2",
+		"SHOP_SEAT_CAP_SEATS":          "8",
 		"SHOP_MIGRATE":                 "true",
 		"SHOP_DEMO":                    "true",
 		"SHOP_REPLICA_NAME":            "api-9",
 		"SHOP_LAB_TARGET":              "http://lb:8080",
+		"SHOP_LAB_GATEWAY_URL":         "http://lab-gateway:8081",
 		"SHOP_DB_MAX_CONNS":            "7",
 		"SHOP_JOB_INTERVAL":            "250ms",
 		"SHOP_SHUTDOWN_DRAIN":          "1m",
@@ -154,6 +166,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_RATE_LIMIT_WRITES":       "5/s",
 		"SHOP_RATE_LIMIT_ORDERS":       "12/m",
 		"SHOP_RATE_LIMIT_LIKES":        "30/s",
+		"SHOP_RATE_LIMIT_LAB":          "4/m",
 	}
 	if len(vars) != len(allVars) {
 		t.Fatalf("test sets %d variables, want all %d", len(vars), len(allVars))
@@ -180,10 +193,12 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		OrderTTL:         30 * time.Minute,
 		SeatHoldTTL:      90 * time.Second,
 		SeatLock:         "advisory",
+		SeatCaps:         SeatCaps{PerHold: 6, Holds: 2, Seats: 8},
 		Migrate:          true,
 		Demo:             true,
 		ReplicaName:      "api-9",
 		LabTarget:        "http://lb:8080",
+		LabGatewayURL:    "http://lab-gateway:8081",
 		DBMaxConns:       7,
 		JobInterval:      250 * time.Millisecond,
 		ShutdownDrain:    time.Minute,
@@ -202,6 +217,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 			Writes:   Rate{5, time.Second},
 			Orders:   Rate{12, time.Minute},
 			Likes:    Rate{30, time.Second},
+			Lab:      Rate{4, time.Minute},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -235,6 +251,13 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"SeatHoldTTL", "SHOP_SEAT_HOLD_TTL", "five minutes"},
 		{"SeatLock", "SHOP_SEAT_LOCK", "section"},
 		{"SeatLockCase", "SHOP_SEAT_LOCK", "Redsync"},
+		{"SeatCapPerHoldZero", "SHOP_SEAT_CAP_PER_HOLD", "0"},
+		{"SeatCapPerHoldBeyondTen", "SHOP_SEAT_CAP_PER_HOLD", "11"},
+		{"SeatCapHoldsZero", "SHOP_SEAT_CAP_HOLDS", "0"},
+		{"SeatCapHoldsNotANumber", "SHOP_SEAT_CAP_HOLDS", "four"},
+		{"SeatCapHoldsBeyondAHall", "SHOP_SEAT_CAP_HOLDS", "1301"},
+		{"SeatCapSeatsNegative", "SHOP_SEAT_CAP_SEATS", "-1"},
+		{"SeatCapSeatsFewerThanAHold", "SHOP_SEAT_CAP_SEATS", "9"},
 		{"JobInterval", "SHOP_JOB_INTERVAL", "abc"},
 		{"ShutdownDrain", "SHOP_SHUTDOWN_DRAIN", "-1s"},
 		{"LockMode", "SHOP_LOCK_MODE", "lenient"},

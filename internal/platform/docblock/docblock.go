@@ -186,16 +186,17 @@ func Update(path string, blocks ...Block) error {
 	return os.WriteFile(path, []byte(doc), 0o644)
 }
 
-// Commit returns the commit that the code in dir is at. It is an error
-// when code (anything but Markdown) has changes not committed: figures
-// measured on such a tree belong to no commit.
+// Commit returns the commit that the repository holding dir is at. It is
+// an error when code anywhere in the repository (anything but Markdown and
+// pictures) has changes not committed: figures measured on such a tree
+// belong to no commit.
 func Commit(dir string) (string, error) {
 	out, err := git(dir, "rev-parse", "HEAD")
 	if err != nil {
 		return "", err
 	}
 	commit := strings.TrimSpace(out)
-	dirty, err := git(dir, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)*.md", ":(exclude)*.svg", ":(exclude)*.png")
+	dirty, err := git(dir, "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)*.md", ":(top,exclude)*.svg", ":(top,exclude)*.png")
 	if err != nil {
 		return "", err
 	}

@@ -40,6 +40,7 @@ var statuses = map[problem.Code]struct {
 	problem.OutOfStock:           {http.StatusConflict, "Out of stock"},
 	problem.InvalidState:         {http.StatusConflict, "Invalid state"},
 	problem.SeatUnavailable:      {http.StatusConflict, "Seat unavailable"},
+	problem.HoldLimitReached:     {http.StatusConflict, "Hold limit reached"},
 	problem.HoldExpired:          {http.StatusConflict, "Hold expired"},
 	problem.RequestInProgress:    {http.StatusConflict, "Request in progress"},
 	problem.ResourceBusy:         {http.StatusConflict, "Resource busy"},

@@ -34,6 +34,7 @@ var apiStatuses = []struct {
 	{problem.OutOfStock, 409},
 	{problem.InvalidState, 409},
 	{problem.SeatUnavailable, 409},
+	{problem.HoldLimitReached, 409},
 	{problem.HoldExpired, 409},
 	{problem.RequestInProgress, 409},
 	{problem.ResourceBusy, 409},

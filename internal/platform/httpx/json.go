@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -56,8 +57,13 @@ func ReadBody(c echo.Context) ([]byte, error) {
 // Decode is Bind's decoder: one JSON object whose keys match dst's json tags
 // exactly (encoding/json alone would accept "SKU" for "sku" and let the last
 // of two duplicate keys win), no unknown fields, no trailing data, nesting
-// at most MaxNesting deep.
+// at most MaxNesting deep, and UTF-8 throughout (encoding/json alone would
+// turn each invalid byte into U+FFFD, and the service would store a text
+// the client never sent).
 func Decode(body []byte, dst any) error {
+	if !utf8.Valid(body) {
+		return problem.Errorf(problem.Invalid, "body is not valid UTF-8 (at byte %d)", invalidUTF8At(body))
+	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
 		body = []byte("{}")
@@ -77,6 +83,19 @@ func Decode(body []byte, dst any) error {
 		return problem.New(problem.Invalid, "body must hold a single JSON object")
 	}
 	return nil
+}
+
+// invalidUTF8At is the offset of the first byte of body that does not
+// begin a valid UTF-8 sequence.
+func invalidUTF8At(body []byte) int {
+	for i := 0; i < len(body); {
+		r, n := utf8.DecodeRune(body[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(body)
 }
 
 func describeJSONError(err error) string {

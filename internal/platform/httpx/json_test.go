@@ -75,6 +75,14 @@ func TestDecode(t *testing.T) {
 		{"ControlCharacterInKey", `{"items":[],"a\u0001":1}`, "must not contain control characters"},
 		{"ControlCharacterUnknownField", `{"extra":"\u0000"}`, "extra: must not contain control characters"},
 		{"PrintableUnicode", `{"note":"caf\u00e9 \u2603 \ud83d\ude00"}`, ""},
+		{"RawUnicode", "{\"note\":\"caf\u00e9 \u2603\"}", ""},
+		// Bytes that are not UTF-8 are refused, not rewritten to U+FFFD
+		// (encoding/json's behaviour) and stored so.
+		{"InvalidUTF8", "{\"note\":\"\xff\xfe\"}", "body is not valid UTF-8 (at byte 9)"},
+		{"InvalidUTF8Truncated", "{\"note\":\"caf\xc3\"}", "body is not valid UTF-8 (at byte 12)"},
+		{"InvalidUTF8Surrogate", "{\"note\":\"\xed\xa0\x80\"}", "not valid UTF-8"},
+		{"InvalidUTF8InKey", "{\"no\xfete\":\"a\"}", "not valid UTF-8"},
+		{"InvalidUTF8OutsideStrings", "{\"items\":[]}\xff", "not valid UTF-8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

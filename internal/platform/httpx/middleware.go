@@ -2,7 +2,9 @@ package httpx
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"strconv"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/problem"
 )
 
 // HeaderRequestID carries the request id in both directions.
@@ -28,6 +31,22 @@ func withStandardHeaders() echo.MiddlewareFunc {
 			h := c.Response().Header()
 			h.Set(echo.HeaderXContentTypeOptions, "nosniff")
 			h.Set(echo.HeaderCacheControl, "no-store")
+			return next(c)
+		}
+	}
+}
+
+// withParsableQuery refuses a request whose query string cannot be parsed
+// (a '%' not followed by two hex digits, a ';'), before any route reads
+// it. net/url drops the pairs it cannot parse, so a route would otherwise
+// read the query as if they had not been sent: GET /v1/orders?cursor=%%%
+// answered the first page.
+func withParsableQuery() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if _, err := url.ParseQuery(c.Request().URL.RawQuery); err != nil {
+				return problem.Errorf(problem.Invalid, "query string cannot be parsed: %v", err)
+			}
 			return next(c)
 		}
 	}
@@ -90,13 +109,35 @@ func newHTTPMetrics(m *metrics.Metrics) *httpMetrics {
 	return h
 }
 
+// StatusClientClosedRequest is the status a request is logged and counted
+// with when its client had gone before the answer (nginx's 499). No
+// client ever receives it.
+const StatusClientClosedRequest = 499
+
 // observe logs and measures every request after the error handler has
 // written its answer, so the status is the one the client saw.
+//
+// A request whose client had gone (its context cancelled: the connection
+// closed, or the client gave up while this replica was paused) and whose
+// work then failed is logged as 499 at INFO, with the error, and counted
+// under status 499: the failure is the client's absence, not a fault of
+// the service, and a 500 at ERROR would page someone for it. An answer
+// the handler gave (a 404, a 409) keeps its status.
 func observe(logger *slog.Logger, hm *httpMetrics) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
-			if err := next(c); err != nil {
+			// The client's context: the timeout middleware further in
+			// replaces the request's with one it cancels on its way out.
+			client := c.Request().Context()
+			err := next(c)
+			gone := err != nil && errors.Is(client.Err(), context.Canceled) && Status(toProblem(err).Code) >= 500
+			switch {
+			case gone:
+				if !c.Response().Committed {
+					c.Response().WriteHeader(StatusClientClosedRequest)
+				}
+			case err != nil:
 				c.Error(err)
 			}
 			elapsed := time.Since(start)
@@ -111,13 +152,17 @@ func observe(logger *slog.Logger, hm *httpMetrics) echo.MiddlewareFunc {
 			if status >= 500 {
 				level = slog.LevelError
 			}
-			logger.LogAttrs(c.Request().Context(), level, "request",
+			attrs := []slog.Attr{
 				slog.String("request_id", RequestID(c)),
 				slog.String("method", c.Request().Method),
 				slog.String("route", route),
 				slog.Int("status", status),
 				slog.Duration("elapsed", elapsed),
-			)
+			}
+			if gone {
+				attrs = append(attrs, slog.String("err", err.Error()))
+			}
+			logger.LogAttrs(client, level, "request", attrs...)
 			return nil
 		}
 	}

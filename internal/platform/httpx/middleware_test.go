@@ -2,7 +2,9 @@ package httpx
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -247,5 +249,72 @@ func TestObserve(t *testing.T) {
 	}
 	if l := byID["req-nowhere"]; l != nil && l["route"] != "unmatched" {
 		t.Errorf("route = %v, want unmatched", l["route"])
+	}
+}
+
+// A query string net/url cannot parse is refused at the edge, whatever the
+// route; one it can parse reaches the route whole.
+func TestWithParsableQuery(t *testing.T) {
+	e := New(metrics.New(), Options{Logger: slog.New(slog.DiscardHandler)})
+	e.GET("/things", func(c echo.Context) error { return c.String(http.StatusOK, c.QueryParam("cursor")) })
+	for _, tt := range []struct {
+		query  string
+		status int
+	}{
+		{"", 200},
+		{"cursor=abc&limit=5", 200},
+		{"cursor=%41", 200},
+		{"cursor=%%%", 400},
+		{"cursor=%zz", 400},
+		{"cursor=%4", 400},
+		{"limit=5;cursor=x", 400},
+		{"%", 400},
+	} {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/things?"+tt.query, nil))
+		if rec.Code != tt.status {
+			t.Errorf("GET /things?%s = %d %s, want %d", tt.query, rec.Code, rec.Body, tt.status)
+		}
+		if tt.status == 400 && !strings.Contains(rec.Body.String(), `"code":"invalid_request"`) {
+			t.Errorf("GET /things?%s: %s, want invalid_request", tt.query, rec.Body)
+		}
+	}
+}
+
+// A request whose client had gone before its answer (the connection
+// closed, or the replica paused past the client's patience) is logged as
+// 499 at INFO and counted under status 499: not as a 500 at ERROR, since
+// nothing failed but the wait. An answer the handler gave, a 404 here,
+// keeps its status.
+func TestObserve_ClientGone(t *testing.T) {
+	var logs bytes.Buffer
+	m := metrics.New()
+	e := New(m, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	e.GET("/things/:id", func(c echo.Context) error {
+		<-c.Request().Context().Done()
+		if c.Param("id") == "missing" {
+			return problem.New(problem.NotFound, "no such thing")
+		}
+		return fmt.Errorf("read thing: %w", c.Request().Context().Err())
+	})
+	for _, id := range []string{"1", "missing"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // the client is gone before the handler looks
+		req := httptest.NewRequest(http.MethodGet, "/things/"+id, nil).WithContext(ctx)
+		req.Header.Set(HeaderRequestID, "req-"+id)
+		e.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	for status, want := range map[string]float64{"499": 1, "404": 1, "500": -1} {
+		if got := counter(t, m, "GET", "/things/:id", status); got != want {
+			t.Errorf("shop_http_requests_total{GET /things/:id %s} = %v, want %v", status, got, want)
+		}
+	}
+	for _, l := range logLines(t, &logs) {
+		if l["level"] == "ERROR" {
+			t.Errorf("a client gone is logged at ERROR: %v", l)
+		}
+		if l["msg"] == "request" && l["request_id"] == "req-1" && (l["status"] != float64(499) || l["level"] != "INFO" || l["err"] == nil) {
+			t.Errorf("log for the client gone = %v, want status 499 at INFO with the error", l)
+		}
 	}
 }

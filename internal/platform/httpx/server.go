@@ -44,8 +44,8 @@ type Options struct {
 }
 
 // New returns an echo instance with the shared middleware in place:
-// standard headers, request id, recover, logging and metrics, body limit
-// and request timeout.
+// standard headers, request id, recover, logging and metrics, a query
+// string that parses, body limit and request timeout.
 func New(m *metrics.Metrics, opts Options) *echo.Echo {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -71,6 +71,7 @@ func New(m *metrics.Metrics, opts Options) *echo.Echo {
 				return err
 			},
 		}),
+		withParsableQuery(),
 		middleware.BodyLimit(BodyLimit),
 		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{Timeout: opts.RequestTimeout}),
 	)

@@ -1,5 +1,5 @@
 // Package keyset is the cursor of the lists that page newest first by
-// (created_at, id): orders and posts. A cursor is opaque to clients: the
+// (created_at, id): orders, posts and holds. A cursor is opaque to clients: the
 // (created_at, id) of the last row of a page, base64url-encoded.
 package keyset
 

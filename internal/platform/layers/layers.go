@@ -16,9 +16,17 @@
 // directly, or registers the route without it. A constraint cannot be
 // switched off in Go: the test harness drops the flow's constraints in the
 // test's own database when its set has Constraint off.
+//
+// A switch must switch something: a layer test hands the set a Probe
+// (Set.Probed), which records each layer asked for while it is off. A row
+// of the ablation matrix whose layers were never asked runs the same code
+// as all layers on, and fails.
 package layers
 
-import "strings"
+import (
+	"strings"
+	"sync/atomic"
+)
 
 // Layer is one defence, numbered as DESIGN.md numbers them.
 type Layer uint8
@@ -53,7 +61,8 @@ var Database = []Layer{State, Version, Constraint}
 
 // Set is a set of layers on. The zero value is all of them.
 type Set struct {
-	off uint8 // bit l set: layer l is off
+	off   uint8  // bit l set: layer l is off
+	probe *Probe // nil but in layer tests
 }
 
 // Off returns the set with every layer on but ls.
@@ -65,8 +74,39 @@ func Off(ls ...Layer) Set {
 	return s
 }
 
-// On reports whether l is on.
-func (s Set) On(l Layer) bool { return s.off&(1<<l) == 0 }
+// On reports whether l is on. Asked of a layer that is off, it tells
+// the set's probe.
+func (s Set) On(l Layer) bool {
+	on := s.off&(1<<l) == 0
+	if !on && s.probe != nil {
+		s.probe.asked.Or(1 << l)
+	}
+	return on
+}
+
+// Probed returns the set with p recording the layers asked for while off.
+func (s Set) Probed(p *Probe) Set {
+	s.probe = p
+	return s
+}
+
+// Same reports whether s and o have the same layers off, whatever their
+// probes.
+func (s Set) Same(o Set) bool { return s.off == o.off }
+
+// Probe records which layers were asked for (Set.On) while they were off:
+// the steps where taking a layer off changed the code that ran. It is
+// safe for concurrent use. Its zero value has recorded nothing.
+type Probe struct {
+	asked atomic.Uint32
+}
+
+// Reset forgets what p recorded, so that a test records only its race,
+// not the setup before it.
+func (p *Probe) Reset() { p.asked.Store(0) }
+
+// Asked reports whether l was asked for while it was off.
+func (p *Probe) Asked(l Layer) bool { return p.asked.Load()&(1<<l) != 0 }
 
 // Taken returns the layers taken off, in order.
 func (s Set) Taken() []Layer {

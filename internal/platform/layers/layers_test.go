@@ -37,3 +37,23 @@ func TestSet(t *testing.T) {
 		})
 	}
 }
+
+func TestProbe(t *testing.T) {
+	var p layers.Probe
+	set := layers.Off(layers.Lock, layers.Version).Probed(&p)
+	if !set.Same(layers.Off(layers.Lock, layers.Version)) {
+		t.Error("a probed set is not the Same as the set it was made from")
+	}
+	set.On(layers.Lock)  // off: recorded
+	set.On(layers.State) // on: nothing to record
+	for _, l := range layers.All {
+		if got, want := p.Asked(l), l == layers.Lock; got != want {
+			t.Errorf("Asked(%s) = %v, want %v", l, got, want)
+		}
+	}
+	p.Reset()
+	if p.Asked(layers.Lock) {
+		t.Error("Reset kept what was recorded")
+	}
+	layers.Off(layers.Lock).On(layers.Lock) // a set without a probe records nowhere
+}

@@ -27,6 +27,7 @@ const (
 	OutOfStock           Code = "out_of_stock"
 	InvalidState         Code = "invalid_state"
 	SeatUnavailable      Code = "seat_unavailable"
+	HoldLimitReached     Code = "hold_limit_reached"
 	HoldExpired          Code = "hold_expired"
 	RequestInProgress    Code = "request_in_progress"
 	ResourceBusy         Code = "resource_busy"

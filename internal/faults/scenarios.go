@@ -1,0 +1,49 @@
+package faults
+
+// The fault suite's table in docs/RELIABILITY.md is the generated block
+// named Block, written by Command.
+const (
+	Block   = "faults/scenarios"
+	Command = "make faults"
+)
+
+// Scenario names one row of the fault suite's table: its number and the
+// fault. What the fault does, and the floor it is judged by, are in the
+// suite itself (build tag faults), keyed by Row.
+type Scenario struct {
+	Row  string
+	Name string
+}
+
+// Label is the row's name in the generated block: "7b PostgreSQL
+// connections reset, twice 2.5 s apart".
+func (s Scenario) Label() string { return s.Row + " " + s.Name }
+
+// Scenarios are the rows `make faults` runs, in order. It runs nothing.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{"1", "one Redis node SIGKILLed, restarted"},
+		{"2", "two of three Redis nodes restarted empty within the lease"},
+		{"3a", "all Redis nodes down, degrade mode"},
+		{"3b", "all Redis nodes down, strict mode"},
+		{"4", "replica SIGSTOPped past the lease while paying and liking, resumed"},
+		{"5", "replica SIGKILLed mid-payment, restarted"},
+		{"6a", "gateway slow (2 s, beyond the 1 s timeout)"},
+		{"6b", "gateway flaky (30% of connections reset)"},
+		{"6c", "gateway blackholed"},
+		{"6d", "gateway SIGKILLed, restarted"},
+		{"7a", "PostgreSQL latency 1 ms each way"},
+		{"7b", "PostgreSQL connections reset, twice 2.5 s apart"},
+		{"7c", "PostgreSQL blackholed for 4 s"},
+		{"8", "every Redis node 500 ms slower (past the per-node timeout)"},
+	}
+}
+
+// Rows are the labels of Scenarios, the rows of the generated block.
+func Rows() []string {
+	var rows []string
+	for _, s := range Scenarios() {
+		rows = append(rows, s.Label())
+	}
+	return rows
+}
