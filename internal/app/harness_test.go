@@ -45,6 +45,7 @@ type env struct {
 	db       *pgxpool.Pool
 	clock    *testenv.Clock // shared by every replica; it runs with real time, so lists sort by it
 	gateway  *gateway.Server
+	slow     *gatewaytest.HoldBack // the gateway's pm_card_slow answers wait for its Release
 	cfg      config.Config
 	replicas []*replica
 }
@@ -78,8 +79,9 @@ func serveReplica(t testing.TB, a *app.App, client *http.Client) *replica {
 // newEnv builds replicas of the service on a fresh database, and a
 // gateway of their own. vars override the service's environment
 // (SHOP_ADMIN_TOKEN is the test token unless overridden, SHOP_ORDER_TTL is
-// orderTTL, SHOP_GATEWAY_SLOW_DELAY sets the gateway's hold-back). The
-// rate limits are off: these tests race hundreds of requests from one
+// orderTTL, SHOP_GATEWAY_SLOW_DELAY sets the window of the gateway's
+// hold-back; a pm_card_slow answer inside it waits for env.slow's
+// Release, not for the clock). The rate limits are off: these tests race hundreds of requests from one
 // address and one user, which is what the limits exist to refuse; the
 // limits' own tests turn them on (limitedEnv).
 func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
@@ -105,7 +107,9 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Logger: testLogger(t)})
+	slow := gatewaytest.NewHoldBack()
+	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Sleep: slow.Sleep, Logger: testLogger(t)})
+	t.Cleanup(slow.Release) // before the gateway closes, so no answer is still held
 	if vars["SHOP_GATEWAY_URL"] == "" {
 		cfg.GatewayURL = gwURL
 	}
@@ -125,7 +129,7 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 	client := &http.Client{Transport: checked, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
-	e := &env{db: testenv.PoolFor(t, dbURL), clock: testenv.NewClock(), gateway: gw, cfg: cfg}
+	e := &env{db: testenv.PoolFor(t, dbURL), clock: testenv.NewClock(), gateway: gw, slow: slow, cfg: cfg}
 	for range replicas {
 		pool := testenv.PoolFor(t, dbURL)
 		clients := redisx.Clients(cfg.RedisAddrs)
