@@ -109,7 +109,6 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 	}
 	slow := gatewaytest.NewHoldBack()
 	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Sleep: slow.Sleep, Logger: testLogger(t)})
-	t.Cleanup(slow.Release) // before the gateway closes, so no answer is still held
 	if vars["SHOP_GATEWAY_URL"] == "" {
 		cfg.GatewayURL = gwURL
 	}
@@ -142,6 +141,10 @@ func newEnvWith(t *testing.T, replicas int, vars map[string]string, switches app
 		t.Cleanup(a.Close)
 		e.replicas = append(e.replicas, serveReplica(t, a, client))
 	}
+	// Cleanups run last-in first-out: a test that ended while a slow
+	// answer was held lets it go before the replicas and the gateway wait
+	// for their requests to finish.
+	t.Cleanup(slow.Release)
 	return e
 }
 
