@@ -45,6 +45,7 @@ type env struct {
 	db       *pgxpool.Pool
 	clock    *testenv.Clock // shared by every replica; it runs with real time, so lists sort by it
 	gateway  *gateway.Server
+	slow     *gatewaytest.HoldBack // the gateway's pm_card_slow answers wait for its Release
 	cfg      config.Config
 	replicas []*replica
 }
@@ -78,8 +79,9 @@ func serveReplica(t testing.TB, a *app.App, client *http.Client) *replica {
 // newEnv builds replicas of the service on a fresh database, and a
 // gateway of their own. vars override the service's environment
 // (SHOP_ADMIN_TOKEN is the test token unless overridden, SHOP_ORDER_TTL is
-// orderTTL, SHOP_GATEWAY_SLOW_DELAY sets the gateway's hold-back). The
-// rate limits are off: these tests race hundreds of requests from one
+// orderTTL, SHOP_GATEWAY_SLOW_DELAY sets the window of the gateway's
+// hold-back; a pm_card_slow answer inside it waits for env.slow's
+// Release, not for the clock). The rate limits are off: these tests race hundreds of requests from one
 // address and one user, which is what the limits exist to refuse; the
 // limits' own tests turn them on (limitedEnv).
 func newEnv(t *testing.T, replicas int, vars map[string]string) *env {
@@ -116,7 +118,8 @@ func newEnvThrough(t *testing.T, replicas int, vars map[string]string, switches 
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Logger: testLogger(t)})
+	slow := gatewaytest.NewHoldBack()
+	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Sleep: slow.Sleep, Logger: testLogger(t)})
 	if vars["SHOP_GATEWAY_URL"] == "" {
 		cfg.GatewayURL = gwURL
 	}
@@ -139,7 +142,7 @@ func newEnvThrough(t *testing.T, replicas int, vars map[string]string, switches 
 	client := &http.Client{Transport: checked, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
-	e := &env{db: testenv.PoolFor(t, dbURL), clock: testenv.NewClock(), gateway: gw, cfg: cfg}
+	e := &env{db: testenv.PoolFor(t, dbURL), clock: testenv.NewClock(), gateway: gw, slow: slow, cfg: cfg}
 	for range replicas {
 		pool := testenv.PoolFor(t, replicaURL)
 		clients := redisx.Clients(cfg.RedisAddrs)
@@ -152,6 +155,10 @@ func newEnvThrough(t *testing.T, replicas int, vars map[string]string, switches 
 		t.Cleanup(a.Close)
 		e.replicas = append(e.replicas, serveReplica(t, a, client))
 	}
+	// Cleanups run last-in first-out: a test that ended while a slow
+	// answer was held lets it go before the replicas and the gateway wait
+	// for their requests to finish.
+	t.Cleanup(slow.Release)
 	return e
 }
 

@@ -259,7 +259,7 @@ func TestPayments_Flaky(t *testing.T) {
 func TestPayments_OutcomeUnknown(t *testing.T) {
 	e := newEnv(t, 1, map[string]string{
 		"SHOP_GATEWAY_TIMEOUT":    "200ms",
-		"SHOP_GATEWAY_SLOW_DELAY": "1500ms",
+		"SHOP_GATEWAY_SLOW_DELAY": "1m", // answered once the test releases it
 	})
 	r := e.r(0)
 	ctx := context.Background()
@@ -332,9 +332,8 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 		}
 	})
 	t.Run("Reconciled", func(t *testing.T) {
-		// The gateway answers this charge's key once its hold-back is over,
-		// in wall time.
-		time.Sleep(time.Until(charge.CreatedAt.Add(e.cfg.GatewaySlowDelay)) + 50*time.Millisecond)
+		// The gateway answers this charge's key once its hold-back is over.
+		e.slow.Release()
 		if n, err := r.app.Payments.Reconcile(ctx); err != nil || n != 1 {
 			t.Fatalf("Reconcile = %d, %v; want 1, nil", n, err)
 		}
@@ -452,11 +451,12 @@ func TestPayments_InvalidState(t *testing.T) {
 // the gateway. The charge goes through, finds the order cancelled, and is
 // refunded: the customer is never charged for an order that is not paid.
 func TestPayments_CancelInFlight(t *testing.T) {
-	// The client waits longer than the gateway holds the charge back, so
-	// the pay request sees the charge through.
+	// The gateway holds the charge's answer until the cancel is made; the
+	// client waits for it (up to its timeout), so the pay request sees the
+	// charge through.
 	e := newEnv(t, 2, map[string]string{
 		"SHOP_GATEWAY_TIMEOUT":    "3s",
-		"SHOP_GATEWAY_SLOW_DELAY": "1500ms",
+		"SHOP_GATEWAY_SLOW_DELAY": "1m",
 	})
 	mustCreateProduct(t, e.r(0), "PAY-RACE", 400, 10)
 	u := mustCreateUser(t, e.r(0), "rita")
@@ -477,6 +477,7 @@ func TestPayments_CancelInFlight(t *testing.T) {
 	if got := decode[order](t, cancel).Status; got != "cancelled" {
 		t.Fatalf("cancel answered an order %s, want cancelled", got)
 	}
+	e.slow.Release()
 
 	var res response
 	select {
@@ -609,7 +610,7 @@ func TestPayments_StallAfterCharge(t *testing.T) {
 		"SHOP_REQUEST_TIMEOUT":    "5s",
 		"SHOP_PAYMENT_BUDGET":     "2s",
 		"SHOP_GATEWAY_TIMEOUT":    "1500ms",
-		"SHOP_GATEWAY_SLOW_DELAY": "500ms",
+		"SHOP_GATEWAY_SLOW_DELAY": "1m", // answered once the test releases it
 	})
 	r := e.r(0)
 	ctx := context.Background()
@@ -619,8 +620,8 @@ func TestPayments_StallAfterCharge(t *testing.T) {
 
 	answered := make(chan response, 1)
 	go func() { answered <- payReq(t, r, u.Token, o.ID, gateway.MethodSlow, newKey()) }()
-	// The charge is made and its answer held back for 500 ms: the order's
-	// row is taken before the request can record anything.
+	// The charge is made and its answer held back until the order's row
+	// is taken, so the request cannot record anything.
 	payWaitFor(t, 5*time.Second, "the charge to reach the gateway", func() bool { return len(e.gateway.Charges(o.ID)) == 1 })
 	stall, err := e.db.Begin(ctx)
 	if err != nil {
@@ -635,6 +636,7 @@ func TestPayments_StallAfterCharge(t *testing.T) {
 	if _, err := stall.Exec(ctx, `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`, o.ID); err != nil {
 		t.Fatal(err)
 	}
+	e.slow.Release()
 
 	var res response
 	select {

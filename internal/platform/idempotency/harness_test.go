@@ -46,6 +46,14 @@ type harness struct {
 	srv     *httptest.Server
 	runs    atomic.Int64
 
+	// crowd is how many copies of a request race (race sets it). A
+	// handler told to "wait_for_crowd" runs until the crowd is in: every
+	// copy running too (no idempotency layer), or every other copy told
+	// the key is in progress.
+	crowd    atomic.Int64
+	crowding atomic.Int64 // handlers waiting for the crowd
+	refused  atomic.Int64 // answers 409 request_in_progress
+
 	mu    sync.Mutex
 	gates map[string]*gate
 }
@@ -126,7 +134,11 @@ func (h *harness) principal(next echo.HandlerFunc) echo.HandlerFunc {
 			ctx := auth.WithPrincipal(c.Request().Context(), auth.Principal{UserID: user, Name: user})
 			c.SetRequest(c.Request().WithContext(ctx))
 		}
-		return next(c)
+		err := next(c)
+		if problem.CodeOf(err) == problem.RequestInProgress {
+			h.refused.Add(1)
+		}
+		return err
 	}
 }
 
@@ -157,10 +169,15 @@ func (h *harness) handle(c echo.Context) error {
 		return &problem.Error{Code: problem.RateLimited, RetryAfter: time.Second}
 	case "out_of_stock":
 		return problem.New(problem.OutOfStock, "SKU-1: 0 available, 2 requested")
-	case "sleep":
-		// Long enough that the other copies arrive while it runs, even on
-		// a loaded two-core machine.
-		time.Sleep(time.Second)
+	case "wait_for_crowd":
+		// The other copies arrive while it runs, however loaded the
+		// machine: it waits for them, not for a time that might be too
+		// short. The deadline only ends a test that is failing anyway.
+		h.crowding.Add(1)
+		deadline := time.Now().Add(testDeadline)
+		for h.crowding.Load() < h.crowd.Load() && h.refused.Load() < h.crowd.Load()-1 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/things/"+c.Param("id"))
 	c.Response().Header().Set("ETag", fmt.Sprintf(`"%d"`, run))

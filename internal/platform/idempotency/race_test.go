@@ -14,9 +14,10 @@ import (
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
-// TestMiddleware_Race sends one key 20 times at once to a handler that takes
-// a second: the handler runs once, every 2xx is the same bytes, the rest are
-// told to come back later; and the database holds one completed key.
+// TestMiddleware_Race sends one key 20 times at once to a handler that
+// runs until the other copies are in: the handler runs once, every 2xx is
+// the same bytes, the rest are told to come back later; and the database
+// holds one completed key.
 func TestMiddleware_Race(t *testing.T) {
 	t.Parallel()
 	const n = 20
@@ -25,9 +26,9 @@ func TestMiddleware_Race(t *testing.T) {
 	// invariant checked below is one the middleware must make true.
 	t.Run("WithoutTheLayer", func(t *testing.T) {
 		h := newHarness(t)
-		replies := race(t, h, n, request{path: "/v1/plain/1", key: "k1", act: "sleep"})
-		if runs := h.runs.Load(); runs < 2 {
-			t.Fatalf("handler ran %d times with no idempotency layer; the race is not racing", runs)
+		replies := race(t, h, n, request{path: "/v1/plain/1", key: "k1", act: "wait_for_crowd"})
+		if runs := h.runs.Load(); runs != n {
+			t.Fatalf("handler ran %d times with no idempotency layer, want %d: the race is not racing", runs, n)
 		}
 		for _, r := range replies {
 			if r.status != http.StatusCreated {
@@ -38,7 +39,7 @@ func TestMiddleware_Race(t *testing.T) {
 
 	t.Run("WithTheLayer", func(t *testing.T) {
 		h := newHarness(t)
-		replies := race(t, h, n, request{key: "k1", act: "sleep", body: `{"quantity":1}`})
+		replies := race(t, h, n, request{key: "k1", act: "wait_for_crowd", body: `{"quantity":1}`})
 		if runs := h.runs.Load(); runs != 1 {
 			t.Fatalf("handler ran %d times, want 1", runs)
 		}
@@ -109,6 +110,7 @@ func race(t *testing.T, h *harness, n int, r request) []reply {
 		replies = make([]reply, n)
 		errs    = make([]error, n)
 	)
+	h.crowd.Store(int64(n))
 	for i := range n {
 		wg.Go(func() {
 			<-start

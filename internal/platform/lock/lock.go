@@ -89,7 +89,13 @@ func New(clients []*redis.Client, opts Options) (*Locker, error) {
 		}
 		pools = append(pools, goredis.NewPool(c))
 	}
+	return newLocker(pools, clients, opts)
+}
 
+// newLocker is New over redsync pools, one per node; clients are what Ping
+// asks. Tests of the watchdog's timing pass nodes held in memory, so that
+// they run on synctest's clock.
+func newLocker(pools []redsyncredis.Pool, clients []*redis.Client, opts Options) (*Locker, error) {
 	if opts.Expiry == 0 {
 		opts.Expiry = DefaultExpiry
 	}
@@ -127,7 +133,7 @@ func New(clients []*redis.Client, opts Options) (*Locker, error) {
 	return &Locker{
 		rs:          redsync.New(pools...),
 		clients:     clients,
-		quorum:      len(clients)/2 + 1,
+		quorum:      len(pools)/2 + 1,
 		expiry:      opts.Expiry,
 		nodeTimeout: nodeTimeout(opts.Expiry),
 		waitBudget:  opts.WaitBudget,
