@@ -305,6 +305,7 @@ func (v *vu) response(req request, rep reply) goja.Value {
 		tags["expected_response"] = strconv.FormatBool(req.expect.has(rep.status))
 	}
 	reg := v.run.reg
+	v.run.live.requests.Add(1)
 	reg.add("http_reqs", 1, tags)
 	reg.add("http_req_duration", ms(rep.total), tags)
 	reg.add("http_req_waiting", ms(rep.waiting), tags)
