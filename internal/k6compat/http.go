@@ -150,7 +150,7 @@ func (v *vu) newRequest(method string, urlV, bodyV, paramsV goja.Value) request 
 	params := paramsV.ToObject(rt)
 	for _, k := range params.Keys() {
 		if !paramKeys[k] {
-			panic(rt.NewTypeError("http params.%s is not supported by the k6 compatibility runner (it reads headers, tags, timeout, responseCallback, responseType)", k))
+			panic(v.unsupported("http params.%s is not supported by the k6 compatibility runner (it reads headers, tags, timeout, responseCallback, responseType)", k))
 		}
 	}
 	if h := params.Get("headers"); h != nil && !goja.IsUndefined(h) {
@@ -183,7 +183,7 @@ func (v *vu) newRequest(method string, urlV, bodyV, paramsV goja.Value) request 
 		case "none":
 			req.noBody = true
 		default:
-			panic(rt.NewTypeError("params.responseType %q is not supported (text, none)", rtype.String()))
+			panic(v.unsupported("params.responseType %q is not supported by the k6 compatibility runner (text, none)", rtype.String()))
 		}
 	}
 	return req

@@ -45,6 +45,7 @@ type Result struct {
 	IterationFails  int      // how many there were
 	SetupError      string
 	TeardownError   string
+	Unsupported     []string // k6 APIs the script reached for that this runner lacks (the first 20)
 	HasChecksLimit  bool               // options.thresholds has one on checks
 	Counters        map[string]float64 // every Counter's count, for the log
 	Metrics         []Metric           // every metric, by name, with its samples
@@ -82,6 +83,9 @@ func (r *Result) Failures() []string {
 		if !th.OK {
 			out = append(out, fmt.Sprintf("threshold %s %q crossed: value %g", th.Metric, th.Expr, th.Value))
 		}
+	}
+	for _, u := range r.Unsupported {
+		out = append(out, "the script used what k6 has and this runner lacks: "+u)
 	}
 	if r.IterationFails > 0 {
 		out = append(out, fmt.Sprintf("%d iterations threw; first: %s", r.IterationFails, r.IterationErrors[0]))
