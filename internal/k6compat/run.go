@@ -28,11 +28,11 @@ type Config struct {
 	Script    string            // path to the entry file
 	Env       map[string]string // __ENV
 	Limits    Limits
-	Shortcuts Shortcuts // the command line's --vus, --duration, --iterations
-	Live      *Live     // updated while the run goes on; nil: none
-	Timeout time.Duration // the whole run, setup and teardown included (default 5m)
-	Client  *http.Client  // default: a client of its own
-	Logf    func(format string, args ...any)
+	Shortcuts Shortcuts     // the command line's --vus, --duration, --iterations
+	Live      *Live         // updated while the run goes on; nil: none
+	Timeout   time.Duration // the whole run, setup and teardown included (default 5m)
+	Client    *http.Client  // default: a client of its own
+	Logf      func(format string, args ...any)
 }
 
 // Result is what a run saw. Failures says whether it passed.
@@ -45,7 +45,7 @@ type Result struct {
 	IterationFails  int      // how many there were
 	SetupError      string
 	TeardownError   string
-	Unsupported     []string // k6 APIs the script reached for that this runner lacks (the first 20)
+	Unsupported     []string           // k6 APIs the script reached for that this runner lacks (the first 20)
 	HasChecksLimit  bool               // options.thresholds has one on checks
 	Counters        map[string]float64 // every Counter's count, for the log
 	Metrics         []Metric           // every metric, by name, with its samples
