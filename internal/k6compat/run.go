@@ -289,7 +289,7 @@ func (v *vu) lifecycle(name string, arg goja.Value, timeout time.Duration) (goja
 }
 
 // sampleVUs records the vus gauge every second, as k6 does, until the
-// returned function is called.
+// returned function is called (a VU starting or ending records it too).
 func (r *runner) sampleVUs() (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
@@ -371,8 +371,8 @@ func (r *runner) runScenario(sc scenario, optTags map[string]string, dataJSON st
 	take := func(limit int) bool { return startCtx.Err() == nil && int(started.Add(1)) <= limit }
 	var wg sync.WaitGroup
 	active := func() func() {
-		r.live.vus.Add(1)
-		return func() { r.live.vus.Add(-1) }
+		r.reg.add("vus", float64(r.live.vus.Add(1)), nil)
+		return func() { r.reg.add("vus", float64(r.live.vus.Add(-1)), nil) }
 	}
 	switch sc.executor {
 	case "shared-iterations", "constant-vus":
