@@ -98,23 +98,20 @@ bench: build
 	./$(BIN) bench seats -doc docs/BENCHMARKS.md
 	./$(BIN) bench strategies -doc docs/STRATEGIES.md -chart docs/strategies.svg
 
-# A bundled k6 script, loadtest/k6/$(SCRIPT).js, against the compose stack
-# (started with the rate limits off: SHOP_RATE_LIMIT=off make up). K6_ARGS
-# passes more to k6, e.g. K6_ARGS='-e BUYERS=100 -e STOCK=20'. Without a k6
-# on the PATH, the compose profile runs one: see the message below.
-SCRIPT  ?= smoke
-K6_ARGS ?=
-LOAD_BASE_URL    ?= http://localhost:$(or $(SHOP_PORT),8080)
-LOAD_GATEWAY_URL ?= http://localhost:$(or $(SHOP_GATEWAY_PORT),8081)
-load:
-	@test -f loadtest/k6/$(SCRIPT).js || { echo "no loadtest/k6/$(SCRIPT).js; scripts: $$(cd loadtest/k6 && ls *.js | sed 's/\.js$$//' | tr '\n' ' ')"; exit 2; }
-	@command -v k6 >/dev/null 2>&1 || { \
-		echo "k6 is not installed. Get it from https://grafana.com/docs/k6/latest/set-up/install-k6/"; \
-		echo "(a package for Debian/Ubuntu, Homebrew, winget, or a binary), or run it from the compose profile:"; \
-		echo "  $(COMPOSE) --profile load run --rm k6 run $(if $(K6_ARGS),$(K6_ARGS) )/scripts/$(SCRIPT).js"; \
-		exit 1; }
-	k6 run -e BASE_URL=$(LOAD_BASE_URL) -e GATEWAY_URL=$(LOAD_GATEWAY_URL) \
-		-e ADMIN_TOKEN=$(or $(SHOP_ADMIN_TOKEN),admin-dev-token) $(K6_ARGS) loadtest/k6/$(SCRIPT).js
+# A bundled k6 script against the running compose stack (make up), run by
+# `shop load` (no k6 needed): SCRIPT is a path or a name of loadtest/k6
+# (smoke), VUS and DURATION are k6's --vus and --duration (they replace the
+# script's scenarios with its default function), LOAD_ARGS passes more,
+# e.g. LOAD_ARGS='-e BUYERS=100 -e STOCK=20'. It restarts the replicas
+# with the rate limits off if they are on; the summary, its JSON and an
+# HTML report go to LOAD_OUT (bin/load). See loadtest/make-load.sh.
+SCRIPT    ?= smoke
+VUS       ?=
+DURATION  ?=
+LOAD_ARGS ?=
+LOAD_OUT  ?= bin/load
+load: build
+	@BIN=$(BIN) COMPOSE="$(COMPOSE)" SCRIPT=$(SCRIPT) VUS=$(VUS) DURATION=$(DURATION) LOAD_ARGS='$(LOAD_ARGS)' LOAD_OUT=$(LOAD_OUT) loadtest/make-load.sh
 
 # The k6 scripts checked without k6 (also part of `make test`): each runs
 # with a few VUs against two replicas, the gateway, PostgreSQL and Redis.

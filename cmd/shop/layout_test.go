@@ -12,11 +12,12 @@ import (
 
 // TestLayout_MainOnlyDispatches: cmd/shop reads settings and dispatches
 // subcommands; the work is in packages. Its non-test files import no
-// domain package but through app (the service) and bench (the
-// benchmarks), so a reader finds each flow in its package, not here.
+// domain package but through app (the service), bench (the benchmarks)
+// and load (the k6 scripts as a load test), so a reader finds each flow in
+// its package, not here.
 func TestLayout_MainOnlyDispatches(t *testing.T) {
 	const module = "github.com/shop-example/shop/internal/"
-	allowed := []string{"app", "bench", "platform/"}
+	allowed := []string{"app", "bench", "load", "platform/"}
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestLayout_MainOnlyDispatches(t *testing.T) {
 				ok = ok || rest == a || (strings.HasSuffix(a, "/") && strings.HasPrefix(rest, a))
 			}
 			if !ok {
-				t.Errorf("%s imports %s: cmd/shop reaches the domain only through app and bench", name, path)
+				t.Errorf("%s imports %s: cmd/shop reaches the domain only through app, bench and load", name, path)
 			}
 		}
 	}

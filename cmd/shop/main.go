@@ -5,6 +5,7 @@
 //	shop seed                         load the demo catalogue
 //	shop bench orders|payments|likes|seats  measure order creation, payment, likes or seat holds (see docs/BENCHMARKS.md)
 //	shop bench strategies                   every way to guard each flow, side by side (see docs/STRATEGIES.md)
+//	shop load [flags] SCRIPT.js       run a bundled k6 script without k6 (see README.md, "Load testing")
 //	shop gateway                      run the stand-in card processor (its own port)
 //	shop health <url>                 exit 0 if the URL answers 200 (container healthcheck)
 //
@@ -21,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/shop-example/shop/internal/bench"
+	"github.com/shop-example/shop/internal/load"
 )
 
 const usage = `usage: shop <command>
@@ -31,6 +33,7 @@ commands:
   seed                               load the demo catalogue (safe to run again)
   bench orders|payments|likes|seats  benchmark order creation, payment, likes or seat holds against a baseline
   bench strategies                   every way to guard each flow, side by side, with an anomaly audit
+  load [flags] SCRIPT.js             run a k6 script of loadtest/k6 without k6 (shop load --help)
   gateway                            run the stand-in card processor (payment gateway)
   health <url>                       exit 0 if the URL answers 200 (container healthcheck)
 `
@@ -43,6 +46,11 @@ func main() {
 	if errors.Is(err, errUsage) {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
+	}
+	// shop load exits with k6's codes and has said why already.
+	var exit *load.ExitError
+	if errors.As(err, &exit) {
+		os.Exit(exit.Code)
 	}
 	if err != nil {
 		logger.Error("shop", "err", err)
@@ -72,6 +80,8 @@ func run(ctx context.Context, args []string, logger *slog.Logger) error {
 			return errUsage
 		}
 		return err
+	case "load":
+		return load.Run(ctx, args[1:], os.Stdout, os.Stderr)
 	case "gateway":
 		return gateway(ctx, logger)
 	case "health":

@@ -1,8 +1,11 @@
-// Package k6compat runs the bundled k6 scripts (loadtest/k6) in tests,
-// without k6: a small compatibility runner on goja, written from k6's
-// public documentation, that lets CI notice a script drifting from the API.
-// It checks that scripts run and that their invariants hold; it is not a
-// load generator or a benchmark (shop bench measures the flows).
+// Package k6compat runs the bundled k6 scripts (loadtest/k6) without k6: a
+// small compatibility runner on goja, written from k6's public
+// documentation. In tests it lets CI notice a script drifting from the API
+// (bounded by Limits: it checks that scripts run and their invariants
+// hold); behind `shop load` (internal/load) it runs them as k6 would, at
+// the sizes they ask for, with the command line's shortcuts (Shortcuts)
+// and a live view of the run (Live). It is not a benchmark: shop bench
+// measures the flows.
 //
 // A script and its relative imports are bundled into one CommonJS program
 // by esbuild (goja runs no ES modules), compiled once, and run in one goja
@@ -30,6 +33,6 @@
 //   - setup, the default or exec functions with setup's data as JSON, and
 //     teardown.
 //
-// Every run is bounded (Limits): a scenario gets at most so many VUs and
+// A run can be bounded (Limits): a scenario gets at most so many VUs and
 // iterations, and so long, whatever its options say.
 package k6compat

@@ -150,7 +150,7 @@ func (v *vu) newRequest(method string, urlV, bodyV, paramsV goja.Value) request 
 	params := paramsV.ToObject(rt)
 	for _, k := range params.Keys() {
 		if !paramKeys[k] {
-			panic(rt.NewTypeError("http params.%s is not supported by the k6 compatibility runner (it reads headers, tags, timeout, responseCallback, responseType)", k))
+			panic(v.unsupported("http params.%s is not supported by the k6 compatibility runner (it reads headers, tags, timeout, responseCallback, responseType)", k))
 		}
 	}
 	if h := params.Get("headers"); h != nil && !goja.IsUndefined(h) {
@@ -183,7 +183,7 @@ func (v *vu) newRequest(method string, urlV, bodyV, paramsV goja.Value) request 
 		case "none":
 			req.noBody = true
 		default:
-			panic(rt.NewTypeError("params.responseType %q is not supported (text, none)", rtype.String()))
+			panic(v.unsupported("params.responseType %q is not supported by the k6 compatibility runner (text, none)", rtype.String()))
 		}
 	}
 	return req
@@ -305,6 +305,7 @@ func (v *vu) response(req request, rep reply) goja.Value {
 		tags["expected_response"] = strconv.FormatBool(req.expect.has(rep.status))
 	}
 	reg := v.run.reg
+	v.run.live.requests.Add(1)
 	reg.add("http_reqs", 1, tags)
 	reg.add("http_req_duration", ms(rep.total), tags)
 	reg.add("http_req_waiting", ms(rep.waiting), tags)

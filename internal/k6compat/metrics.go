@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // metricType is one of k6's four metric types.
@@ -20,14 +22,16 @@ const (
 	trendType   metricType = "trend"
 )
 
-// sample is one value added to a metric, with the tags it carried.
+// sample is one value added to a metric, when, with the tags it carried.
 type sample struct {
+	at    time.Time
 	value float64
 	tags  map[string]string
 }
 
-// metric keeps every sample: runs here are a few VUs and iterations, so
-// sub-metrics ("http_req_duration{flow:pay}") are filtered at the end.
+// metric keeps every sample, so sub-metrics ("http_req_duration{flow:pay}")
+// are filtered at the end and a report can draw them over time: a sample
+// is tens of bytes, and a run of a few minutes makes a few million at most.
 type metric struct {
 	name    string
 	typ     metricType
@@ -56,6 +60,8 @@ var builtinMetrics = []struct {
 	{"iteration_duration", trendType, true},
 	{"group_duration", trendType, true},
 	{"dropped_iterations", counterType, false},
+	{"vus", gaugeType, false},
+	{"vus_max", gaugeType, false},
 }
 
 func newRegistry() *registry {
@@ -90,8 +96,24 @@ func (r *registry) add(name string, value float64, tags map[string]string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if m, ok := r.metrics[name]; ok {
-		m.samples = append(m.samples, sample{value: value, tags: tags})
+		m.samples = append(m.samples, sample{at: time.Now(), value: value, tags: tags})
 	}
+}
+
+// export copies every metric, sorted by name.
+func (r *registry) export() []Metric {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Metric, 0, len(r.metrics))
+	for _, m := range r.metrics {
+		e := Metric{Name: m.name, Type: string(m.typ), IsTime: m.isTime, Samples: make([]Sample, len(m.samples))}
+		for i, s := range m.samples {
+			e.Samples[i] = Sample{Time: s.at, Value: s.value, Tags: s.tags}
+		}
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b Metric) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 func (r *registry) lookup(name string) (*metric, bool) {
@@ -111,9 +133,16 @@ func (r *registry) values(m *metric, filter map[string]string) map[string]float6
 		}
 	}
 	r.mu.Unlock()
+	return aggregate(m.typ, vs)
+}
 
+// aggregate computes what k6 reports of a metric's values: count for a
+// counter; value, min and max for a gauge (value is the last one); rate,
+// passes (non-zero) and fails for a rate; count, avg, min, max, med,
+// p(90), p(95) and p(99) for a trend. Every type also has samples.
+func aggregate(typ metricType, vs []float64) map[string]float64 {
 	out := map[string]float64{}
-	switch m.typ {
+	switch typ {
 	case counterType:
 		sum := 0.0
 		for _, v := range vs {
@@ -121,9 +150,9 @@ func (r *registry) values(m *metric, filter map[string]string) map[string]float6
 		}
 		out["count"] = sum
 	case gaugeType:
-		out["value"] = 0
+		out["value"], out["min"], out["max"] = 0, 0, 0
 		if len(vs) > 0 {
-			out["value"] = vs[len(vs)-1]
+			out["value"], out["min"], out["max"] = vs[len(vs)-1], slices.Min(vs), slices.Max(vs)
 		}
 	case rateType:
 		nonZero := 0.0
@@ -137,9 +166,10 @@ func (r *registry) values(m *metric, filter map[string]string) map[string]float6
 			out["rate"] = nonZero / float64(len(vs))
 		}
 	case trendType:
+		vs = slices.Clone(vs)
 		sort.Float64s(vs)
 		out["count"] = float64(len(vs))
-		for _, k := range []string{"avg", "min", "max", "med"} {
+		for _, k := range []string{"avg", "min", "max", "med", "p(90)", "p(95)", "p(99)"} {
 			out[k] = 0
 		}
 		if len(vs) > 0 {
@@ -149,6 +179,7 @@ func (r *registry) values(m *metric, filter map[string]string) map[string]float6
 			}
 			out["avg"], out["min"], out["max"] = sum/float64(len(vs)), vs[0], vs[len(vs)-1]
 			out["med"] = percentile(vs, 50)
+			out["p(90)"], out["p(95)"], out["p(99)"] = percentile(vs, 90), percentile(vs, 95), percentile(vs, 99)
 		}
 	}
 	out["samples"] = float64(len(vs))

@@ -1,7 +1,10 @@
 package k6compat
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,16 +80,21 @@ func parseOptions(opts map[string]any, lim Limits) (plan, error) {
 			p.scenarios = append(p.scenarios, sc)
 		}
 	} else {
-		// The shortcuts: vus+duration is constant-vus, else shared-iterations.
+		// The shortcuts: vus+duration is constant-vus, else shared-iterations
+		// (with iterations and a duration, the duration is its maxDuration).
 		sc := scenario{name: "default", exec: "default", executor: "shared-iterations", grace: 30 * time.Second, duration: 10 * time.Minute,
 			vus: intOr(opts["vus"], 1), iterations: intOr(opts["iterations"], 1)}
+		_, hasIterations := opts["iterations"]
 		if d, ok := opts["duration"]; ok {
 			dur, err := duration(d, "options.duration")
 			if err != nil {
 				return p, err
 			}
-			sc.executor, sc.duration, sc.iterations = "constant-vus", dur, 0
-		} else if _, ok := opts["iterations"]; !ok && opts["vus"] != nil {
+			sc.duration = dur
+			if !hasIterations {
+				sc.executor, sc.iterations = "constant-vus", 0
+			}
+		} else if !hasIterations && opts["vus"] != nil {
 			sc.iterations = sc.vus
 		}
 		p.scenarios = []scenario{bound(sc, lim)}
@@ -219,21 +227,72 @@ func parseScenario(name string, raw any, lim Limits) (scenario, error) {
 
 // bound applies the run's limits: at most lim.VUs VUs and lim.Iterations
 // iterations in a scenario, at most lim.Duration of starting iterations
-// and lim.GracefulStop of grace.
+// and lim.GracefulStop of grace. A zero limit bounds nothing.
 func bound(sc scenario, lim Limits) scenario {
-	sc.vus = min(sc.vus, lim.VUs)
-	switch sc.executor {
-	case "shared-iterations":
-		sc.iterations = min(sc.iterations, lim.Iterations)
-	case "per-vu-iterations":
-		sc.iterations = min(sc.iterations, max(1, lim.Iterations/max(1, sc.vus)))
-	default:
-		sc.iterations = lim.Iterations
+	if lim.VUs > 0 {
+		sc.vus = min(sc.vus, lim.VUs)
 	}
-	sc.duration = min(sc.duration, lim.Duration)
-	sc.startTime = min(sc.startTime, lim.Duration)
-	sc.grace = min(sc.grace, lim.GracefulStop)
+	switch {
+	case sc.executor == "shared-iterations" && lim.Iterations > 0:
+		sc.iterations = min(sc.iterations, lim.Iterations)
+	case sc.executor == "per-vu-iterations" && lim.Iterations > 0:
+		sc.iterations = min(sc.iterations, max(1, lim.Iterations/max(1, sc.vus)))
+	case sc.executor == "constant-vus" || sc.executor == "constant-arrival-rate":
+		sc.iterations = math.MaxInt // until the duration is over
+		if lim.Iterations > 0 {
+			sc.iterations = lim.Iterations
+		}
+	}
+	if lim.Duration > 0 {
+		sc.duration = min(sc.duration, lim.Duration)
+		sc.startTime = min(sc.startTime, lim.Duration)
+	}
+	if lim.GracefulStop > 0 {
+		sc.grace = min(sc.grace, lim.GracefulStop)
+	}
 	return sc
+}
+
+// Shortcuts are k6's command-line execution options (--vus, --duration,
+// --iterations); zero fields are not set. As in k6, --duration or
+// --iterations replaces the script's scenarios with one of the default
+// function: constant-vus for a duration, shared-iterations for a count.
+type Shortcuts struct {
+	VUs        int
+	Duration   time.Duration
+	Iterations int
+}
+
+func (s Shortcuts) set() bool { return s.VUs > 0 || s.Duration > 0 || s.Iterations > 0 }
+
+// override applies the command line's shortcuts over the script's options.
+func (s Shortcuts) override(opts map[string]any) (map[string]any, error) {
+	if !s.set() {
+		return opts, nil
+	}
+	_, hasScenarios := opts["scenarios"]
+	if hasScenarios && s.Duration == 0 && s.Iterations == 0 {
+		return nil, errors.New("--vus alone cannot resize a script with options.scenarios: add --duration or --iterations (they replace its scenarios with one of the default function), or use the script's own size variables (-e)")
+	}
+	out := maps.Clone(opts)
+	if out == nil {
+		out = map[string]any{}
+	}
+	if s.Duration > 0 || s.Iterations > 0 {
+		delete(out, "scenarios")
+		delete(out, "duration")
+		delete(out, "iterations")
+	}
+	if s.VUs > 0 {
+		out["vus"] = int64(s.VUs)
+	}
+	if s.Duration > 0 {
+		out["duration"] = s.Duration.String()
+	}
+	if s.Iterations > 0 {
+		out["iterations"] = int64(s.Iterations)
+	}
+	return out, nil
 }
 
 // duration reads a k6 duration: "30s", "1m30s", or a number of ms.

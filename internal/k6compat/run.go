@@ -14,7 +14,8 @@ import (
 )
 
 // Limits bound a run whatever the script's options ask for: a compatibility
-// check runs every scenario, briefly.
+// check runs every scenario, briefly. A zero field bounds nothing, as for
+// a load test (shop load), which runs what the script asks.
 type Limits struct {
 	VUs          int           // at most this many VUs per scenario
 	Iterations   int           // at most this many iterations per scenario
@@ -24,12 +25,14 @@ type Limits struct {
 
 // Config is one run.
 type Config struct {
-	Script  string            // path to the entry file
-	Env     map[string]string // __ENV
-	Limits  Limits
-	Timeout time.Duration // the whole run, setup and teardown included (default 5m)
-	Client  *http.Client  // default: a client of its own
-	Logf    func(format string, args ...any)
+	Script    string            // path to the entry file
+	Env       map[string]string // __ENV
+	Limits    Limits
+	Shortcuts Shortcuts     // the command line's --vus, --duration, --iterations
+	Live      *Live         // updated while the run goes on; nil: none
+	Timeout   time.Duration // the whole run, setup and teardown included (default 5m)
+	Client    *http.Client  // default: a client of its own
+	Logf      func(format string, args ...any)
 }
 
 // Result is what a run saw. Failures says whether it passed.
@@ -42,8 +45,12 @@ type Result struct {
 	IterationFails  int      // how many there were
 	SetupError      string
 	TeardownError   string
+	Unsupported     []string           // k6 APIs the script reached for that this runner lacks (the first 20)
 	HasChecksLimit  bool               // options.thresholds has one on checks
 	Counters        map[string]float64 // every Counter's count, for the log
+	Metrics         []Metric           // every metric, by name, with its samples
+	Start           time.Time          // when setup began
+	Duration        time.Duration      // from setup to the end of teardown
 }
 
 // CheckResult counts one check's outcomes.
@@ -54,7 +61,9 @@ type CheckResult struct {
 
 // ThresholdResult is one evaluated threshold expression.
 type ThresholdResult struct {
-	Metric, Expr string
+	Metric, Expr string            // as written: "http_req_duration{flow:pay}", "p(95)<500"
+	Name         string            // the metric's name: "http_req_duration"
+	Tags         map[string]string // the sub-metric's filter: {flow: pay}
 	Value        float64
 	OK           bool
 }
@@ -74,6 +83,9 @@ func (r *Result) Failures() []string {
 		if !th.OK {
 			out = append(out, fmt.Sprintf("threshold %s %q crossed: value %g", th.Metric, th.Expr, th.Value))
 		}
+	}
+	for _, u := range r.Unsupported {
+		out = append(out, "the script used what k6 has and this runner lacks: "+u)
 	}
 	if r.IterationFails > 0 {
 		out = append(out, fmt.Sprintf("%d iterations threw; first: %s", r.IterationFails, r.IterationErrors[0]))
@@ -100,6 +112,7 @@ type runner struct {
 	logf    func(format string, args ...any)
 	env     map[string]string
 	nextVU  atomic.Int64
+	live    *Live
 
 	mu       sync.Mutex
 	checks   []CheckResult
@@ -120,6 +133,7 @@ func (r *runner) recordCheck(group, name string, ok bool) {
 		r.checks[i].Passes++
 	} else {
 		r.checks[i].Fails++
+		r.live.failedChecks.Add(1)
 	}
 }
 
@@ -137,8 +151,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	if cfg.Limits.VUs < 1 || cfg.Limits.Iterations < 1 || cfg.Limits.Duration <= 0 {
-		return nil, errors.New("k6compat: Limits needs VUs, Iterations and Duration")
+	if cfg.Live == nil {
+		cfg.Live = &Live{}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -147,7 +161,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	r := &runner{ctx: ctx, program: prg, reg: newRegistry(), client: cfg.Client, logf: cfg.Logf,
-		env: cfg.Env, checkIdx: map[[2]string]int{}}
+		env: cfg.Env, checkIdx: map[[2]string]int{}, live: cfg.Live}
 
 	// VU 0 reads the options, then runs setup and teardown, as k6's does.
 	vu0, err := newVU(r, 0, "", cfg.Env, nil)
@@ -163,6 +177,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if opts, ok = o.Export().(map[string]any); !ok {
 			return nil, errors.New("options must be an object")
 		}
+	}
+	if opts, err = cfg.Shortcuts.override(opts); err != nil {
+		return nil, err
 	}
 	p, err := parseOptions(opts, cfg.Limits)
 	if err != nil {
@@ -198,6 +215,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		dataJSON = s.String()
 	}
 
+	var planned time.Duration
+	var maxVUs int64
+	for _, sc := range p.scenarios {
+		planned = max(planned, sc.startTime+sc.duration)
+		maxVUs += int64(sc.vus)
+	}
+	r.live.planned.Store(int64(planned))
+	r.live.maxVUs.Store(maxVUs)
+	r.reg.add("vus_max", float64(maxVUs), nil)
+	stopVUs := r.sampleVUs()
+
 	var wg sync.WaitGroup
 	errs := make(chan error, len(p.scenarios))
 	for _, sc := range p.scenarios {
@@ -208,6 +236,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		})
 	}
 	wg.Wait()
+	stopVUs()
 	close(errs)
 	if err := <-errs; err != nil {
 		return nil, err
@@ -259,12 +288,40 @@ func (v *vu) lifecycle(name string, arg goja.Value, timeout time.Duration) (goja
 	return res, ""
 }
 
+// sampleVUs records the vus gauge every second, as k6 does, until the
+// returned function is called (a VU starting or ending records it too).
+func (r *runner) sampleVUs() (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			r.reg.add("vus", float64(r.live.vus.Load()), nil)
+			select {
+			case <-tick.C:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
 func (r *runner) finish(p plan, start time.Time) *Result {
-	elapsed := time.Since(start).Seconds()
+	took := time.Since(start)
+	elapsed := took.Seconds()
 	for _, th := range p.thresholds {
 		got, ok := r.reg.evaluate(th, elapsed)
-		r.res.Thresholds = append(r.res.Thresholds, ThresholdResult{Metric: th.key, Expr: th.expr, Value: got, OK: ok})
+		r.res.Thresholds = append(r.res.Thresholds, ThresholdResult{Metric: th.key, Expr: th.expr,
+			Name: th.metric, Tags: th.filter, Value: got, OK: ok})
 	}
+	r.res.Start, r.res.Duration = start, took
+	r.res.Metrics = r.reg.export()
 	r.mu.Lock()
 	r.res.Checks = append([]CheckResult(nil), r.checks...)
 	r.mu.Unlock()
@@ -313,10 +370,15 @@ func (r *runner) runScenario(sc scenario, optTags map[string]string, dataJSON st
 	var started atomic.Int64
 	take := func(limit int) bool { return startCtx.Err() == nil && int(started.Add(1)) <= limit }
 	var wg sync.WaitGroup
+	active := func() func() {
+		r.reg.add("vus", float64(r.live.vus.Add(1)), nil)
+		return func() { r.reg.add("vus", float64(r.live.vus.Add(-1)), nil) }
+	}
 	switch sc.executor {
 	case "shared-iterations", "constant-vus":
 		for _, v := range vus {
 			wg.Go(func() {
+				defer active()()
 				for take(sc.iterations) && v.iterate(hardCtx, sc.exec, dataJSON) {
 				}
 			})
@@ -324,6 +386,7 @@ func (r *runner) runScenario(sc scenario, optTags map[string]string, dataJSON st
 	case "per-vu-iterations":
 		for _, v := range vus {
 			wg.Go(func() {
+				defer active()()
 				for i := 0; i < sc.iterations && startCtx.Err() == nil && v.iterate(hardCtx, sc.exec, dataJSON); i++ {
 				}
 			})
@@ -348,6 +411,7 @@ func (r *runner) runScenario(sc scenario, optTags map[string]string, dataJSON st
 			select {
 			case v := <-idle:
 				wg.Go(func() {
+					defer active()()
 					v.iterate(hardCtx, sc.exec, dataJSON)
 					idle <- v
 				})
@@ -408,6 +472,7 @@ func (v *vu) iterate(ctx context.Context, exec, dataJSON string) bool {
 	v.run.mu.Lock()
 	v.run.res.Iterations++
 	v.run.mu.Unlock()
+	v.run.live.iterations.Add(1)
 	return true
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,7 +54,7 @@ func newVU(r *runner, id int, scenarioName string, env, tags map[string]string) 
 		"__ENV": envObj, "__VU": id, "__ITER": 0, "module": module, "exports": exports,
 		"require": v.require, "console": v.console(),
 		"open": func(goja.FunctionCall) goja.Value {
-			panic(rt.NewTypeError("open() is not supported by the k6 compatibility runner: create data in setup()"))
+			panic(v.unsupported("open() is not supported by the k6 compatibility runner: create data in setup()"))
 		},
 	} {
 		if err := rt.Set(name, val); err != nil {
@@ -84,7 +85,7 @@ func (v *vu) require(name string) goja.Value {
 	case "k6/metrics":
 		obj = v.metricsModule()
 	default:
-		panic(v.rt.NewTypeError("module %q is not supported by the k6 compatibility runner (it implements k6, k6/http and k6/metrics)", name))
+		panic(v.unsupported("module %q is not supported by the k6 compatibility runner (it implements k6, k6/http and k6/metrics)", name))
 	}
 	m := v.guard(name, obj)
 	v.modules[name] = m
@@ -102,7 +103,7 @@ func (v *vu) guard(what string, obj *goja.Object) goja.Value {
 		Get: func(target *goja.Object, prop string, _ goja.Value) goja.Value {
 			val := target.Get(prop)
 			if val == nil && !guarded[prop] {
-				panic(v.rt.NewTypeError("%s.%s is not supported by the k6 compatibility runner", what, prop))
+				panic(v.unsupported("%s.%s is not supported by the k6 compatibility runner", what, prop))
 			}
 			return val
 		},
@@ -277,6 +278,20 @@ func (v *vu) sampleTags(extra map[string]string) map[string]string {
 	}
 	maps.Copy(tags, extra)
 	return tags
+}
+
+// unsupported records that the script reached for an API outside the
+// subset (Result.Unsupported) and returns the TypeError to throw: the
+// script may catch it, but the run still reports it.
+func (v *vu) unsupported(format string, args ...any) *goja.Object {
+	msg := fmt.Sprintf(format, args...)
+	r := v.run
+	r.mu.Lock()
+	if !slices.Contains(r.res.Unsupported, msg) && len(r.res.Unsupported) < 20 {
+		r.res.Unsupported = append(r.res.Unsupported, msg)
+	}
+	r.mu.Unlock()
+	return v.rt.NewTypeError("%s", msg)
 }
 
 // describe turns a goja error into "message at file:line".
