@@ -140,13 +140,8 @@ func (s *Store) Posts(ctx context.Context, viewerID, cursor string, limit int) (
 	if err != nil {
 		return nil, "", fmt.Errorf("list posts: %w", err)
 	}
-	next := ""
-	if len(items) > limit {
-		items = items[:limit]
-		last := items[limit-1]
-		next = keyset.Encode(last.CreatedAt, last.ID)
-	}
-	return items, next, nil
+	page, next := keyset.Page(items, limit, func(x Post) (time.Time, string) { return x.CreatedAt, x.ID })
+	return page, next, nil
 }
 
 // Count returns a post's like count: the sum of its counter rows.

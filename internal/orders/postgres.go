@@ -168,13 +168,8 @@ func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]O
 	if err != nil {
 		return nil, "", fmt.Errorf("list orders: %w", err)
 	}
-	next := ""
-	if len(items) > limit {
-		items = items[:limit]
-		last := items[limit-1]
-		next = keyset.Encode(last.CreatedAt, last.ID)
-	}
-	return items, next, nil
+	page, next := keyset.Page(items, limit, func(x Order) (time.Time, string) { return x.CreatedAt, x.ID })
+	return page, next, nil
 }
 
 // Update reads the order, lets change apply a domain rule to it, and, when

@@ -527,11 +527,6 @@ func (s *Store) ActiveHolds(ctx context.Context, userID string, now time.Time, c
 	if err != nil {
 		return nil, "", fmt.Errorf("list holds: %w", err)
 	}
-	next := ""
-	if len(items) > limit {
-		items = items[:limit]
-		last := items[limit-1]
-		next = keyset.Encode(last.CreatedAt, last.ID)
-	}
-	return items, next, nil
+	page, next := keyset.Page(items, limit, func(x Hold) (time.Time, string) { return x.CreatedAt, x.ID })
+	return page, next, nil
 }

@@ -37,3 +37,15 @@ func Decode(cursor string) (time.Time, string, error) {
 	}
 	return t, id, nil
 }
+
+// Page cuts rows, read with a limit of one more than the page holds, to
+// the page, and returns the cursor of the next page: "" when rows held no
+// more than limit, so this page is the last. key gives a row's
+// (created_at, id).
+func Page[T any](rows []T, limit int, key func(T) (time.Time, string)) ([]T, string) {
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	rows = rows[:limit]
+	return rows, Encode(key(rows[limit-1]))
+}
