@@ -289,10 +289,15 @@ func (a *App) MetricsHandler() http.Handler {
 	return mux
 }
 
-// newPayments builds the pay flow on the gateway at cfg.GatewayURL.
+// newPayments builds the pay flow on the gateway at cfg.GatewayURL, its
+// lock waiters bounded by payments.LockTries.
 func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker *lock.Locker, m *metrics.Metrics) (*payments.Service, error) {
 	const attempts = 2
 	gw, err := payments.NewGateway(cfg.GatewayURL, payments.GatewayOptions{Timeout: cfg.GatewayTimeout, Attempts: attempts})
+	if err != nil {
+		return nil, err
+	}
+	payLocker, err := locker.WithTries(payments.LockTries)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +305,7 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 		Store:   payments.NewStore(deps.Pool),
 		Orders:  orderSvc,
 		Gateway: gw,
-		Locker:  locker,
+		Locker:  payLocker,
 		Metrics: m,
 		Logger:  deps.Logger,
 		Now:     deps.Now,

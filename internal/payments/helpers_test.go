@@ -60,16 +60,27 @@ func newFixtureWith(t *testing.T, opts gateway.Options) *fixture {
 	return f
 }
 
-// redisLock returns a lock over the test's Redis nodes.
+// redisLock returns a lock over the test's Redis nodes, whose waiters
+// make payments.LockTries attempts, as the service's.
 func (f *fixture) redisLock(t *testing.T) payments.Locker {
+	t.Helper()
+	return f.redisLockOn(t, metrics.New())
+}
+
+// redisLockOn is redisLock counting into m.
+func (f *fixture) redisLockOn(t *testing.T, m *metrics.Metrics) payments.Locker {
 	t.Helper()
 	clients := redisx.Clients(f.addrs)
 	t.Cleanup(func() { _ = redisx.Close(clients) })
-	l, err := lock.New(clients, lock.Options{Metrics: metrics.New()})
+	l, err := lock.New(clients, lock.Options{Metrics: m})
 	if err != nil {
 		t.Fatalf("lock.New: %v", err)
 	}
-	return l
+	few, err := l.WithTries(payments.LockTries)
+	if err != nil {
+		t.Fatalf("WithTries: %v", err)
+	}
+	return few
 }
 
 // service builds a payment service with the layers on, locking over the

@@ -29,13 +29,16 @@ const (
 	sqlInsertPayment = `INSERT INTO payments (id, order_id, request_key, status, amount_cents, payment_method, version, created_at, updated_at)
 		VALUES ($1, $2, $3, 'processing', $4, $5, 1, $6, $6)`
 
-	// The settler's first question, before it looks at the order: is the
-	// payment still as it read it? The row lock makes every other settler
-	// of this payment wait for the answer.
+	// The discarder's first question, before it looks at the order: is
+	// the payment still as it read it? The row lock makes every settler of
+	// this payment wait for the answer.
 	sqlLockPayment = `SELECT version FROM payments WHERE id = $1 FOR UPDATE`
 
-	// Layer 3: the version check. Zero rows means another settler (the
-	// request or the reconciler) recorded an outcome first.
+	// Layer 3: the version check, the settler's first statement, before it
+	// looks at the order: the write takes the payment's row lock, so every
+	// other settler of it waits for this one's answer and then finds the
+	// version moved. Zero rows means another settler (the request or the
+	// reconciler) recorded an outcome first.
 	sqlSettlePayment = `UPDATE payments
 		SET status = $3, charge_id = NULLIF($4, ''), refund_id = NULLIF($5, ''), failure_reason = NULLIF($6, ''),
 			version = version + 1, updated_at = $7
@@ -51,7 +54,13 @@ const (
 	// it is removed, if no settler has recorded an outcome meanwhile.
 	sqlDiscardPayment = `DELETE FROM payments WHERE id = $1 AND status = 'processing'`
 
-	sqlGetPayment       = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
+	sqlGetPayment    = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
+	sqlPaymentExists = `SELECT EXISTS (SELECT 1 FROM payments WHERE id = $1)`
+	// The request's payment and the order's active one, in one statement
+	// (at most two rows, one when they are the same): what a request that
+	// finds its order not payable is answered from.
+	sqlPaymentsOfRequestAndActive = `SELECT ` + paymentColumns + `, request_key = $2 FROM payments
+		WHERE order_id = $1 AND (request_key = $2 OR status IN ('processing', 'succeeded'))`
 	sqlPaymentOfRequest = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND request_key = $2`
 	sqlActivePayment    = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND status IN ('processing', 'succeeded')`
 	sqlPaymentsOfOrder  = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 ORDER BY created_at, id`
@@ -113,52 +122,65 @@ func (s *Store) Begin(ctx context.Context, orderID string, on layers.Set, start 
 // transaction (orders.UpdateTx, version-checked). Either both are written
 // or neither. It returns the payment as written.
 //
-// The payment's own row decides first. Settle locks it and returns
-// ErrVersionConflict, before moveOrder sees the order, if another settler
-// (the request, a reconciler on another replica, one whose lock lapsed)
-// has recorded an outcome since p was read. Only a settler whose payment
-// is still processing asks the order anything, so when moveOrder finds
-// the order no longer being paid, it was cancelled for a reason other than
-// this payment: the payment and its order move together, in one
-// transaction.
+// The payment's own row decides first. Its version-checked write is the
+// transaction's first statement, and Settle returns ErrVersionConflict,
+// before moveOrder sees the order, if another settler (the request, a
+// reconciler on another replica, one whose lock lapsed) has recorded an
+// outcome since p was read. Only a settler whose payment was still
+// processing asks the order anything, so when moveOrder finds the order no
+// longer being paid, it was cancelled for a reason other than this
+// payment: the payment and its order move together, in one transaction.
 //
 // Locks are taken payment row, then order row. Begin writes the order row
-// and then inserts a payment; the payment lock is a lock only, which the
-// insert's unique check does not wait on, so the two cannot each hold
-// what the other waits for. With layer 3 off (on), neither row is checked
-// against the version read.
+// and then inserts a payment; the payment's row lock is on a row that
+// exists, which the insert's unique check does not wait on, so the two
+// cannot each hold what the other waits for. With layer 3 off (on), neither
+// row is checked against the version read.
 func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error)) (Payment, error) {
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		if err := lockAtVersion(ctx, tx, p, on); err != nil {
+		if err := settleRow(ctx, tx, p, on); err != nil {
 			return err
 		}
-		if moveOrder != nil {
-			if _, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder); err != nil {
-				return err
-			}
+		if moveOrder == nil {
+			return nil
 		}
-		query := sqlSettlePayment
-		if !on.On(layers.Version) {
-			query = sqlSettlePaymentUnversioned
-		}
-		tag, err := tx.Exec(ctx, query, p.ID, p.Version, string(p.Status),
-			p.ChargeID, p.RefundID, p.FailureReason, p.UpdatedAt)
-		if postgres.ConstraintViolated(err) == constraintChargeID {
-			return fmt.Errorf("settle payment %s: charge %s already settles another payment: %w", p.ID, p.ChargeID, ErrChargeSettled)
-		}
-		if err != nil {
-			return fmt.Errorf("settle payment %s: %w", p.ID, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return ErrVersionConflict
-		}
-		return nil
+		_, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder)
+		return err
 	})
 	if err != nil {
 		return Payment{}, err
 	}
 	p.Version++
 	return p, nil
+}
+
+// settleRow writes p's outcome on its row, at p.Version unless layer 3 is
+// off: ErrVersionConflict when another settler got there first, ErrNotFound
+// when the payment is gone (discarded).
+func settleRow(ctx context.Context, tx pgx.Tx, p Payment, on layers.Set) error {
+	query := sqlSettlePayment
+	if !on.On(layers.Version) {
+		query = sqlSettlePaymentUnversioned
+	}
+	tag, err := tx.Exec(ctx, query, p.ID, p.Version, string(p.Status),
+		p.ChargeID, p.RefundID, p.FailureReason, p.UpdatedAt)
+	if postgres.ConstraintViolated(err) == constraintChargeID {
+		return fmt.Errorf("settle payment %s: charge %s already settles another payment: %w", p.ID, p.ChargeID, ErrChargeSettled)
+	}
+	if err != nil {
+		return fmt.Errorf("settle payment %s: %w", p.ID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, sqlPaymentExists, p.ID).Scan(&exists); err != nil {
+		return fmt.Errorf("settle payment %s: %w", p.ID, err)
+	}
+	if !exists {
+		return ErrNotFound
+	}
+	return ErrVersionConflict
 }
 
 // lockAtVersion locks p's row and, with layer 3 on, returns
@@ -227,6 +249,36 @@ func (s *Store) OfRequest(ctx context.Context, orderID, requestKey string) (Paym
 	return p, nil
 }
 
+// OfRequestAndActive returns, in one round trip, the payment of the order
+// begun with requestKey and the order's processing or succeeded payment;
+// either is the zero Payment when there is none, and both are the same
+// payment when the request's is the active one.
+func (s *Store) OfRequestAndActive(ctx context.Context, orderID, requestKey string) (mine, active Payment, err error) {
+	rows, err := s.db.Query(ctx, sqlPaymentsOfRequestAndActive, orderID, requestKey)
+	if err != nil {
+		return Payment{}, Payment{}, fmt.Errorf("read payments of %s: %w", orderID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ofRequest bool
+		p, err := scanPayment(rows, &ofRequest)
+		if err != nil {
+			return Payment{}, Payment{}, fmt.Errorf("read payments of %s: %w", orderID, err)
+		}
+		if ofRequest {
+			p.RequestKey = requestKey
+			mine = p
+		}
+		if p.Status == StatusProcessing || p.Status == StatusSucceeded {
+			active = p
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Payment{}, Payment{}, fmt.Errorf("read payments of %s: %w", orderID, err)
+	}
+	return mine, active, nil
+}
+
 // Active returns the order's processing or succeeded payment.
 func (s *Store) Active(ctx context.Context, orderID string) (Payment, error) {
 	p, err := scanPayment(s.db.QueryRow(ctx, sqlActivePayment, orderID))
@@ -262,12 +314,14 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]Payment, 
 	return ps, nil
 }
 
-func scanPayment(row pgx.Row) (Payment, error) {
+// scanPayment scans paymentColumns, and then into extra, if the query
+// selects more.
+func scanPayment(row pgx.Row, extra ...any) (Payment, error) {
 	var p Payment
 	var status string
 	var charge, refund, reason *string
-	err := row.Scan(&p.ID, &p.OrderID, &status, &p.AmountCents, &p.Method, &charge, &refund,
-		&reason, &p.Version, &p.CreatedAt, &p.UpdatedAt)
+	err := row.Scan(append([]any{&p.ID, &p.OrderID, &status, &p.AmountCents, &p.Method, &charge, &refund,
+		&reason, &p.Version, &p.CreatedAt, &p.UpdatedAt}, extra...)...)
 	if err != nil {
 		return Payment{}, err
 	}

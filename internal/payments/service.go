@@ -41,6 +41,13 @@ type Locker interface {
 // middleware on the route counts under it too.
 const FlowPay = "pay_order"
 
+// LockTries is how many attempts a payment makes on its order's lock
+// before resource_busy (lock.Locker.WithTries). The holder keeps the lock
+// across its gateway call, so a click that finds it held is told so at
+// once instead of queueing behind the charge; the attempts past the first
+// get contenders that arrived together past a split vote.
+const LockTries = 3
+
 // maxVersionRetries bounds how often a settlement re-reads an order that
 // changed under it.
 const maxVersionRetries = 3
@@ -111,6 +118,8 @@ func NewService(cfg Config) (*Service, error) {
 //   - a payment_declined problem: failed, the order can be paid again;
 //   - an error wrapping ErrOutcomeUnknown: still processing; the
 //     reconciler settles it;
+//   - a resource_busy problem: another payment of the order is in flight
+//     (or holds its lock); try again after its Retry-After;
 //   - an invalid_state problem: the order cannot be paid, or it stopped
 //     waiting while the charge was in flight and the charge was refunded;
 //   - an invalid_request problem: the gateway refused the payment method;
@@ -128,20 +137,35 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.budget)
 	defer cancel()
 
+	// Read first: a click on an order that is being paid, or is paid, is
+	// answered from the database at once; only a payable order, or this
+	// request's own payment still to be carried on, goes for the lock.
+	mine, err := s.admit(ctx, userID, requestKey, orderID, method)
+	if err != nil {
+		return mine, err
+	}
+
 	var out Payment
 	ran := false
 	// Layer 1: one payment of this order at a time, across replicas. The
 	// lock is held across the gateway call; its watchdog extends the lease
-	// while the call runs, and cancels the call if the lease is lost.
-	err := s.lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
+	// while the call runs, and cancels the call if the lease is lost. It
+	// serialises the winner's work, it is not the losers' queue: a click
+	// that finds it held is told resource_busy after a few tries
+	// (LockTries), not after the winner's charge.
+	err = s.lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
 		ran = true
-		// The request's own payment first: a try of this request that
-		// began one carries it on, rather than this one beginning another.
-		p, err := s.ofRequest(ctx, userID, requestKey, orderID, method)
-		if errors.Is(err, ErrNotFound) {
+		var p Payment
+		var err error
+		if mine.ID != "" {
+			// The request's own payment first, as it stands now that no
+			// one else works on it: a reconciler may have settled it.
+			p, err = s.store.Get(ctx, mine.ID)
+		} else {
 			p, err = s.begin(ctx, userID, requestKey, orderID, method)
 		}
 		if errors.Is(err, ErrDuplicateRequest) {
+			// A try of this request began one meanwhile.
 			p, err = s.ofRequest(ctx, userID, requestKey, orderID, method)
 		}
 		switch {
@@ -159,6 +183,49 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	}
 	return out, err
 }
+
+// admit reads the order (someone else's does not exist for this user)
+// and decides whether this request goes for the lock: the order may begin
+// a payment (layer 2's rule, asked of the order as read), or the request
+// has a payment of its own still processing, returned to be carried on.
+// Otherwise it returns the answer, without the lock: the request's own
+// payment's outcome, resource_busy while another payment of the order is
+// in flight, or invalid_state. The payments are read only when the order
+// cannot begin one: the request's own first, then the order's active one.
+//
+// The read is advice: the lock, the version-checked begin and the
+// constraints decide, whatever changed since.
+func (s *Service) admit(ctx context.Context, userID, requestKey, orderID, method string) (Payment, error) {
+	o, err := s.orders.Get(ctx, userID, orderID)
+	if err != nil {
+		return Payment{}, err
+	}
+	refused := s.beginPayment(&o, s.stamp())
+	if refused == nil {
+		return Payment{}, nil
+	}
+	mine, active, err := s.store.OfRequestAndActive(ctx, orderID, requestKey)
+	switch {
+	case err != nil:
+		return Payment{}, err
+	case mine.ID != "" && mine.Method != method:
+		return Payment{}, errKeyReused
+	case mine.Status == StatusProcessing:
+		return mine, nil
+	case mine.ID != "":
+		return mine, Outcome(mine)
+	}
+	s.metrics.Stopped(FlowPay, metrics.LayerState)
+	if errors.Is(refused, orders.ErrPaymentInFlight) {
+		return Payment{}, s.answerInFlight(orderID, active)
+	}
+	return Payment{}, refused
+}
+
+// errKeyReused answers a request whose key began a payment of the order
+// with another method.
+var errKeyReused = problem.New(problem.IdempotencyReused,
+	"this Idempotency-Key was used for a payment with another method; send a new key for a new request")
 
 // lock runs fn under the lock on key, unless layer 1 is off.
 func (s *Service) lock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
@@ -180,8 +247,7 @@ func (s *Service) ofRequest(ctx context.Context, userID, requestKey, orderID, me
 		return Payment{}, err // someone else's order does not exist for this user
 	}
 	if p.Method != method {
-		return Payment{}, problem.New(problem.IdempotencyReused,
-			"this Idempotency-Key was used for a payment with another method; send a new key for a new request")
+		return Payment{}, errKeyReused
 	}
 	return p, nil
 }
@@ -248,11 +314,17 @@ func (s *Service) inFlight(ctx context.Context, orderID string) error {
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("read the payment in flight of %s: %w", orderID, err)
 	}
+	return s.answerInFlight(orderID, active)
+}
+
+// answerInFlight is inFlight's answer given the order's active payment,
+// or none.
+func (s *Service) answerInFlight(orderID string, active Payment) error {
 	if active.Status == StatusSucceeded {
 		return problem.New(problem.InvalidState, "order is paid and cannot be paid")
 	}
-	// Not found: the other payment failed or was refunded meanwhile;
-	// busy tells the client to try again.
+	// None: the other payment failed or was refunded meanwhile; busy
+	// tells the client to try again.
 	return s.busy(orderID, active)
 }
 
