@@ -64,17 +64,22 @@ func newFixtureWith(t *testing.T, opts gateway.Options) *fixture {
 // make payments.LockTries attempts, as the service's.
 func (f *fixture) redisLock(t *testing.T) payments.Locker {
 	t.Helper()
-	return f.redisLockOn(t, metrics.New())
+	return f.lockOn(t, metrics.New(), true)
 }
 
-// redisLockOn is redisLock counting into m.
-func (f *fixture) redisLockOn(t *testing.T, m *metrics.Metrics) payments.Locker {
+// lockOn returns a lock over the test's Redis nodes counting into m,
+// bounded by payments.LockTries when bounded is set, else with only the
+// wait budget of every other flow's lock.
+func (f *fixture) lockOn(t *testing.T, m *metrics.Metrics, bounded bool) payments.Locker {
 	t.Helper()
 	clients := redisx.Clients(f.addrs)
 	t.Cleanup(func() { _ = redisx.Close(clients) })
 	l, err := lock.New(clients, lock.Options{Metrics: m})
 	if err != nil {
 		t.Fatalf("lock.New: %v", err)
+	}
+	if !bounded {
+		return l
 	}
 	few, err := l.WithTries(payments.LockTries)
 	if err != nil {
