@@ -41,11 +41,12 @@ type Locker interface {
 // middleware on the route counts under it too.
 const FlowPay = "pay_order"
 
-// LockTries is how many attempts a payment makes on its order's lock
+// LockTries bounds the attempts a payment makes on its order's lock
 // before resource_busy (lock.Locker.WithTries). The holder keeps the lock
-// across its gateway call, so a click that finds it held is told so at
-// once instead of queueing behind the charge; the attempts past the first
-// get contenders that arrived together past a split vote.
+// across its gateway call, so a click that finds it held (taken on every
+// node) is told so after one attempt instead of queueing behind the
+// charge; the attempts past the first get contenders that arrived
+// together past a split vote.
 const LockTries = 3
 
 // maxVersionRetries bounds how often a settlement re-reads an order that
@@ -151,8 +152,8 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	// lock is held across the gateway call; its watchdog extends the lease
 	// while the call runs, and cancels the call if the lease is lost. It
 	// serialises the winner's work, it is not the losers' queue: a click
-	// that finds it held is told resource_busy after a few tries
-	// (LockTries), not after the winner's charge.
+	// that finds it held is told resource_busy at once (LockTries), not
+	// after the winner's charge.
 	err = s.lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
 		ran = true
 		var p Payment

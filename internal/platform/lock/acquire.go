@@ -80,7 +80,7 @@ func (l *Locker) acquire(ctx context.Context, mu *redsync.Mutex) (acquisition, e
 		}
 
 		remaining := time.Until(deadline)
-		if remaining <= 0 || l.maxTries > 0 && tries >= l.maxTries {
+		if remaining <= 0 || l.maxTries > 0 && (tries >= l.maxTries || takenEverywhere(err, l.nodes)) {
 			return acquisition{outcome: last, cause: err, tries: tries}, nil
 		}
 		sleep := min(jitter(delay), remaining)
@@ -105,6 +105,16 @@ func jitter(d time.Duration) time.Duration {
 		return minSleep
 	}
 	return minSleep + rand.N(d-minSleep+1)
+}
+
+// takenEverywhere reports whether a failed attempt found the key taken on
+// every one of the nodes: it took none, so the lock is held (or being
+// fought over by others), and a waiter bounded by tries stops there. An
+// attempt that took some nodes lost a split vote, or a race with the
+// winner, and is worth another.
+func takenEverywhere(err error, nodes int) bool {
+	var taken *redsync.ErrTaken
+	return errors.As(err, &taken) && len(taken.Nodes) == nodes
 }
 
 // quorumUnreachable reports whether a failed attempt failed only because

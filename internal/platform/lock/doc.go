@@ -32,11 +32,12 @@
 //
 // A flow whose holder keeps the lock for long (the pay flow, across its
 // gateway call) bounds its waiters by tries as well (WithTries): a loser
-// makes a few attempts, milliseconds apart, and is told resource_busy,
-// instead of retrying for the whole budget against a holder that will
-// not be done before it. The attempts past the first are for the split
-// vote, when contenders arriving together each take a minority of the
-// nodes and all fall short. shop_lock_tries counts the attempts of every
+// that finds the key taken on every node is told resource_busy after that
+// one attempt, instead of retrying for the whole budget against a holder
+// that will not be done before it. Only an attempt that took some nodes
+// tries again, a few milliseconds later, up to the bound: that is the
+// split vote, when contenders arriving together each take a minority of
+// the nodes and all fall short. shop_lock_tries counts the attempts of every
 // acquisition: a tail of many tries is a queue of waiters spinning on a
 // held lock, each try a SET NX on every node and a release of what it
 // took.

@@ -66,6 +66,7 @@ type Options struct {
 type Locker struct {
 	rs          *redsync.Redsync
 	clients     []*redis.Client
+	nodes       int
 	quorum      int
 	expiry      time.Duration
 	nodeTimeout time.Duration
@@ -134,6 +135,7 @@ func newLocker(pools []redsyncredis.Pool, clients []*redis.Client, opts Options)
 	return &Locker{
 		rs:          redsync.New(pools...),
 		clients:     clients,
+		nodes:       len(pools),
 		quorum:      len(pools)/2 + 1,
 		expiry:      opts.Expiry,
 		nodeTimeout: nodeTimeout(opts.Expiry),
@@ -158,13 +160,15 @@ func (l *Locker) WithWaitBudget(budget time.Duration) (*Locker, error) {
 }
 
 // WithTries returns a Locker on the same nodes, metrics, lease and wait
-// budget whose waiters make at most n attempts on a held lock before
-// resource_busy: for a flow whose holder keeps the lock for a long time
-// (a gateway call) and whose losers are better told at once than queued
-// (a second click on an order being paid). Attempts past the first are
-// for the split vote: contenders that arrive together can each take a
-// minority of the nodes, and all give up; a few milliseconds later one of
-// them takes a majority. Attempts that reach no quorum count as for any
+// budget whose waiters make at most n attempts before resource_busy, and
+// stop at the first that finds the key taken on every node: for a flow
+// whose holder keeps the lock for a long time (a gateway call) and whose
+// losers are better told at once than queued (a second click on an order
+// being paid). Attempts past the first are for the split vote: contenders
+// that arrive together can each take a minority of the nodes, and all
+// give up; a few milliseconds later one of them takes a majority. An
+// attempt that took no node found a holder, or others fighting, and is
+// the waiter's last. Attempts that reach no quorum count as for any
 // waiter (two settle it), so a Redis outage is still told apart from a
 // held lock.
 func (l *Locker) WithTries(n int) (*Locker, error) {
