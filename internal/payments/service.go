@@ -21,12 +21,14 @@ import (
 //	layer           where                                       backed by
 //	0 idempotency   the route's middleware (http.go);           idempotency_keys,
 //	                (order, key) on the payment's row           payments_order_request_key
-//	1 lock          payment:{order}, held across the gateway    Pay, reconcileOne
-//	                call under the watchdog
+//	1 lock          payment:{order}, held across the gateway    Pay, reconcileOne; LockTries
+//	                call under the watchdog; a click that
+//	                finds it held is refused, not queued
 //	2 state         the order: pending_payment → paying → paid  orders.Order.BeginPayment, Pay,
-//	                (begin), the payment: processing → settled  PaymentEnded; Payment.settle
-//	3 version       the payment's row asked first, then both    Store.Settle: sqlLockPayment,
-//	                rows written WHERE version = $read          sqlSettlePayment, orders.UpdateTx
+//	                (begin), the payment: processing → settled; PaymentEnded; Payment.settle;
+//	                asked of the order as read before the lock  admit
+//	3 version       the payment's row written first, at its     Store.Settle: sqlSettlePayment,
+//	                version, then the order's at its version    orders.UpdateTx
 //	4 constraint    one processing-or-succeeded payment per     payments_one_active_per_order,
 //	                order; a charge settles one payment         payments_charge_id_key
 //	+ gateway key   the payment id is the gateway's             gateway.Charge, Refund
