@@ -200,7 +200,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		User: authn.User, Idempotency: atomicFor(orders.FlowCreate), OrderLimit: limit.orders, WriteLimit: limit.writes,
 	})
 	payments.Register(v1, paySvc, payments.Guards{
-		User: authn.User, Idempotency: idemFor(payments.FlowPay), WriteLimit: limit.writes,
+		User: authn.User, Idempotency: atomicFor(payments.FlowPay), WriteLimit: limit.writes,
 	})
 	// No idempotency middleware on the like routes: PUT and DELETE are
 	// idempotent by meaning (package likes).

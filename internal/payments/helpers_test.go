@@ -124,13 +124,17 @@ func (f *fixture) mustCreateOrders(t *testing.T, n int) (users, ids []string) {
 	return users, ids
 }
 
+// unitPrice is the price of SKU-PAY: the total of every order the tests
+// place, one unit each.
+const unitPrice = 2500
+
 // mustCreateBuyers creates n users and the product SKU-PAY, with a unit
 // in stock for each of them.
 func (f *fixture) mustCreateBuyers(t *testing.T, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := inventory.NewStore(f.pool, f.clock.Now).Create(ctx,
-		inventory.Product{SKU: "SKU-PAY", Name: "Payable", PriceCents: 2500, StockAvailable: n}); err != nil {
+		inventory.Product{SKU: "SKU-PAY", Name: "Payable", PriceCents: unitPrice, StockAvailable: n}); err != nil {
 		t.Fatalf("create product: %v", err)
 	}
 	var users []string

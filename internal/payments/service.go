@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
@@ -137,15 +138,30 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	if !ids.Valid(orderID) {
 		return Payment{}, ErrNotFound
 	}
+	// Layer 0: the request's idempotency record, when the route has the
+	// layer (idempotency.Store.Atomic). The transaction that begins the
+	// payment claims it, and the one that records its success completes
+	// it with the answer: the payment and its key commit together, in
+	// each phase.
+	rec := idempotency.RecordFrom(ctx)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.budget)
 	defer cancel()
 
 	// Read first: a click on an order that is being paid, or is paid, is
 	// answered from the database at once; only a payable order, or this
 	// request's own payment still to be carried on, goes for the lock.
-	mine, err := s.admit(ctx, userID, requestKey, orderID, method)
-	if err != nil {
-		return mine, err
+	o, mine, err := s.admit(ctx, userID, requestKey, orderID, method)
+	switch {
+	case err != nil:
+		return Payment{}, err
+	case mine.ID != "" && mine.Status != StatusProcessing:
+		// The request's own payment has settled: its outcome, given
+		// under the request's key (replayed, when the key stored it).
+		p, err := s.resume(ctx, mine.ID, rec)
+		if err != nil {
+			return Payment{}, err
+		}
+		return p, Outcome(p)
 	}
 
 	var out Payment
@@ -163,13 +179,16 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 		if mine.ID != "" {
 			// The request's own payment first, as it stands now that no
 			// one else works on it: a reconciler may have settled it.
-			p, err = s.store.Get(ctx, mine.ID)
+			p, err = s.resume(ctx, mine.ID, rec)
 		} else {
-			p, err = s.begin(ctx, userID, requestKey, orderID, method)
+			p, err = s.begin(ctx, userID, requestKey, o, method, rec)
 		}
 		if errors.Is(err, ErrDuplicateRequest) {
-			// A try of this request began one meanwhile.
-			p, err = s.ofRequest(ctx, userID, requestKey, orderID, method)
+			// An earlier try of this request began one (and it ended
+			// without a charge: the order was payable again).
+			if p, err = s.ofRequest(ctx, userID, requestKey, orderID, method); err == nil {
+				p, err = s.resume(ctx, p.ID, rec)
+			}
 		}
 		switch {
 		case err != nil:
@@ -178,7 +197,7 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 			out = p
 			return Outcome(p)
 		}
-		out, err = s.charge(ctx, p)
+		out, err = s.charge(ctx, p, rec)
 		return err
 	})
 	if !ran && problem.CodeOf(err) == problem.ResourceBusy {
@@ -190,39 +209,48 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 // admit reads the order (someone else's does not exist for this user)
 // and decides whether this request goes for the lock: the order may begin
 // a payment (layer 2's rule, asked of the order as read), or the request
-// has a payment of its own still processing, returned to be carried on.
-// Otherwise it returns the answer, without the lock: the request's own
-// payment's outcome, resource_busy while another payment of the order is
-// in flight, or invalid_state. The payments are read only when the order
-// cannot begin one: the request's own first, then the order's active one.
+// has a payment of its own, returned to be carried on or answered.
+// Otherwise it returns the answer, without the lock: resource_busy while
+// another payment of the order is in flight, or invalid_state. The
+// payments are read only when the order cannot begin one, in one
+// statement: the request's own decides first, then the order's active
+// one.
 //
 // The read is advice: the lock, the version-checked begin and the
 // constraints decide, whatever changed since.
-func (s *Service) admit(ctx context.Context, userID, requestKey, orderID, method string) (Payment, error) {
+func (s *Service) admit(ctx context.Context, userID, requestKey, orderID, method string) (orders.Order, Payment, error) {
 	o, err := s.orders.Get(ctx, userID, orderID)
 	if err != nil {
-		return Payment{}, err
+		return orders.Order{}, Payment{}, err
 	}
-	refused := s.beginPayment(&o, s.stamp())
+	check := o
+	refused := s.beginPayment(&check, s.stamp())
 	if refused == nil {
-		return Payment{}, nil
+		return o, Payment{}, nil
 	}
 	mine, active, err := s.store.OfRequestAndActive(ctx, orderID, requestKey)
 	switch {
 	case err != nil:
-		return Payment{}, err
+		return orders.Order{}, Payment{}, err
 	case mine.ID != "" && mine.Method != method:
-		return Payment{}, errKeyReused
-	case mine.Status == StatusProcessing:
-		return mine, nil
+		return orders.Order{}, Payment{}, errKeyReused
 	case mine.ID != "":
-		return mine, Outcome(mine)
+		return o, mine, nil
 	}
 	s.metrics.Stopped(FlowPay, metrics.LayerState)
 	if errors.Is(refused, orders.ErrPaymentInFlight) {
-		return Payment{}, s.answerInFlight(orderID, active)
+		return orders.Order{}, Payment{}, s.answerInFlight(orderID, active)
 	}
-	return Payment{}, refused
+	return orders.Order{}, Payment{}, refused
+}
+
+// resume reads the request's own payment id again, claiming the request's
+// key with it (layer 0); a payment that has succeeded completes the key
+// with its answer in the same transaction.
+func (s *Service) resume(ctx context.Context, id string, rec *idempotency.Record) (Payment, error) {
+	return s.store.Resume(ctx, id, rec, func(p Payment) (idempotency.Answer, bool) {
+		return paid(p), p.Status == StatusSucceeded
+	})
 }
 
 // errKeyReused answers a request whose key began a payment of the order
@@ -256,27 +284,29 @@ func (s *Service) ofRequest(ctx context.Context, userID, requestKey, orderID, me
 }
 
 // begin opens the processing payment that the charge will settle, and
-// moves its order to paying, in one transaction.
-func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method string) (Payment, error) {
+// moves its order (o, as read) to paying, in one transaction that claims
+// the request's key (rec).
+func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders.Order, method string, rec *idempotency.Record) (Payment, error) {
 	for attempt := 1; ; attempt++ {
-		p, err := s.store.Begin(ctx, orderID, s.layers, func(o *orders.Order) (Payment, error) {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return Payment{}, fmt.Errorf("new payment id: %w", err)
+		}
+		now := s.stamp()
+		p := Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing, AmountCents: o.TotalCents,
+			Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}
+		p, err = s.store.Begin(ctx, p, rec, s.layers, func(o *orders.Order) error {
 			if o.UserID != userID {
-				return Payment{}, ErrNotFound // someone else's order does not exist for this user
+				return ErrNotFound // someone else's order does not exist for this user
 			}
-			now := s.stamp()
 			// Layer 2: the order's state machine: only a pending order
 			// within its time begins a payment, and it says so by moving
 			// to paying (a second payment finds it paying).
 			if err := s.beginPayment(o, now); err != nil {
 				s.metrics.Stopped(FlowPay, metrics.LayerState)
-				return Payment{}, err
+				return err
 			}
-			id, err := uuid.NewV7()
-			if err != nil {
-				return Payment{}, fmt.Errorf("new payment id: %w", err)
-			}
-			return Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing, AmountCents: o.TotalCents,
-				Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}, nil
+			return nil
 		})
 		switch {
 		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
@@ -288,9 +318,9 @@ func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method
 			// succeeded payment per order; whatever got past the lock and
 			// the state stops here.
 			s.metrics.Stopped(FlowPay, metrics.LayerConstraint)
-			return Payment{}, s.inFlight(ctx, orderID)
+			return Payment{}, s.inFlight(ctx, o.ID)
 		case errors.Is(err, orders.ErrPaymentInFlight):
-			return Payment{}, s.inFlight(ctx, orderID)
+			return Payment{}, s.inFlight(ctx, o.ID)
 		case errors.Is(err, orders.ErrVersionConflict):
 			return Payment{}, &problem.Error{Code: problem.ResourceBusy, RetryAfter: time.Second, Detail: "the order keeps changing; try again"}
 		case err == nil:
@@ -360,7 +390,7 @@ func (s *Service) busy(orderID string, active Payment) error {
 // outcome or leaves the payment processing with ErrOutcomeUnknown (202 to
 // the client, and the reconciler finishes the work): a charge that may
 // have been made is never answered with a failure.
-func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
+func (s *Service) charge(ctx context.Context, p Payment, rec *idempotency.Record) (Payment, error) {
 	c, err := s.gateway.Charge(ctx, p.ID, ChargeRequest{AmountCents: p.AmountCents, PaymentMethod: p.Method, Reference: p.OrderID})
 	var declined *DeclinedError
 	var refused *RefusedError
@@ -374,7 +404,7 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 			return p, err
 		}
 		// The order can be paid again.
-		return s.record(ctx, p, failed, s.paymentEnded(now), outcomeFailed)
+		return s.record(ctx, p, failed, s.paymentEnded(now), outcomeFailed, rec)
 	case err != nil:
 		s.counts.outcome(outcomeUnknown)
 		s.logger.WarnContext(ctx, "payment outcome unknown; the reconciler will settle it", "payment", p.ID, "err", err)
@@ -399,7 +429,7 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 				return true, nil
 			}
 			return true, o.Pay(now)
-		}, outcomeSucceeded)
+		}, outcomeSucceeded, rec)
 		switch {
 		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
 			s.metrics.Stopped(FlowPay, metrics.LayerVersion)
@@ -466,16 +496,23 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge) (Payment, err
 	if err := refunded.Refund(c.ID, r.ID, s.stamp()); err != nil {
 		return p, err
 	}
-	return s.record(ctx, p, refunded, nil, outcomeRefunded)
+	return s.record(ctx, p, refunded, nil, outcomeRefunded, nil) // a problem, stored by the key's middleware
 }
 
 // record writes settled, the outcome of the processing payment p (and
-// moves its order, if moveOrder is set). When another settler got there
-// first, the version check stops this one, and the payment as that one
-// left it is the answer. When the database does not answer (within the
-// budget), nothing is recorded: p stays processing for the reconciler.
-func (s *Service) record(ctx context.Context, p, settled Payment, moveOrder func(*orders.Order) (bool, error), outcome string) (Payment, error) {
-	out, err := s.store.Settle(ctx, settled, s.layers, moveOrder)
+// moves its order, if moveOrder is set); a success completes the
+// request's key (rec) with its answer in the same transaction, and the
+// other outcomes, problems, are stored by the key's middleware. When
+// another settler got there first, the version check stops this one, and
+// the payment as that one left it is the answer. When the database does
+// not answer (within the budget), nothing is recorded: p stays processing
+// for the reconciler.
+func (s *Service) record(ctx context.Context, p, settled Payment, moveOrder func(*orders.Order) (bool, error), outcome string, rec *idempotency.Record) (Payment, error) {
+	var answer func(Payment) idempotency.Answer
+	if settled.Status == StatusSucceeded {
+		answer = paid
+	}
+	out, err := s.store.Settle(ctx, settled, s.layers, moveOrder, rec, answer)
 	switch {
 	case errors.Is(err, ErrVersionConflict):
 		s.metrics.Stopped(FlowPay, metrics.LayerVersion)
