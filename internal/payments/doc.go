@@ -5,9 +5,16 @@
 // It is the project's central example. The pay flow in service.go reads
 // top to bottom as its layers (DESIGN.md §1):
 //
-//   - Layer 0, the client's Idempotency-Key, is handled before the flow
-//     runs (the platform/idempotency middleware on the route): a retried
-//     request gets the first answer back.
+//   - Layer 0, the client's Idempotency-Key, in atomic phases
+//     (brandur/rocket-rides-atomic; idempotency.Store.Atomic on the
+//     route): the transaction that opens the processing payment claims
+//     the key, and the one that records the success completes it with
+//     the answer, so the key and the payment commit together in each
+//     phase and no bookkeeping commit is made apart from them. A retried
+//     request gets the first answer back, byte for byte. A crash between
+//     the phases leaves the key claimed until its lease ends; the request
+//     that then takes it over finds its processing payment by (order,
+//     key) and carries it on, charged under its own id: once.
 //   - Layer 1, a redsync lock on "payment:{order}", held across the
 //     gateway call under a watchdog: one payment of an order at a time,
 //     across replicas, so a storm of clicks makes one call to the outside

@@ -20,8 +20,9 @@ import (
 // The layers of the pay flow, where each one is:
 //
 //	layer           where                                       backed by
-//	0 idempotency   the route's middleware (http.go);           idempotency_keys,
-//	                (order, key) on the payment's row           payments_order_request_key
+//	0 idempotency   the key's record, claimed in the begin's    idempotency_keys (Store.Begin,
+//	                transaction, completed in the settle's;     Settle, Resume), payments_order_
+//	                (order, key) on the payment's row           request_key
 //	1 lock          payment:{order}, held across the gateway    Pay, reconcileOne; LockTries
 //	                call under the watchdog; a click that
 //	                finds it held is refused, not queued
@@ -34,6 +35,20 @@ import (
 //	                order; a charge settles one payment         payments_charge_id_key
 //	+ gateway key   the payment id is the gateway's             gateway.Charge, Refund
 //	                Idempotency-Key: one charge per payment
+//
+// What one payment costs, the winner of its order (auth's round trip
+// aside):
+//
+//	read the order                      1 round trip     orders.Service.Get (admit)
+//	lock payment:{order}                Redis: SET NX on each node, and the release
+//	begin: claim + payment + order      4, one commit    Store.Begin
+//	charge                              the gateway, no transaction open
+//	settle: payment + order + answer    5, one commit    Store.Settle
+//
+// A loser costs the order's read and, when the order cannot begin a
+// payment, the read of the payments (one statement), or one lock
+// attempt; and, for an answer that is stored (invalid_state), the key
+// middleware's statement.
 
 // Locker runs work under a distributed lock (platform/lock.Locker).
 type Locker interface {
