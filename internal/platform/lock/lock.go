@@ -71,7 +71,7 @@ type Locker struct {
 	expiry      time.Duration
 	nodeTimeout time.Duration
 	waitBudget  time.Duration
-	maxTries    int // attempts on a held lock before busy; 0: as many as the wait budget allows
+	maxTries    int // attempts before busy; 0: as many as the wait budget allows
 	mode        Mode
 	prefix      string
 	log         *slog.Logger
@@ -189,11 +189,10 @@ func nodeTimeout(expiry time.Duration) time.Duration {
 
 // Do takes the lock on key, runs fn under a watchdog, and releases the lock.
 //
-// When the lock stays taken for the whole wait budget (or for every one of
-// the Locker's tries, WithTries), Do returns a problem.ResourceBusy error
-// without running fn. When the quorum cannot be
-// reached, Degrade mode runs fn without the lock and Strict mode returns
-// problem.Unavailable. If the lease is lost while fn runs, fn's context is
+// When the lock stays taken for the whole wait budget (or for the
+// Locker's tries, WithTries), Do returns a problem.ResourceBusy error
+// without running fn. When the quorum cannot be reached, Degrade mode runs
+// fn without the lock and Strict mode returns problem.Unavailable. If the lease is lost while fn runs, fn's context is
 // cancelled with cause ErrLockLost, and an error fn then returns is wrapped
 // so that errors.Is(err, ErrLockLost) holds. Once fn has succeeded, a failed
 // release is logged and counted, never returned.
