@@ -104,6 +104,11 @@ type benchOptions struct {
 	// where the result tables go (nil: only to stdout).
 	docPath string
 	doc     *docTarget
+	// With -doc: write the tables even on a loaded box, marked so
+	// (-loaded), and how long to wait for the box to settle before
+	// refusing it (-settle).
+	loaded bool
+	settle time.Duration
 }
 
 // ErrUsage means the command line was not one Run understands; the caller
@@ -113,6 +118,11 @@ var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strateg
 // Run runs `shop bench <args>`: args[0] is what to measure (orders,
 // payments or likes), the rest its flags.
 func Run(ctx context.Context, args []string, logger *slog.Logger) error {
+	return runOn(ctx, args, logger, machineGate())
+}
+
+// runOn is Run with the quiet-box check of -doc made by gate.
+func runOn(ctx context.Context, args []string, logger *slog.Logger, gate boxGate) error {
 	if len(args) == 0 {
 		return ErrUsage
 	}
@@ -139,7 +149,11 @@ func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	if o.docPath != "" {
-		if o.doc, err = newDocTarget(o.docPath, args); err != nil {
+		box, err := gate.wait(ctx, o, logger)
+		if err != nil {
+			return fmt.Errorf("bench %s -doc %s: %w", args[0], o.docPath, err)
+		}
+		if o.doc, err = newDocTarget(o.docPath, args, box); err != nil {
 			return err
 		}
 	}
@@ -172,7 +186,9 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	fs.DurationVar(&o.warmup, "warmup", warmup, "unmeasured time before each scenario's measurement")
 	fs.StringVar(&o.dbURL, "db", "", "PostgreSQL server to create the scratch database on (default $SHOP_DATABASE_URL)")
 	redis := fs.String("redis", strings.Join(cfg.RedisAddrs, ","), "comma-separated Redis nodes of the lock quorum; the default is $SHOP_REDIS_ADDRS")
-	fs.StringVar(&o.docPath, "doc", "", "also write the result tables into their generated blocks of this Markdown file (docs/BENCHMARKS.md; docs/STRATEGIES.md for strategies)")
+	fs.StringVar(&o.docPath, "doc", "", "also write the result tables into their generated blocks of this Markdown file (docs/BENCHMARKS.md; docs/STRATEGIES.md for strategies); refused, before anything is measured, while the 1-minute load average is above the cores")
+	fs.BoolVar(&o.loaded, "loaded", false, "with -doc: write the tables even when the load average is above the cores, their machine marked "+docblock.LoadedMarker)
+	fs.DurationVar(&o.settle, "settle", 0, "with -doc: wait up to this long for the load average to fall to the cores before refusing")
 	switch what {
 	case "orders":
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread scenarios pick from at random")
@@ -222,8 +238,8 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("bench %s: unexpected arguments %q", what, fs.Args())
-	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
-		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive (-seat-rows at most %d), -warmup and -storms not negative", what, seats.MaxRows)
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.settle < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
+		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive (-seat-rows at most %d), -warmup, -settle and -storms not negative", what, seats.MaxRows)
 	case len(o.redisAddrs) == 0:
 		return o, fmt.Errorf("bench %s: -redis needs at least one node", what)
 	}
