@@ -89,6 +89,11 @@ type benchOptions struct {
 	chart               string
 	clicks              int
 	seatRows            int // rows of the spread seat map
+	// outside only: the binary its replicas run `serve` from (default
+	// this one), and the pending orders seeded per second of a payment
+	// case's warm-up and window.
+	shopBin string
+	payRate int
 	// seats only: the lock strategy of the service being measured
 	// (SHOP_SEAT_LOCK), set per scenario by benchSeats.
 	seatLock string
@@ -113,10 +118,10 @@ type benchOptions struct {
 
 // ErrUsage means the command line was not one Run understands; the caller
 // prints the usage.
-var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies [flags]")
+var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies|outside [flags]")
 
 // Run runs `shop bench <args>`: args[0] is what to measure (orders,
-// payments or likes), the rest its flags.
+// payments, likes, seats, strategies or outside), the rest its flags.
 func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 	return runOn(ctx, args, logger, machineGate())
 }
@@ -138,6 +143,8 @@ func runOn(ctx context.Context, args []string, logger *slog.Logger, gate boxGate
 		run = benchSeats
 	case "strategies":
 		run = benchStrategies
+	case "outside":
+		run = benchOutside
 	default:
 		return ErrUsage
 	}
@@ -168,7 +175,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		return benchOptions{}, fmt.Errorf("config: %w", err)
 	}
 	// The counts of the other command stay at 1, so the checks below pass.
-	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1, seatRows: seats.MaxRows}
+	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1, seatRows: seats.MaxRows, payRate: 1}
 	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
 	clients := 32
 	duration, warmup := 10*time.Second, 2*time.Second
@@ -180,6 +187,8 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		clients, duration, warmup = 64, 3*time.Second, time.Second
 	case "strategies":
 		duration, warmup = 2*time.Second, 500*time.Millisecond // 62 cells in about 5½ minutes
+	case "outside":
+		duration, warmup = 2*time.Second, 500*time.Millisecond // as strategies' cells: 8 of them, and the seeding, in about a minute
 	}
 	fs.IntVar(&o.clients, "clients", clients, "concurrent clients, each a user of its own")
 	fs.DurationVar(&o.duration, "duration", duration, "measured time of each scenario")
@@ -208,6 +217,15 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		list(fs, &o.flows, "flows", "orders,payments,seats,likes", "comma-separated flows to run")
 		list(fs, &o.shapes, "cases", hot+","+spread, "comma-separated cases to run")
 		list(fs, &o.only, "strategies", "", "comma-separated strategies to run (default all): "+strings.Join(strategyNames, ","))
+	case "outside":
+		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread order case picks from at random")
+		fs.IntVar(&o.posts, "posts", 1000, "posts the spread like case picks from at random")
+		fs.IntVar(&o.clicks, "clicks", 4, "clients that pay each order of the hot payment case, one after the other")
+		fs.IntVar(&o.seatRows, "seat-rows", seats.MaxRows, fmt.Sprintf("rows of %d seats of the spread seat case, 1–%d", seats.MaxSeatsPerRow, seats.MaxRows))
+		fs.IntVar(&o.payRate, "pay-rate", 500, "pending orders seeded through the API per second of a payment case's warm-up and window (a case that pays faster runs out: \"out of orders\")")
+		fs.StringVar(&o.shopBin, "shop", "", "the shop binary the two replicas run `serve` from (default this one)")
+		list(fs, &o.flows, "flows", strings.Join(outsideFlowNames(), ","), "comma-separated flows to run")
+		list(fs, &o.shapes, "cases", hot+","+spread, "comma-separated cases to run")
 	case "likes":
 		fs.IntVar(&o.posts, "posts", 1000, "posts the spread scenarios pick from at random")
 		fs.Func("shards", "comma-separated counts of counter rows of the hot post, one scenario each (default "+intList(defaultShardCounts)+")", func(v string) error {
@@ -238,7 +256,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("bench %s: unexpected arguments %q", what, fs.Args())
-	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.settle < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.settle < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.payRate < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
 		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive (-seat-rows at most %d), -warmup, -settle and -storms not negative", what, seats.MaxRows)
 	case len(o.redisAddrs) == 0:
 		return o, fmt.Errorf("bench %s: -redis needs at least one node", what)

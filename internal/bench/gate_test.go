@@ -46,7 +46,7 @@ func TestDocGate_RefusesALoadedBox(t *testing.T) {
 	if err := os.WriteFile(doc, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, what := range []string{"orders", "payments", "likes", "seats", "strategies"} {
+	for _, what := range []string{"orders", "payments", "likes", "seats", "strategies", "outside"} {
 		box := &fakeBox{loads: []float64{5.5}}
 		err := runOn(context.Background(), []string{what, "-doc", doc, "-db", "postgres://nobody@127.0.0.1:1/none", "-redis", "127.0.0.1:1"},
 			quietLogger(), box.gate())
