@@ -106,6 +106,7 @@ bench: build
 	$(BENCH) likes -doc docs/BENCHMARKS.md $(BENCH_DOC)
 	$(BENCH) seats -doc docs/BENCHMARKS.md $(BENCH_DOC)
 	$(BENCH) strategies -doc docs/STRATEGIES.md -chart docs/strategies.svg $(BENCH_DOC)
+	$(BENCH) outside -doc docs/STRATEGIES.md $(BENCH_DOC)
 
 # A bundled k6 script against the running compose stack (make up), run by
 # `shop load` (no k6 needed): SCRIPT is a path or a name of loadtest/k6

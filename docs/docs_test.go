@@ -54,7 +54,7 @@ func faultRows(name string) ([]string, error) {
 // one, or the section around it, fails the test.
 var requiredBlocks = map[string][]string{
 	"BENCHMARKS.md":  {"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats"},
-	"STRATEGIES.md":  {"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes"},
+	"STRATEGIES.md":  {"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes", "strategies/outside"},
 	"RELIABILITY.md": {faults.Block},
 	"ABLATION.md":    ablationBlocks(),
 }
@@ -70,7 +70,7 @@ func ablationBlocks() []string {
 // requiredSections are headings (as anchors) that hold prose other
 // documents rely on, beyond what a table of contents links to.
 var requiredSections = map[string][]string{
-	"STRATEGIES.md": {"results", "run-to-run", "verdicts", "the-performance-goal", "why-the-profile", "dynamodbs-patterns-in-postgresql", "what-is-not-measured"},
+	"STRATEGIES.md": {"results", "run-to-run", "verdicts", "the-performance-goal", "why-the-profile", "dynamodbs-patterns-in-postgresql", "what-is-not-measured", "from-outside-two-replicas"},
 }
 
 // markdownFiles are README.md and docs/*.md, as paths from this directory.

@@ -2,7 +2,8 @@
 // HTTP service against a raw SQL baseline, in one run, on one machine.
 // cmd/shop only dispatches to Run; docs/BENCHMARKS.md has the figures.
 // `shop bench payments` is described in payments.go, `shop bench likes`
-// in likes.go.
+// in likes.go, `shop bench outside` (two replicas of their own) in
+// outside.go.
 //
 // `shop bench orders` measures order creation through the layered HTTP
 // service against the raw SQL baseline, in one run, with -clients concurrent
