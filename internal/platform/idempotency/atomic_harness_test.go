@@ -85,7 +85,8 @@ func newAtomicHarnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *a
 //
 //	""             claim, effect, complete, in one transaction (Claim, Complete)
 //	"batched"      the same with the claim sent with BEGIN and the
-//	               completion with the effect (QueueClaim, QueueComplete)
+//	               completion with the effect and COMMIT (QueueClaim,
+//	               QueueComplete, postgres.InTxBatched)
 //	"two_phase"    claim and effect committed; the pause; then complete
 //	"invalid"      400 before any transaction
 //	"out_of_stock" 409 out_of_stock after the claim: rolled back
@@ -113,14 +114,11 @@ func (h *atomicHarness) handleAtomic(c echo.Context) error {
 	case "invalid":
 		return problem.New(problem.Invalid, "quantity: required")
 	case "batched":
-		err = postgres.InTxFirst(ctx, h.flowDB, rec.QueueClaim, func(tx pgx.Tx) error {
+		err = postgres.InTxBatched(ctx, h.flowDB, rec.QueueClaim, func(pgx.Tx) (*pgx.Batch, error) {
 			h.pause(c)
-			b := &pgx.Batch{}
-			b.Queue(sqlEffect, p.Scope(), key, run)
-			if err := rec.QueueComplete(b, answer); err != nil {
-				return err
-			}
-			return tx.SendBatch(ctx, b).Close()
+			last := &pgx.Batch{}
+			last.Queue(sqlEffect, p.Scope(), key, run)
+			return last, rec.QueueComplete(last, answer)
 		})
 	case "two_phase":
 		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
