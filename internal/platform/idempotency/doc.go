@@ -32,7 +32,7 @@
 // batch that begins it) and completes it as its last statement
 // (Record.Complete, Record.QueueComplete):
 //
-//	BEGIN; claim; the flow's statements; complete; COMMIT
+//	BEGIN + claim; the flow's statements; complete + COMMIT
 //
 // The claim, the effect and the stored answer commit together or not at
 // all. A crash or a rollback leaves neither the claim nor the effect: the
@@ -103,7 +103,8 @@
 //
 // Under Atomic a request makes one commit, its flow's own (two for a
 // two-phase flow): the key costs one statement in the first round trip of
-// the transaction and one in the last, no commit of its own. Only a
+// the transaction (with BEGIN) and one in the last (with COMMIT, through
+// postgres.InTxBatched), no round trip and no commit of its own. Only a
 // refusal stored after a rollback, and the release of a claim a committed
 // phase left, cost a statement of their own.
 //
