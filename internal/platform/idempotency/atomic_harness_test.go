@@ -40,7 +40,7 @@ const (
 type atomicHarness struct {
 	*harness
 	flowDB *pgxpool.Pool
-	stale  atomic.Int64 // completions that reported the key taken over
+	stale  atomic.Int64 // second phases that found the key taken over
 }
 
 // newAtomicHarness builds it on one fresh database, whose pool is both the
@@ -87,7 +87,9 @@ func newAtomicHarnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *a
 //	"batched"      the same with the claim sent with BEGIN and the
 //	               completion with the effect and COMMIT (QueueClaim,
 //	               QueueComplete, postgres.InTxBatched)
-//	"two_phase"    claim and effect committed; the pause; then complete
+//	"two_phase"    claim and effect committed; the pause; then claim
+//	               again and complete
+//	"two_phase_complete_only"  the same, with no second claim
 //	"invalid"      400 before any transaction
 //	"out_of_stock" 409 out_of_stock after the claim: rolled back
 //	"fail"         500 after the claim: rolled back
@@ -120,7 +122,7 @@ func (h *atomicHarness) handleAtomic(c echo.Context) error {
 			last.Queue(sqlEffect, p.Scope(), key, run)
 			return last, rec.QueueComplete(last, answer)
 		})
-	case "two_phase":
+	case "two_phase", "two_phase_complete_only":
 		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
 			if err := rec.Claim(ctx, tx); err != nil {
 				return err
@@ -132,6 +134,13 @@ func (h *atomicHarness) handleAtomic(c echo.Context) error {
 		}
 		h.pause(c) // between the phases, in no transaction
 		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
+			if act == "two_phase" {
+				// The loser of a takeover asks its own key first.
+				if err := rec.Claim(ctx, tx); err != nil {
+					h.stale.Add(1)
+					return err
+				}
+			}
 			stored, err := rec.Complete(ctx, tx, answer)
 			if err == nil && !stored {
 				h.stale.Add(1)

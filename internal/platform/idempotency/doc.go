@@ -76,11 +76,12 @@
 // into the same result. A slow owner that comes back after losing its lease
 // must not overwrite the new owner's answer: completion and release are
 // fenced by the random owner token written at claim time, so the stale
-// owner's UPDATE matches no row. Under Atomic that UPDATE (Record.Complete,
-// in a later phase) also tries the key's advisory lock, so while the new
-// owner's transaction runs the stale one is told at once that it lost the
-// key (Complete reports false) instead of waiting for the new owner's row
-// lock; its client is then answered with the key's state. The handler's
+// owner's UPDATE matches no row. Under Atomic a later phase of a
+// two-phase flow begins with Claim again, which renews this request's own
+// claim or refuses it when the key was taken over, so the stale phase
+// stops before it acts on anything (the loser asks its own row first);
+// Complete's fence stays behind it (it then reports false). Either way
+// the stale owner's client is answered with the key's state. The handler's
 // context is also bounded by the lease, so a live owner normally gives up
 // before it can be taken over.
 //
