@@ -77,8 +77,8 @@
 // must not overwrite the new owner's answer: completion and release are
 // fenced by the random owner token written at claim time, so the stale
 // owner's UPDATE matches no row. Under Atomic a later phase of a
-// two-phase flow begins with Claim again, which renews this request's own
-// claim or refuses it when the key was taken over, so the stale phase
+// two-phase flow begins with Claim again, which finds this request's own
+// claim or refuses the phase when the key was taken over, so the stale phase
 // stops before it acts on anything (the loser asks its own row first);
 // Complete's fence stays behind it (it then reports false). Either way
 // the stale owner's client is answered with the key's state. The handler's

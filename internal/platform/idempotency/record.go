@@ -216,9 +216,10 @@ func (r *Record) claimArgs() []any {
 // returns it unchanged (wrap only with %w), and the middleware answers it.
 //
 // A later phase of a two-phase flow calls Claim again as its first
-// statement: the key is still this request's own claim, which it renews
-// (lease and lock), or it was taken over after the lease ran out, and the
-// stale phase is refused before it acts on anything.
+// statement: the key is still this request's own claim, and the phase
+// holds its lock (the lease stays the one the request began with, as does
+// the handler's deadline), or it was taken over after the lease ran out,
+// and the stale phase is refused before it acts on anything.
 func (r *Record) Claim(ctx context.Context, tx pgx.Tx) error {
 	if r == nil {
 		return nil
