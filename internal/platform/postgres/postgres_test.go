@@ -770,3 +770,31 @@ func TestInTxBatched_RollsBack(t *testing.T) {
 		assertReleased(t, pool)
 	})
 }
+
+// InTxFirst: the first statements go with BEGIN, fn continues, and the
+// commit is InTx's; an error of the first statements stops fn.
+func TestInTxFirst(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	err := postgres.InTxFirst(ctx, pool, func(b *pgx.Batch) {
+		b.Queue("INSERT INTO things (id) VALUES (1)")
+	}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (2)")
+		return err
+	})
+	if err != nil || countRows(t, pool, "things") != 2 {
+		t.Fatalf("InTxFirst = %v with %d rows, want nil and 2", err, countRows(t, pool, "things"))
+	}
+	err = postgres.InTxFirst(ctx, pool, func(b *pgx.Batch) {
+		b.Queue("INSERT INTO things (id) VALUES (3)")
+		b.Queue("INSERT INTO things (id) VALUES (1)")
+	}, func(pgx.Tx) error {
+		t.Error("fn ran after its first statements failed")
+		return nil
+	})
+	if postgres.ConstraintViolated(err) != "things_pkey" || countRows(t, pool, "things") != 2 {
+		t.Fatalf("InTxFirst = %v with %d rows, want things_pkey and 2", err, countRows(t, pool, "things"))
+	}
+	assertReleased(t, pool)
+}
