@@ -45,7 +45,7 @@ func TestCreate_CopiesDoNotStallThePool(t *testing.T) {
 	for _, copies := range []int{0, 49} {
 		// One after the other, so that their latencies compare.
 		t.Run(fmt.Sprintf("Copies=%d", copies), func(t *testing.T) {
-			s := newAtomicServer(t, poolSize, others)
+			s := newAtomicServer(t, poolSize, others, nil)
 			held := s.holdRow(t, "HOT")
 			first := make(chan reply, 1)
 			go func() { first <- s.order(t, s.users[0], "hot-key", "HOT") }()
@@ -126,6 +126,49 @@ func TestCreate_CopiesDoNotStallThePool(t *testing.T) {
 	}
 }
 
+// TestCreate_ThreeRoundTrips: an order under the idempotency record costs
+// the service three round trips to PostgreSQL on one connection (BEGIN
+// with the claim; the stock; the insert with the completion and COMMIT).
+func TestCreate_ThreeRoundTrips(t *testing.T) {
+	t.Parallel()
+	trips := &roundTrips{}
+	s := newAtomicServer(t, 1, 2, trips)
+	// The first order of the connection prepares its statements.
+	if rep := s.order(t, s.users[1], "warm", "SKU-0"); rep.status != http.StatusCreated {
+		t.Fatalf("warm-up: got %d %s", rep.status, rep.body)
+	}
+	trips.n.Store(0)
+	if rep := s.order(t, s.users[2], "counted", "SKU-1"); rep.status != http.StatusCreated {
+		t.Fatalf("order: got %d %s", rep.status, rep.body)
+	}
+	if n := trips.n.Load(); n != 3 {
+		t.Errorf("%d round trips for one order, want 3", n)
+	}
+	if again := s.order(t, s.users[2], "counted", "SKU-1"); !again.replayed {
+		t.Fatalf("retry: got %d %s, want a replay", again.status, again.body)
+	}
+}
+
+// roundTrips counts the statements and batches a pool sends: each is one
+// round trip to the server.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // atomicServer is the order routes under Atomic, with the service on a
 // pool of its own size and the test's statements on another.
 type atomicServer struct {
@@ -158,12 +201,20 @@ func (l countingLocker) Do(ctx context.Context, _ string, fn func(context.Contex
 	return fn(ctx)
 }
 
-func newAtomicServer(t *testing.T, poolSize int32, others int) *atomicServer {
+// newAtomicServer serves the order routes with the service on a pool of
+// poolSize connections, traced by tracer when it is not nil, and makes
+// 1+others users and products SKU-0… and HOT, 10 units each.
+func newAtomicServer(t *testing.T, poolSize int32, others int, tracer pgx.QueryTracer) *atomicServer {
 	t.Helper()
 	ctx := context.Background()
 	url := testenv.DatabaseURL(t)
 	direct := testenv.PoolFor(t, url)
-	svcPool, err := postgres.Open(ctx, url, poolSize)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns, cfg.ConnConfig.Tracer = poolSize, tracer
+	svcPool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
