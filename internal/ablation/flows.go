@@ -19,14 +19,15 @@ func CreateOrder() Flow {
 		Absent: map[layers.Layer]string{
 			state: "creating an order has no state rule: an order is born pending, there is no move to refuse",
 		},
-		// Through the route, the idempotency claim on (user, key) is the
-		// lock: Create takes the Redis lock only when no claim is held
-		// (orders.Claim), so the lock acts only with layer 0 off.
+		// Through the route, the idempotency claim's advisory lock on
+		// (user, key) is the lock: Create takes the Redis lock only when
+		// the request has no idempotency record (idempotency.RecordFrom),
+		// so the lock acts only with layer 0 off.
 		With: map[layers.Layer][]layers.Layer{lck: {idem}},
 		Rows: []Row{
-			{Why: "every layer: the idempotency claim on (user, key) serialises a request's copies, the conditional decrement sells only what is in stock"},
+			{Why: "every layer: the idempotency claim's advisory lock on (user, key), in the order's transaction, serialises a request's copies, the conditional decrement sells only what is in stock"},
 			{Layers: off(idem), Why: "no claim: the Redis lock on order:{user}:{key} serialises a request's copies, and the second finds the first order (orders_user_request_key)"},
-			{Layers: off(idem, lck), Why: "neither the claim nor the lock (with the claim held, it is the lock, orders.Claim): a request's copies race, and orders_user_request_key refuses the second order, whose stock rolls back with it; the first order is returned"},
+			{Layers: off(idem, lck), Why: "neither the claim nor the lock (with the claim held, its advisory lock is the lock): a request's copies race, and orders_user_request_key refuses the second order, whose stock rolls back with it; the first order is returned"},
 			{Layers: off(version), Why: "the decrement without its condition: products_stock_nonnegative refuses the oversell"},
 			{Layers: off(constraint), Why: "the conditional decrement sells only what is in stock; the claim stops a request's copies"},
 			{Layers: off(version, constraint), Breaks: true,

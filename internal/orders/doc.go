@@ -4,13 +4,18 @@
 // It is the worked example of defence in depth (DESIGN.md §1). Each flow in
 // service.go reads top to bottom as its layers:
 //
-//   - Layer 0, the Idempotency-Key, is handled before the flow runs (the
-//     platform/idempotency middleware on the route).
+//   - Layer 0, the Idempotency-Key. Create runs under
+//     platform/idempotency's atomic phases (Store.Atomic on the route): the
+//     order's transaction claims the key in its first round trip (with
+//     BEGIN) and completes it in its last (with the order's insert and
+//     COMMIT), so the order and the answer that replays it commit
+//     together.
 //   - Layer 1, a lock keyed on the business request ("order:{user}:{key}")
 //     or on the order ("order:{id}"). It saves wasted work; it is not what
-//     makes the result correct. For create through HTTP, the idempotency
-//     claim on that same (user, key), a lease in PostgreSQL, is the lock;
-//     other callers, and cancel, take a redsync lock over the Redis quorum.
+//     makes the result correct. For create through HTTP, the claim's
+//     pg_try_advisory_xact_lock on that same (user, key), inside the
+//     transaction, is the lock; other callers, and cancel, take a redsync
+//     lock over the Redis quorum.
 //   - Layer 2, the state machine in orders.go: pending_payment can become
 //     paying (a payment in flight), cancelled or expired; paying can become
 //     paid, cancelled, or pending_payment again; nothing else moves.

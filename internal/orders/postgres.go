@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/keyset"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
@@ -92,18 +93,30 @@ func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
 // Create reserves the stock of every line and inserts the order, in one
 // transaction: all lines or none. It fills in items and total from the
 // prices read while taking the stock, the way take says (the service's is
-// inventory.TakeConditional).
-func (s *Store) Create(ctx context.Context, o Order, lines []inventory.Line, take inventory.Take) (Order, error) {
-	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+// inventory.TakeConditional). With rec (layer 0) the transaction claims
+// the request's idempotency key first and completes it last with the
+// order's answer (idempotency.Record), so the order and the record commit
+// together: three round trips and one commit in all (postgres.InTxBatched).
+//
+//	BEGIN + claim               a copy of the request is refused here,
+//	                            before it takes any product's row lock
+//	take stock                  every line (inventory.TakeStock); the
+//	                            insert needs the prices it returns
+//	insert + complete + COMMIT  so the rows taken are held for one round
+//	                            trip and the commit
+func (s *Store) Create(ctx context.Context, o Order, lines []inventory.Line, take inventory.Take, rec *idempotency.Record) (Order, error) {
+	err := postgres.InTxBatched(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) (*pgx.Batch, error) {
 		prices, err := inventory.TakeStock(ctx, tx, lines, take)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		o.Items, o.TotalCents = priceItems(lines, prices)
-		return Insert(ctx, tx, o)
+		last := &pgx.Batch{}
+		queueInsert(last, o)
+		return last, rec.QueueComplete(last, created(o))
 	})
 	if err != nil {
-		return Order{}, err
+		return Order{}, insertError(err)
 	}
 	return o, nil
 }
@@ -120,13 +133,32 @@ func Insert(ctx context.Context, tx pgx.Tx, o Order) error {
 	}
 	_, err := tx.Exec(ctx, sqlInsertOrder, o.ID, o.UserID, o.RequestKey, o.TotalCents,
 		o.CreatedAt, o.ExpiresAt, skus, qtys, unit)
-	if postgres.ConstraintViolated(err) == constraintUserRequestKey {
-		return ErrDuplicateRequest
-	}
-	if err != nil {
+	switch err := insertError(err); {
+	case errors.Is(err, ErrDuplicateRequest):
+		return err
+	case err != nil:
 		return fmt.Errorf("insert order: %w", err)
 	}
 	return nil
+}
+
+// queueInsert queues Insert's statement.
+func queueInsert(b *pgx.Batch, o Order) {
+	n := len(o.Items)
+	skus, qtys, unit := make([]string, n), make([]int32, n), make([]int64, n)
+	for i, it := range o.Items {
+		skus[i], qtys[i], unit[i] = it.SKU, int32(it.Quantity), it.UnitPriceCents
+	}
+	b.Queue(sqlInsertOrder, o.ID, o.UserID, o.RequestKey, o.TotalCents, o.CreatedAt, o.ExpiresAt, skus, qtys, unit)
+}
+
+// insertError translates an error of the insert: orders_user_request_key
+// means the request placed its order before.
+func insertError(err error) error {
+	if postgres.ConstraintViolated(err) == constraintUserRequestKey {
+		return ErrDuplicateRequest
+	}
+	return err
 }
 
 // Get returns an order, whoever owns it.

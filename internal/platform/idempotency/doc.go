@@ -10,18 +10,61 @@
 // the same key independently. In the idempotency_keys table it is:
 //
 //	absent ──claim──▶ claimed (owner token, lease until locked_until)
-//	                    │ handler answered 2xx–4xx
+//	                    │ the flow answered 2xx–4xx
 //	                    ├──complete──▶ completed (status, headers, body)
-//	                    │ handler answered 5xx or "try later"
+//	                    │ it answered 5xx or "try later"
 //	                    └──release───▶ absent
 //
-// The claim is one INSERT … ON CONFLICT DO UPDATE, so of any number of
-// concurrent requests with one key exactly one becomes the owner. The others
-// read the row and are told one of three things: the key was used for a
-// different request (422 idempotency_key_reused; the fingerprint is method,
-// path and canonical body), the first request is still running (409
-// request_in_progress with Retry-After), or here is the stored answer,
-// replayed byte for byte with Idempotent-Replayed: true.
+// Of any number of concurrent requests with one key exactly one becomes
+// the owner. The others are told one of three things: the key was used
+// for a different request (422 idempotency_key_reused; the fingerprint is
+// method, path and canonical body), the first request is still running
+// (409 request_in_progress with Retry-After), or here is the stored
+// answer, replayed byte for byte with Idempotent-Replayed: true.
+//
+// # Two ways to hold a key
+//
+// Store.Atomic, the atomic phases of brandur/rocket-rides-atomic, is for
+// a flow that writes its record in its own transaction(s): create order
+// and restock. The middleware touches no database before the handler; it
+// puts a *Record on the request's context (RecordFrom), and the flow's
+// transaction claims the key (Record.Claim, or Record.QueueClaim in the
+// batch that begins it) and completes it as its last statement
+// (Record.Complete, Record.QueueComplete):
+//
+//	BEGIN + claim; the flow's statements; complete + COMMIT
+//
+// The claim, the effect and the stored answer commit together or not at
+// all. A crash or a rollback leaves neither the claim nor the effect: the
+// key is simply absent again, so nothing needs releasing. A COMMIT whose
+// answer was lost leaves the completed key, and the retry's claim replays
+// it. A two-phase flow (a payment: claim and recovery point committed, the
+// call outside, then settle and complete) leaves a committed claim
+// between its phases; if it crashes there, the key is in progress until
+// its lease ends and then taken over (below).
+//
+// The claim is one statement. It first takes pg_try_advisory_xact_lock on
+// (principal, key): a second request of the key is refused at once,
+// 409 request_in_progress, instead of waiting inside PostgreSQL on the
+// first one's uncommitted row with a pool connection held; with a pool of
+// eight connections, 49 waiting copies of one request would stall every
+// other user (TestAtomic_DuplicatesDoNotStallThePool). Then, in the same
+// statement, the INSERT … ON CONFLICT of the claim, which returns the row
+// as it is when the key is not this request's: the flow rolls back and
+// returns the *Refusal, and the middleware answers it. The advisory lock
+// also serialises one (principal, key) inside PostgreSQL, so a flow under
+// Atomic needs no Redis lock on the same key.
+//
+// A refusal the flow answers before its transaction or after a rollback
+// (400 invalid_request, 409 out_of_stock) is stored by the middleware in
+// one statement of its own, under the key's advisory lock too, so it never
+// overwrites what another request of the key is writing; if that other
+// request holds or completed the key, the client is answered with the
+// key's state instead. The handler holds its answer back until then.
+//
+// Store.For (Middleware) claims the key before the handler runs and
+// completes it after, one statement each, on a pool of its own. It serves
+// the routes that have not moved to Atomic.
 //
 // # Takeover and the owner token
 //
@@ -33,15 +76,22 @@
 // into the same result. A slow owner that comes back after losing its lease
 // must not overwrite the new owner's answer: completion and release are
 // fenced by the random owner token written at claim time, so the stale
-// owner's UPDATE matches no row. The handler's context is also bounded by
-// the lease, so a live owner normally gives up before it can be taken over.
+// owner's UPDATE matches no row. Under Atomic a later phase of a
+// two-phase flow begins with Claim again, which finds this request's own
+// claim or refuses the phase when the key was taken over, so the stale phase
+// stops before it acts on anything (the loser asks its own row first);
+// Complete's fence stays behind it (it then reports false). Either way
+// the stale owner's client is answered with the key's state. The handler's
+// context is also bounded by the lease, so a live owner normally gives up
+// before it can be taken over.
 //
 // # What is not stored
 //
 // A 5xx, a 429 and any refusal that carries a Retry-After (409
 // request_in_progress, 409 resource_busy, 503 unavailable) ask the client to
 // try again. Storing them would turn a passing failure into a permanent one
-// for that key, so the claim is released and a retry runs the handler again. (Stripe stores its 500s; here a 5xx usually means a
+// for that key, so the claim is released (under Atomic it rolled back with
+// the flow) and a retry runs the handler again. (Stripe stores its 500s; here a 5xx usually means a
 // dependency failed, the flows' own layers make the retry safe, and a retry
 // that can succeed is worth more to the client than a stored failure.) A
 // 4xx that answers the request itself (invalid_request, out_of_stock,
@@ -52,24 +102,33 @@
 //
 // # Commits
 //
-// The claim, the completion and the release are one statement each, one
-// round trip, and they run on a pool whose sessions have synchronous_commit
-// off (postgres.AsyncCommitPool). A request already pays one durable commit
-// (about a millisecond of fsync on the reference machine) for the flow's own
-// transaction; two more for bookkeeping would triple that. Losing them in a database crash is
-// harmless: a lost claim or completion leaves the key claimable again, and
-// the re-run is made safe by layers 1–4, which return the same result. WAL
-// is flushed in order, so when the flow commits durably the claim before it
-// becomes durable too; what a crash can lose is mostly a completion or a
-// release, either of which only means the key can be claimed again once
-// its lease has passed.
+// Under Atomic a request makes one commit, its flow's own (two for a
+// two-phase flow): the key costs one statement in the first round trip of
+// the transaction (with BEGIN) and one in the last (with COMMIT, through
+// postgres.InTxBatched), no round trip and no commit of its own. Only a
+// refusal stored after a rollback, and the release of a claim a committed
+// phase left, cost a statement of their own.
 //
-// Completion and release run on a context detached from the request: a
-// client hanging up must not leave its key claimed until the lease ends.
-// For the same reason, one that fails (the database slow, its pool full, a
-// connection cut) is tried once more in the background after the answer
-// has gone out; the owner token fences that late try like the first, and
-// Store.Wait lets a stopping replica wait for it.
+// Under For, the claim, the completion and the release are one statement
+// each, one round trip, and they run on a pool whose sessions have
+// synchronous_commit off (postgres.AsyncCommitPool), as do Atomic's own
+// statements. Losing them in a database crash is harmless: a lost claim or
+// completion leaves the key claimable again, and the re-run is made safe
+// by layers 1–4, which return the same result. WAL is flushed in order, so
+// when the flow commits durably the claim before it becomes durable too;
+// what a crash can lose is mostly a completion or a release, either of
+// which only means the key can be claimed again once its lease has passed.
+//
+// The statements after the handler (For's completion and release,
+// Atomic's stored refusal and release) run on a context detached from the
+// request: a client hanging up must not leave its key claimed until the
+// lease ends. For the same reason, a completion or release that fails (the
+// database slow, its pool full, a connection cut) is tried once more in the
+// background after the answer has gone out; the owner token fences that
+// late try like the first, and Store.Wait lets a stopping replica wait for
+// it. A refusal Atomic fails to store is sent unstored: its key stays
+// absent (or this request's claim until the lease ends), and a retry runs
+// the flow again.
 //
 // Keys are kept for Options.Retention (at least 24 h) and then deleted by
 // Sweep, which any number of replicas may run at once.

@@ -181,13 +181,7 @@ func (h *harness) handle(c echo.Context) error {
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/things/"+c.Param("id"))
 	c.Response().Header().Set("ETag", fmt.Sprintf(`"%d"`, run))
-	user := c.Request().Header.Get(headerUser)
-	key := c.Request().Header.Get(HeaderKey)
-	return httpx.JSON(c, http.StatusCreated, map[string]any{
-		"run": run, "nonce": nonce(), "body": string(body),
-		"holds":       Holds(c.Request().Context(), user, key),
-		"holds_other": Holds(c.Request().Context(), user, key+"-other") || Holds(c.Request().Context(), user+"-other", key),
-	})
+	return httpx.JSON(c, http.StatusCreated, map[string]any{"run": run, "nonce": nonce(), "body": string(body)})
 }
 
 func nonce() string {

@@ -92,19 +92,6 @@ func (s *Store) guard(flow string, next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-type claimKey struct{}
-
-type heldClaim struct{ principal, key string }
-
-// Holds reports whether the request with ctx runs under this middleware's
-// claim on key for principal: then no other request with that key runs
-// until this one has finished or its lease has passed. A flow whose lock
-// would guard exactly that (principal, key) can rely on the claim instead.
-func Holds(ctx context.Context, principal, key string) bool {
-	h, ok := ctx.Value(claimKey{}).(heldClaim)
-	return ok && h.principal == principal && h.key == key
-}
-
 // refuse answers a request whose key is someone else's: another request's,
 // a completed one's, or a still running one's.
 func (s *Store) refuse(c echo.Context, flow string, prev *stored, fp []byte) error {
@@ -154,7 +141,6 @@ func (s *Store) run(c echo.Context, next echo.HandlerFunc, cl *claim) {
 	// request may take the key over and run the same work.
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.lease)
 	defer cancel()
-	ctx = context.WithValue(ctx, claimKey{}, heldClaim{cl.principal, cl.key})
 	c.SetRequest(c.Request().WithContext(ctx))
 
 	done := false

@@ -3,7 +3,6 @@ package idempotency
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -271,30 +270,6 @@ func TestMiddleware_NeedsPrincipal(t *testing.T) {
 	}
 	if n := h.runs.Load(); n != 0 {
 		t.Fatalf("handler ran %d times", n)
-	}
-}
-
-// The handler runs under the claim, and knows it: a flow can rely on the
-// claim as the lock of exactly this (principal, key), and of nothing else.
-func TestMiddleware_Holds(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	r, err := h.send(request{key: "k-holds"})
-	if err != nil {
-		t.Fatalf("send: %v", err)
-	}
-	var got struct {
-		Holds      bool `json:"holds"`
-		HoldsOther bool `json:"holds_other"`
-	}
-	if err := json.Unmarshal(r.body, &got); err != nil {
-		t.Fatalf("decode %s: %v", r.body, err)
-	}
-	if !got.Holds || got.HoldsOther {
-		t.Fatalf("holds = %v, holds another key or principal = %v; want true, false", got.Holds, got.HoldsOther)
-	}
-	if Holds(context.Background(), "alice", "k-holds") {
-		t.Fatal("a context that never passed the middleware holds a claim")
 	}
 }
 
