@@ -200,7 +200,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		User: authn.User, Idempotency: atomicFor(orders.FlowCreate), OrderLimit: limit.orders, WriteLimit: limit.writes,
 	})
 	payments.Register(v1, paySvc, payments.Guards{
-		User: authn.User, Idempotency: idemFor(payments.FlowPay), WriteLimit: limit.writes,
+		User: authn.User, Idempotency: atomicFor(payments.FlowPay), WriteLimit: limit.writes,
 	})
 	// No idempotency middleware on the like routes: PUT and DELETE are
 	// idempotent by meaning (package likes).
@@ -292,10 +292,15 @@ func (a *App) MetricsHandler() http.Handler {
 	return mux
 }
 
-// newPayments builds the pay flow on the gateway at cfg.GatewayURL.
+// newPayments builds the pay flow on the gateway at cfg.GatewayURL, its
+// lock waiters bounded by payments.LockTries.
 func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker *lock.Locker, m *metrics.Metrics) (*payments.Service, error) {
 	const attempts = 2
 	gw, err := payments.NewGateway(cfg.GatewayURL, payments.GatewayOptions{Timeout: cfg.GatewayTimeout, Attempts: attempts})
+	if err != nil {
+		return nil, err
+	}
+	payLocker, err := locker.WithTries(payments.LockTries)
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +308,7 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 		Store:   payments.NewStore(deps.Pool),
 		Orders:  orderSvc,
 		Gateway: gw,
-		Locker:  locker,
+		Locker:  payLocker,
 		Metrics: m,
 		Logger:  deps.Logger,
 		Now:     deps.Now,

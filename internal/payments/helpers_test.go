@@ -60,16 +60,32 @@ func newFixtureWith(t *testing.T, opts gateway.Options) *fixture {
 	return f
 }
 
-// redisLock returns a lock over the test's Redis nodes.
+// redisLock returns a lock over the test's Redis nodes, whose waiters
+// make payments.LockTries attempts, as the service's.
 func (f *fixture) redisLock(t *testing.T) payments.Locker {
+	t.Helper()
+	return f.lockOn(t, metrics.New(), true)
+}
+
+// lockOn returns a lock over the test's Redis nodes counting into m,
+// bounded by payments.LockTries when bounded is set, else with only the
+// wait budget of every other flow's lock.
+func (f *fixture) lockOn(t *testing.T, m *metrics.Metrics, bounded bool) payments.Locker {
 	t.Helper()
 	clients := redisx.Clients(f.addrs)
 	t.Cleanup(func() { _ = redisx.Close(clients) })
-	l, err := lock.New(clients, lock.Options{Metrics: metrics.New()})
+	l, err := lock.New(clients, lock.Options{Metrics: m})
 	if err != nil {
 		t.Fatalf("lock.New: %v", err)
 	}
-	return l
+	if !bounded {
+		return l
+	}
+	few, err := l.WithTries(payments.LockTries)
+	if err != nil {
+		t.Fatalf("WithTries: %v", err)
+	}
+	return few
 }
 
 // service builds a payment service with the layers on, locking over the
@@ -108,13 +124,17 @@ func (f *fixture) mustCreateOrders(t *testing.T, n int) (users, ids []string) {
 	return users, ids
 }
 
+// unitPrice is the price of SKU-PAY: the total of every order the tests
+// place, one unit each.
+const unitPrice = 2500
+
 // mustCreateBuyers creates n users and the product SKU-PAY, with a unit
 // in stock for each of them.
 func (f *fixture) mustCreateBuyers(t *testing.T, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := inventory.NewStore(f.pool, f.clock.Now).Create(ctx,
-		inventory.Product{SKU: "SKU-PAY", Name: "Payable", PriceCents: 2500, StockAvailable: n}); err != nil {
+		inventory.Product{SKU: "SKU-PAY", Name: "Payable", PriceCents: unitPrice, StockAvailable: n}); err != nil {
 		t.Fatalf("create product: %v", err)
 	}
 	var users []string

@@ -14,8 +14,12 @@ import (
 
 // Guards are the middleware the routes are protected with.
 type Guards struct {
-	User        echo.MiddlewareFunc // a registered user's bearer token
-	Idempotency echo.MiddlewareFunc // Idempotency-Key handling (layer 0)
+	User echo.MiddlewareFunc // a registered user's bearer token
+	// Idempotency is the Idempotency-Key handling (layer 0) of pay:
+	// idempotency.Store.Atomic, whose record Pay claims in the transaction
+	// that begins the payment and completes in the one that records its
+	// success.
+	Idempotency echo.MiddlewareFunc
 	WriteLimit  echo.MiddlewareFunc // rate limit per user; after User, before Idempotency
 }
 
@@ -77,14 +81,24 @@ func (h handlers) pay(c echo.Context) error {
 	case errors.Is(err, ErrOutcomeUnknown) && pay.ID != "":
 		// The gateway did not say; the reconciler will. The client polls
 		// GET /v1/orders/{id}/payments.
-		c.Response().Header().Set(echo.HeaderLocation, "/v1/orders/"+pay.OrderID+"/payments")
+		c.Response().Header().Set(echo.HeaderLocation, paymentsURL(pay.OrderID))
 		return httpx.JSON(c, http.StatusAccepted, ToResponse(pay))
 	case err != nil:
 		return err
 	}
-	c.Response().Header().Set(echo.HeaderLocation, "/v1/orders/"+pay.OrderID+"/payments")
-	return httpx.JSON(c, http.StatusCreated, ToResponse(pay))
+	// The bytes stored with the key in the settling transaction, when it
+	// stored them: a replay is the same.
+	return idempotency.Send(c, paid(pay))
 }
+
+// paid is the answer to a payment that succeeded: 201 with the payment
+// and where its order's payments are, the answer its Idempotency-Key
+// stores and replays.
+func paid(p Payment) idempotency.Answer {
+	return idempotency.Answer{Status: http.StatusCreated, Location: paymentsURL(p.OrderID), Body: ToResponse(p)}
+}
+
+func paymentsURL(orderID string) string { return "/v1/orders/" + orderID + "/payments" }
 
 func (h handlers) list(c echo.Context) error {
 	orderID, err := httpx.ParamID(c, "id")

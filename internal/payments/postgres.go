@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
@@ -29,13 +31,16 @@ const (
 	sqlInsertPayment = `INSERT INTO payments (id, order_id, request_key, status, amount_cents, payment_method, version, created_at, updated_at)
 		VALUES ($1, $2, $3, 'processing', $4, $5, 1, $6, $6)`
 
-	// The settler's first question, before it looks at the order: is the
-	// payment still as it read it? The row lock makes every other settler
-	// of this payment wait for the answer.
+	// The discarder's first question, before it looks at the order: is
+	// the payment still as it read it? The row lock makes every settler of
+	// this payment wait for the answer.
 	sqlLockPayment = `SELECT version FROM payments WHERE id = $1 FOR UPDATE`
 
-	// Layer 3: the version check. Zero rows means another settler (the
-	// request or the reconciler) recorded an outcome first.
+	// Layer 3: the version check, the settler's first statement, before it
+	// looks at the order: the write takes the payment's row lock, so every
+	// other settler of it waits for this one's answer and then finds the
+	// version moved. Zero rows means another settler (the request or the
+	// reconciler) recorded an outcome first.
 	sqlSettlePayment = `UPDATE payments
 		SET status = $3, charge_id = NULLIF($4, ''), refund_id = NULLIF($5, ''), failure_reason = NULLIF($6, ''),
 			version = version + 1, updated_at = $7
@@ -51,7 +56,13 @@ const (
 	// it is removed, if no settler has recorded an outcome meanwhile.
 	sqlDiscardPayment = `DELETE FROM payments WHERE id = $1 AND status = 'processing'`
 
-	sqlGetPayment       = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
+	sqlGetPayment    = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
+	sqlPaymentExists = `SELECT EXISTS (SELECT 1 FROM payments WHERE id = $1)`
+	// The request's payment and the order's active one, in one statement
+	// (at most two rows, one when they are the same): what a request that
+	// finds its order not payable is answered from.
+	sqlPaymentsOfRequestAndActive = `SELECT ` + paymentColumns + `, request_key = $2 FROM payments
+		WHERE order_id = $1 AND (request_key = $2 OR status IN ('processing', 'succeeded'))`
 	sqlPaymentOfRequest = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND request_key = $2`
 	sqlActivePayment    = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND status IN ('processing', 'succeeded')`
 	sqlPaymentsOfOrder  = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 ORDER BY created_at, id`
@@ -69,39 +80,86 @@ func NewStore(db *pgxpool.Pool) *Store {
 	return &Store{db: db}
 }
 
-// Begin opens a processing payment of an order and moves the order to
-// paying, in one transaction: start, given the order as it stands, applies
-// the order's rules (orders.Order.BeginPayment moves it to paying) and
-// returns the payment to insert. The order is written at the version read
-// (orders.UpdateTx), so a cancel that got in between makes Begin return
-// orders.ErrVersionConflict. It returns ErrActivePayment when the order
-// already has a payment processing or succeeded, and ErrDuplicateRequest
-// when it has a payment begun with p's request key.
-func (s *Store) Begin(ctx context.Context, orderID string, on layers.Set, start func(*orders.Order) (Payment, error)) (Payment, error) {
-	var p Payment
-	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		_, err := orders.UpdateTx(ctx, tx, orderID, on, func(o *orders.Order) (bool, error) {
-			var err error
-			p, err = start(o)
-			return err == nil, err
+// Begin opens the processing payment p of its order and moves the order
+// to paying, in one transaction that also claims the request's
+// idempotency key (rec, layer 0; nil without the layer). move, given the
+// order as it stands in the transaction, applies the order's rules
+// (orders.Order.BeginPayment moves it to paying); the order is written at
+// the version read (orders.UpdateTx), so a cancel that got in between
+// makes Begin return orders.ErrVersionConflict. p's amount is the order's
+// total as read before: an order's total is fixed when it is placed.
+// Four round trips, one commit:
+//
+//	BEGIN + claim + insert p   a copy of the request is refused here (the
+//	                           claim's *idempotency.Refusal); layer 4 refuses
+//	                           a second active payment of the order
+//	read the order             orders.UpdateTx
+//	write it paying            at the version read
+//	COMMIT
+//
+// The insert travels with the claim, so it runs even when the claim is
+// refused (and is rolled back then). It can wait only on another
+// transaction inserting a payment of the same order, which the order's
+// lock (layer 1) keeps from running at the same time; without the lock,
+// for the few milliseconds of that transaction, which holds no network
+// call. It returns ErrActivePayment when the order already has a payment
+// processing or succeeded, and ErrDuplicateRequest when it has a payment
+// begun with p's request key.
+//
+// Locks are taken payment index entries, then order row; Settle and
+// Discard take the row of a payment that exists, then the order row. An
+// insert waits only on another uncommitted insert, never on a settler, so
+// no two of them each hold what the other waits for.
+func (s *Store) Begin(ctx context.Context, p Payment, rec *idempotency.Record, on layers.Set, move func(*orders.Order) error) (Payment, error) {
+	err := postgres.InTxFirst(ctx, s.db, func(b *pgx.Batch) {
+		rec.QueueClaim(b)
+		b.Queue(sqlInsertPayment, p.ID, p.OrderID, p.RequestKey, p.AmountCents, p.Method, p.CreatedAt)
+	}, func(tx pgx.Tx) error {
+		_, err := orders.UpdateTx(ctx, tx, p.OrderID, on, func(o *orders.Order) (bool, error) {
+			return true, move(o)
 		})
-		if err != nil {
-			return err
-		}
-		// Layer 4: the partial unique index admits one processing-or-
-		// succeeded payment per order.
-		_, err = tx.Exec(ctx, sqlInsertPayment, p.ID, p.OrderID, p.RequestKey, p.AmountCents, p.Method, p.CreatedAt)
-		switch postgres.ConstraintViolated(err) {
-		case constraintOneActive:
-			return ErrActivePayment
-		case constraintRequestKey:
-			return ErrDuplicateRequest
-		}
-		if err != nil {
-			return fmt.Errorf("insert payment for %s: %w", orderID, err)
-		}
-		return nil
+		return err
 	})
+	switch postgres.ConstraintViolated(err) {
+	case constraintOneActive:
+		return Payment{}, ErrActivePayment
+	case constraintRequestKey:
+		return Payment{}, ErrDuplicateRequest
+	}
+	if err != nil {
+		return Payment{}, err
+	}
+	return p, nil
+}
+
+// Resume reads payment id again in a transaction whose first statements
+// claim the request's idempotency key (rec): a request that carries its
+// own payment on (a retry whose first try began it) does so as the key's
+// owner, or is refused (*idempotency.Refusal) while another request of
+// the key runs, or gets the key's stored answer. When answer gives one
+// for the payment as read (it has succeeded meanwhile), the record is
+// completed with it in the same transaction. Two round trips, three with
+// the answer.
+func (s *Store) Resume(ctx context.Context, id string, rec *idempotency.Record, answer func(Payment) (idempotency.Answer, bool)) (Payment, error) {
+	var p Payment
+	err := postgres.InTxFirst(ctx, s.db, func(b *pgx.Batch) {
+		rec.QueueClaim(b)
+		b.Queue(sqlGetPayment, id).QueryRow(func(row pgx.Row) error {
+			var err error
+			p, err = scanPayment(row)
+			return err
+		})
+	}, func(tx pgx.Tx) error {
+		a, ok := answer(p)
+		if !ok {
+			return nil
+		}
+		_, err := rec.Complete(ctx, tx, a)
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, ErrNotFound
+	}
 	if err != nil {
 		return Payment{}, err
 	}
@@ -111,54 +169,82 @@ func (s *Store) Begin(ctx context.Context, orderID string, on layers.Set, start 
 // Settle records p's outcome if the payment is still at p.Version, and,
 // when moveOrder is not nil, applies it to the order in the same
 // transaction (orders.UpdateTx, version-checked). Either both are written
-// or neither. It returns the payment as written.
+// or neither. When answer is not nil, the transaction completes the
+// request's idempotency record (rec) with the answer of the payment as
+// written, as its last statement. It returns the payment as written.
 //
-// The payment's own row decides first. Settle locks it and returns
-// ErrVersionConflict, before moveOrder sees the order, if another settler
-// (the request, a reconciler on another replica, one whose lock lapsed)
-// has recorded an outcome since p was read. Only a settler whose payment
-// is still processing asks the order anything, so when moveOrder finds
-// the order no longer being paid, it was cancelled for a reason other than
-// this payment: the payment and its order move together, in one
-// transaction.
+// The payment's own row decides first. Its version-checked write travels
+// with BEGIN, and Settle returns ErrVersionConflict, before moveOrder sees
+// the order, if another settler (the request, a reconciler on another
+// replica, one whose lock lapsed) has recorded an outcome since p was
+// read; the write's row lock makes every other settler of the payment
+// wait for this one's answer. Only a settler whose payment was still
+// processing asks the order anything, so when moveOrder finds the order no
+// longer being paid, it was cancelled for a reason other than this
+// payment: the payment and its order move together, in one transaction.
+// Five round trips with the order and the answer, one commit:
 //
-// Locks are taken payment row, then order row. Begin writes the order row
-// and then inserts a payment; the payment lock is a lock only, which the
-// insert's unique check does not wait on, so the two cannot each hold
-// what the other waits for. With layer 3 off (on), neither row is checked
-// against the version read.
-func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error)) (Payment, error) {
-	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		if err := lockAtVersion(ctx, tx, p, on); err != nil {
-			return err
+//	BEGIN + settle p            at its version: the payment's row first
+//	read the order              orders.UpdateTx, moveOrder
+//	write it, at its version
+//	complete the record         the answer that a retry replays
+//	COMMIT
+//
+// With layer 3 off (on), neither row is checked against the version read.
+func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error),
+	rec *idempotency.Record, answer func(Payment) idempotency.Answer) (Payment, error) {
+	written := p
+	written.Version++
+	err := postgres.InTxFirst(ctx, s.db, func(b *pgx.Batch) {
+		query := sqlSettlePayment
+		if !on.On(layers.Version) {
+			query = sqlSettlePaymentUnversioned
 		}
+		b.Queue(query, p.ID, p.Version, string(p.Status), p.ChargeID, p.RefundID, p.FailureReason, p.UpdatedAt).
+			Exec(func(tag pgconn.CommandTag) error {
+				if tag.RowsAffected() == 0 {
+					return errNotSettled
+				}
+				return nil
+			})
+	}, func(tx pgx.Tx) error {
 		if moveOrder != nil {
 			if _, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder); err != nil {
 				return err
 			}
 		}
-		query := sqlSettlePayment
-		if !on.On(layers.Version) {
-			query = sqlSettlePaymentUnversioned
+		if answer == nil {
+			return nil
 		}
-		tag, err := tx.Exec(ctx, query, p.ID, p.Version, string(p.Status),
-			p.ChargeID, p.RefundID, p.FailureReason, p.UpdatedAt)
-		if postgres.ConstraintViolated(err) == constraintChargeID {
-			return fmt.Errorf("settle payment %s: charge %s already settles another payment: %w", p.ID, p.ChargeID, ErrChargeSettled)
-		}
-		if err != nil {
-			return fmt.Errorf("settle payment %s: %w", p.ID, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return ErrVersionConflict
-		}
-		return nil
+		_, err := rec.Complete(ctx, tx, answer(written))
+		return err
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errNotSettled):
+		return Payment{}, s.notSettled(ctx, p.ID)
+	case postgres.ConstraintViolated(err) == constraintChargeID:
+		return Payment{}, fmt.Errorf("settle payment %s: charge %s already settles another payment: %w", p.ID, p.ChargeID, ErrChargeSettled)
+	case err != nil:
 		return Payment{}, err
 	}
-	p.Version++
-	return p, nil
+	return written, nil
+}
+
+// errNotSettled: the settlement's write matched no row.
+var errNotSettled = errors.New("payment not settled")
+
+// notSettled says why a settlement of payment id matched no row: another
+// settler changed it (ErrVersionConflict), or it is gone (ErrNotFound,
+// discarded).
+func (s *Store) notSettled(ctx context.Context, id string) error {
+	var exists bool
+	if err := s.db.QueryRow(ctx, sqlPaymentExists, id).Scan(&exists); err != nil {
+		return fmt.Errorf("settle payment %s: %w", id, err)
+	}
+	if !exists {
+		return ErrNotFound
+	}
+	return ErrVersionConflict
 }
 
 // lockAtVersion locks p's row and, with layer 3 on, returns
@@ -227,6 +313,36 @@ func (s *Store) OfRequest(ctx context.Context, orderID, requestKey string) (Paym
 	return p, nil
 }
 
+// OfRequestAndActive returns, in one round trip, the payment of the order
+// begun with requestKey and the order's processing or succeeded payment;
+// either is the zero Payment when there is none, and both are the same
+// payment when the request's is the active one.
+func (s *Store) OfRequestAndActive(ctx context.Context, orderID, requestKey string) (mine, active Payment, err error) {
+	rows, err := s.db.Query(ctx, sqlPaymentsOfRequestAndActive, orderID, requestKey)
+	if err != nil {
+		return Payment{}, Payment{}, fmt.Errorf("read payments of %s: %w", orderID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ofRequest bool
+		p, err := scanPayment(rows, &ofRequest)
+		if err != nil {
+			return Payment{}, Payment{}, fmt.Errorf("read payments of %s: %w", orderID, err)
+		}
+		if ofRequest {
+			p.RequestKey = requestKey
+			mine = p
+		}
+		if p.Status == StatusProcessing || p.Status == StatusSucceeded {
+			active = p
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Payment{}, Payment{}, fmt.Errorf("read payments of %s: %w", orderID, err)
+	}
+	return mine, active, nil
+}
+
 // Active returns the order's processing or succeeded payment.
 func (s *Store) Active(ctx context.Context, orderID string) (Payment, error) {
 	p, err := scanPayment(s.db.QueryRow(ctx, sqlActivePayment, orderID))
@@ -262,12 +378,14 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]Payment, 
 	return ps, nil
 }
 
-func scanPayment(row pgx.Row) (Payment, error) {
+// scanPayment scans paymentColumns, and then into extra, if the query
+// selects more.
+func scanPayment(row pgx.Row, extra ...any) (Payment, error) {
 	var p Payment
 	var status string
 	var charge, refund, reason *string
-	err := row.Scan(&p.ID, &p.OrderID, &status, &p.AmountCents, &p.Method, &charge, &refund,
-		&reason, &p.Version, &p.CreatedAt, &p.UpdatedAt)
+	err := row.Scan(append([]any{&p.ID, &p.OrderID, &status, &p.AmountCents, &p.Method, &charge, &refund,
+		&reason, &p.Version, &p.CreatedAt, &p.UpdatedAt}, extra...)...)
 	if err != nil {
 		return Payment{}, err
 	}

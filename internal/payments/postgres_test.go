@@ -41,7 +41,7 @@ func TestStore_SettleOnce(t *testing.T) {
 		}
 		_, err := store.Settle(context.Background(), paid, layers.Set{}, func(o *orders.Order) (bool, error) {
 			return true, o.Pay(now)
-		})
+		}, nil, nil)
 		switch {
 		case err == nil:
 			won.Add(1)
@@ -96,7 +96,7 @@ func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 				if err := p.Succeed("ch_shared", now); err != nil {
 					return err
 				}
-				_, err := store.Settle(context.Background(), p, layers.Set{}, func(o *orders.Order) (bool, error) { return true, o.Pay(now) })
+				_, err := store.Settle(context.Background(), p, layers.Set{}, func(o *orders.Order) (bool, error) { return true, o.Pay(now) }, nil, nil)
 				return err
 			}
 
@@ -129,16 +129,12 @@ func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 	}
 }
 
-// mustBegin opens a processing payment for an order.
+// mustBegin opens a processing payment for one of the fixture's orders.
 func mustBegin(t *testing.T, store *payments.Store, orderID string, now time.Time) payments.Payment {
 	t.Helper()
-	p, err := store.Begin(context.Background(), orderID, layers.Set{}, func(o *orders.Order) (payments.Payment, error) {
-		if err := o.BeginPayment(now); err != nil {
-			return payments.Payment{}, err
-		}
-		return payments.Payment{ID: uuid.NewString(), OrderID: o.ID, Status: payments.StatusProcessing,
-			AmountCents: o.TotalCents, Method: "pm_card_ok", Version: 1, CreatedAt: now, UpdatedAt: now}, nil
-	})
+	p := payments.Payment{ID: uuid.NewString(), OrderID: orderID, Status: payments.StatusProcessing,
+		AmountCents: unitPrice, Method: "pm_card_ok", Version: 1, CreatedAt: now, UpdatedAt: now}
+	p, err := store.Begin(context.Background(), p, nil, layers.Set{}, func(o *orders.Order) error { return o.BeginPayment(now) })
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}

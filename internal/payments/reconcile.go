@@ -77,7 +77,7 @@ func (s *Service) reconcileOne(ctx context.Context, due Payment) string {
 			result = "gone"
 			return nil
 		}
-		p, err = s.charge(ctx, p)
+		p, err = s.charge(ctx, p, nil) // the reconciler answers no request
 		switch {
 		case problem.CodeOf(err) == problem.Invalid:
 			result = outcomeRejected // refused by the gateway, and discarded

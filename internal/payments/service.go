@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
@@ -19,18 +20,35 @@ import (
 // The layers of the pay flow, where each one is:
 //
 //	layer           where                                       backed by
-//	0 idempotency   the route's middleware (http.go);           idempotency_keys,
-//	                (order, key) on the payment's row           payments_order_request_key
-//	1 lock          payment:{order}, held across the gateway    Pay, reconcileOne
-//	                call under the watchdog
+//	0 idempotency   the key's record, claimed in the begin's    idempotency_keys (Store.Begin,
+//	                transaction, completed in the settle's;     Settle, Resume), payments_order_
+//	                (order, key) on the payment's row           request_key
+//	1 lock          payment:{order}, held across the gateway    Pay, reconcileOne; LockTries
+//	                call under the watchdog; a click that
+//	                finds it held is refused, not queued
 //	2 state         the order: pending_payment → paying → paid  orders.Order.BeginPayment, Pay,
-//	                (begin), the payment: processing → settled  PaymentEnded; Payment.settle
-//	3 version       the payment's row asked first, then both    Store.Settle: sqlLockPayment,
-//	                rows written WHERE version = $read          sqlSettlePayment, orders.UpdateTx
+//	                (begin), the payment: processing → settled; PaymentEnded; Payment.settle;
+//	                asked of the order as read before the lock  admit
+//	3 version       the payment's row written first, at its     Store.Settle: sqlSettlePayment,
+//	                version, then the order's at its version    orders.UpdateTx
 //	4 constraint    one processing-or-succeeded payment per     payments_one_active_per_order,
 //	                order; a charge settles one payment         payments_charge_id_key
 //	+ gateway key   the payment id is the gateway's             gateway.Charge, Refund
 //	                Idempotency-Key: one charge per payment
+//
+// What one payment costs, the winner of its order (auth's round trip
+// aside):
+//
+//	read the order                      1 round trip     orders.Service.Get (admit)
+//	lock payment:{order}                Redis: SET NX on each node, and the release
+//	begin: claim + payment + order      4, one commit    Store.Begin
+//	charge                              the gateway, no transaction open
+//	settle: payment + order + answer    5, one commit    Store.Settle
+//
+// A loser costs the order's read and, when the order cannot begin a
+// payment, the read of the payments (one statement), or one lock
+// attempt; and, for an answer that is stored (invalid_state), the key
+// middleware's statement.
 
 // Locker runs work under a distributed lock (platform/lock.Locker).
 type Locker interface {
@@ -40,6 +58,14 @@ type Locker interface {
 // FlowPay names the pay flow in the conflict counter; the idempotency
 // middleware on the route counts under it too.
 const FlowPay = "pay_order"
+
+// LockTries bounds the attempts a payment makes on its order's lock
+// before resource_busy (lock.Locker.WithTries). The holder keeps the lock
+// across its gateway call, so a click that finds it held (taken on every
+// node) is told so after one attempt instead of queueing behind the
+// charge; the attempts past the first get contenders that arrived
+// together past a split vote.
+const LockTries = 3
 
 // maxVersionRetries bounds how often a settlement re-reads an order that
 // changed under it.
@@ -111,6 +137,8 @@ func NewService(cfg Config) (*Service, error) {
 //   - a payment_declined problem: failed, the order can be paid again;
 //   - an error wrapping ErrOutcomeUnknown: still processing; the
 //     reconciler settles it;
+//   - a resource_busy problem: another payment of the order is in flight
+//     (or holds its lock); try again after its Retry-After;
 //   - an invalid_state problem: the order cannot be paid, or it stopped
 //     waiting while the charge was in flight and the charge was refunded;
 //   - an invalid_request problem: the gateway refused the payment method;
@@ -125,24 +153,57 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	if !ids.Valid(orderID) {
 		return Payment{}, ErrNotFound
 	}
+	// Layer 0: the request's idempotency record, when the route has the
+	// layer (idempotency.Store.Atomic). The transaction that begins the
+	// payment claims it, and the one that records its success completes
+	// it with the answer: the payment and its key commit together, in
+	// each phase.
+	rec := idempotency.RecordFrom(ctx)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.budget)
 	defer cancel()
+
+	// Read first: a click on an order that is being paid, or is paid, is
+	// answered from the database at once; only a payable order, or this
+	// request's own payment still to be carried on, goes for the lock.
+	o, mine, err := s.admit(ctx, userID, requestKey, orderID, method)
+	switch {
+	case err != nil:
+		return Payment{}, err
+	case mine.ID != "" && mine.Status != StatusProcessing:
+		// The request's own payment has settled: its outcome, given
+		// under the request's key (replayed, when the key stored it).
+		p, err := s.resume(ctx, mine.ID, rec)
+		if err != nil {
+			return Payment{}, err
+		}
+		return p, Outcome(p)
+	}
 
 	var out Payment
 	ran := false
 	// Layer 1: one payment of this order at a time, across replicas. The
 	// lock is held across the gateway call; its watchdog extends the lease
-	// while the call runs, and cancels the call if the lease is lost.
-	err := s.lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
+	// while the call runs, and cancels the call if the lease is lost. It
+	// serialises the winner's work, it is not the losers' queue: a click
+	// that finds it held is told resource_busy at once (LockTries), not
+	// after the winner's charge.
+	err = s.lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
 		ran = true
-		// The request's own payment first: a try of this request that
-		// began one carries it on, rather than this one beginning another.
-		p, err := s.ofRequest(ctx, userID, requestKey, orderID, method)
-		if errors.Is(err, ErrNotFound) {
-			p, err = s.begin(ctx, userID, requestKey, orderID, method)
+		var p Payment
+		var err error
+		if mine.ID != "" {
+			// The request's own payment first, as it stands now that no
+			// one else works on it: a reconciler may have settled it.
+			p, err = s.resume(ctx, mine.ID, rec)
+		} else {
+			p, err = s.begin(ctx, userID, requestKey, o, method, rec)
 		}
 		if errors.Is(err, ErrDuplicateRequest) {
-			p, err = s.ofRequest(ctx, userID, requestKey, orderID, method)
+			// An earlier try of this request began one (and it ended
+			// without a charge: the order was payable again).
+			if p, err = s.ofRequest(ctx, userID, requestKey, orderID, method); err == nil {
+				p, err = s.resume(ctx, p.ID, rec)
+			}
 		}
 		switch {
 		case err != nil:
@@ -151,7 +212,7 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 			out = p
 			return Outcome(p)
 		}
-		out, err = s.charge(ctx, p)
+		out, err = s.charge(ctx, p, rec)
 		return err
 	})
 	if !ran && problem.CodeOf(err) == problem.ResourceBusy {
@@ -159,6 +220,58 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	}
 	return out, err
 }
+
+// admit reads the order (someone else's does not exist for this user)
+// and decides whether this request goes for the lock: the order may begin
+// a payment (layer 2's rule, asked of the order as read), or the request
+// has a payment of its own, returned to be carried on or answered.
+// Otherwise it returns the answer, without the lock: resource_busy while
+// another payment of the order is in flight, or invalid_state. The
+// payments are read only when the order cannot begin one, in one
+// statement: the request's own decides first, then the order's active
+// one.
+//
+// The read is advice: the lock, the version-checked begin and the
+// constraints decide, whatever changed since.
+func (s *Service) admit(ctx context.Context, userID, requestKey, orderID, method string) (orders.Order, Payment, error) {
+	o, err := s.orders.Get(ctx, userID, orderID)
+	if err != nil {
+		return orders.Order{}, Payment{}, err
+	}
+	check := o
+	refused := s.beginPayment(&check, s.stamp())
+	if refused == nil {
+		return o, Payment{}, nil
+	}
+	mine, active, err := s.store.OfRequestAndActive(ctx, orderID, requestKey)
+	switch {
+	case err != nil:
+		return orders.Order{}, Payment{}, err
+	case mine.ID != "" && mine.Method != method:
+		return orders.Order{}, Payment{}, errKeyReused
+	case mine.ID != "":
+		return o, mine, nil
+	}
+	s.metrics.Stopped(FlowPay, metrics.LayerState)
+	if errors.Is(refused, orders.ErrPaymentInFlight) {
+		return orders.Order{}, Payment{}, s.answerInFlight(orderID, active)
+	}
+	return orders.Order{}, Payment{}, refused
+}
+
+// resume reads the request's own payment id again, claiming the request's
+// key with it (layer 0); a payment that has succeeded completes the key
+// with its answer in the same transaction.
+func (s *Service) resume(ctx context.Context, id string, rec *idempotency.Record) (Payment, error) {
+	return s.store.Resume(ctx, id, rec, func(p Payment) (idempotency.Answer, bool) {
+		return paid(p), p.Status == StatusSucceeded
+	})
+}
+
+// errKeyReused answers a request whose key began a payment of the order
+// with another method.
+var errKeyReused = problem.New(problem.IdempotencyReused,
+	"this Idempotency-Key was used for a payment with another method; send a new key for a new request")
 
 // lock runs fn under the lock on key, unless layer 1 is off.
 func (s *Service) lock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
@@ -180,34 +293,35 @@ func (s *Service) ofRequest(ctx context.Context, userID, requestKey, orderID, me
 		return Payment{}, err // someone else's order does not exist for this user
 	}
 	if p.Method != method {
-		return Payment{}, problem.New(problem.IdempotencyReused,
-			"this Idempotency-Key was used for a payment with another method; send a new key for a new request")
+		return Payment{}, errKeyReused
 	}
 	return p, nil
 }
 
 // begin opens the processing payment that the charge will settle, and
-// moves its order to paying, in one transaction.
-func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method string) (Payment, error) {
+// moves its order (o, as read) to paying, in one transaction that claims
+// the request's key (rec).
+func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders.Order, method string, rec *idempotency.Record) (Payment, error) {
 	for attempt := 1; ; attempt++ {
-		p, err := s.store.Begin(ctx, orderID, s.layers, func(o *orders.Order) (Payment, error) {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return Payment{}, fmt.Errorf("new payment id: %w", err)
+		}
+		now := s.stamp()
+		p := Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing, AmountCents: o.TotalCents,
+			Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}
+		p, err = s.store.Begin(ctx, p, rec, s.layers, func(o *orders.Order) error {
 			if o.UserID != userID {
-				return Payment{}, ErrNotFound // someone else's order does not exist for this user
+				return ErrNotFound // someone else's order does not exist for this user
 			}
-			now := s.stamp()
 			// Layer 2: the order's state machine: only a pending order
 			// within its time begins a payment, and it says so by moving
 			// to paying (a second payment finds it paying).
 			if err := s.beginPayment(o, now); err != nil {
 				s.metrics.Stopped(FlowPay, metrics.LayerState)
-				return Payment{}, err
+				return err
 			}
-			id, err := uuid.NewV7()
-			if err != nil {
-				return Payment{}, fmt.Errorf("new payment id: %w", err)
-			}
-			return Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing, AmountCents: o.TotalCents,
-				Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}, nil
+			return nil
 		})
 		switch {
 		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
@@ -219,9 +333,9 @@ func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method
 			// succeeded payment per order; whatever got past the lock and
 			// the state stops here.
 			s.metrics.Stopped(FlowPay, metrics.LayerConstraint)
-			return Payment{}, s.inFlight(ctx, orderID)
+			return Payment{}, s.inFlight(ctx, o.ID)
 		case errors.Is(err, orders.ErrPaymentInFlight):
-			return Payment{}, s.inFlight(ctx, orderID)
+			return Payment{}, s.inFlight(ctx, o.ID)
 		case errors.Is(err, orders.ErrVersionConflict):
 			return Payment{}, &problem.Error{Code: problem.ResourceBusy, RetryAfter: time.Second, Detail: "the order keeps changing; try again"}
 		case err == nil:
@@ -248,11 +362,17 @@ func (s *Service) inFlight(ctx context.Context, orderID string) error {
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("read the payment in flight of %s: %w", orderID, err)
 	}
+	return s.answerInFlight(orderID, active)
+}
+
+// answerInFlight is inFlight's answer given the order's active payment,
+// or none.
+func (s *Service) answerInFlight(orderID string, active Payment) error {
 	if active.Status == StatusSucceeded {
 		return problem.New(problem.InvalidState, "order is paid and cannot be paid")
 	}
-	// Not found: the other payment failed or was refunded meanwhile;
-	// busy tells the client to try again.
+	// None: the other payment failed or was refunded meanwhile; busy
+	// tells the client to try again.
 	return s.busy(orderID, active)
 }
 
@@ -285,7 +405,7 @@ func (s *Service) busy(orderID string, active Payment) error {
 // outcome or leaves the payment processing with ErrOutcomeUnknown (202 to
 // the client, and the reconciler finishes the work): a charge that may
 // have been made is never answered with a failure.
-func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
+func (s *Service) charge(ctx context.Context, p Payment, rec *idempotency.Record) (Payment, error) {
 	c, err := s.gateway.Charge(ctx, p.ID, ChargeRequest{AmountCents: p.AmountCents, PaymentMethod: p.Method, Reference: p.OrderID})
 	var declined *DeclinedError
 	var refused *RefusedError
@@ -299,7 +419,7 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 			return p, err
 		}
 		// The order can be paid again.
-		return s.record(ctx, p, failed, s.paymentEnded(now), outcomeFailed)
+		return s.record(ctx, p, failed, s.paymentEnded(now), outcomeFailed, rec)
 	case err != nil:
 		s.counts.outcome(outcomeUnknown)
 		s.logger.WarnContext(ctx, "payment outcome unknown; the reconciler will settle it", "payment", p.ID, "err", err)
@@ -324,7 +444,7 @@ func (s *Service) charge(ctx context.Context, p Payment) (Payment, error) {
 				return true, nil
 			}
 			return true, o.Pay(now)
-		}, outcomeSucceeded)
+		}, outcomeSucceeded, rec)
 		switch {
 		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
 			s.metrics.Stopped(FlowPay, metrics.LayerVersion)
@@ -391,16 +511,23 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge) (Payment, err
 	if err := refunded.Refund(c.ID, r.ID, s.stamp()); err != nil {
 		return p, err
 	}
-	return s.record(ctx, p, refunded, nil, outcomeRefunded)
+	return s.record(ctx, p, refunded, nil, outcomeRefunded, nil) // a problem, stored by the key's middleware
 }
 
 // record writes settled, the outcome of the processing payment p (and
-// moves its order, if moveOrder is set). When another settler got there
-// first, the version check stops this one, and the payment as that one
-// left it is the answer. When the database does not answer (within the
-// budget), nothing is recorded: p stays processing for the reconciler.
-func (s *Service) record(ctx context.Context, p, settled Payment, moveOrder func(*orders.Order) (bool, error), outcome string) (Payment, error) {
-	out, err := s.store.Settle(ctx, settled, s.layers, moveOrder)
+// moves its order, if moveOrder is set); a success completes the
+// request's key (rec) with its answer in the same transaction, and the
+// other outcomes, problems, are stored by the key's middleware. When
+// another settler got there first, the version check stops this one, and
+// the payment as that one left it is the answer. When the database does
+// not answer (within the budget), nothing is recorded: p stays processing
+// for the reconciler.
+func (s *Service) record(ctx context.Context, p, settled Payment, moveOrder func(*orders.Order) (bool, error), outcome string, rec *idempotency.Record) (Payment, error) {
+	var answer func(Payment) idempotency.Answer
+	if settled.Status == StatusSucceeded {
+		answer = paid
+	}
+	out, err := s.store.Settle(ctx, settled, s.layers, moveOrder, rec, answer)
 	switch {
 	case errors.Is(err, ErrVersionConflict):
 		s.metrics.Stopped(FlowPay, metrics.LayerVersion)

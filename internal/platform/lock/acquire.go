@@ -34,15 +34,16 @@ const maxUnreachable = 2
 type acquisition struct {
 	outcome string // outcomeAcquired, outcomeBusy or outcomeUnavailable
 	cause   error  // the last redsync error, for the log
+	tries   int    // attempts made (shop_lock_tries)
 }
 
 // acquire tries to take mu by repeated single attempts until it succeeds,
-// the wait budget is spent (busy), the quorum proves unreachable, or ctx ends
-// (returned as the error).
+// the wait budget or the Locker's tries are spent (busy), the quorum proves
+// unreachable, or ctx ends (returned as the error, with the attempts made).
 func (l *Locker) acquire(ctx context.Context, mu *redsync.Mutex) (acquisition, error) {
 	deadline := time.Now().Add(l.waitBudget)
 	delay := firstDelay
-	unreachable := 0
+	unreachable, tries := 0, 0
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -57,29 +58,30 @@ func (l *Locker) acquire(ctx context.Context, mu *redsync.Mutex) (acquisition, e
 	// between attempts. (redsync would report it as ErrFailed anyway.)
 	attemptCtx := context.WithoutCancel(ctx)
 	for {
+		tries++
 		err := mu.TryLockContext(attemptCtx)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			if err == nil {
 				// Won the lock for a caller that has gone: give it back.
 				l.release(ctx, mu, false)
 			}
-			return acquisition{}, ctxErr
+			return acquisition{tries: tries}, ctxErr
 		}
 		if err == nil {
-			return acquisition{outcome: outcomeAcquired}, nil
+			return acquisition{outcome: outcomeAcquired, tries: tries}, nil
 		}
 
 		last := outcomeBusy
 		if quorumUnreachable(err) {
 			last = outcomeUnavailable
 			if unreachable++; unreachable >= maxUnreachable {
-				return acquisition{outcome: outcomeUnavailable, cause: err}, nil
+				return acquisition{outcome: outcomeUnavailable, cause: err, tries: tries}, nil
 			}
 		}
 
 		remaining := time.Until(deadline)
-		if remaining <= 0 {
-			return acquisition{outcome: last, cause: err}, nil
+		if remaining <= 0 || l.maxTries > 0 && (tries >= l.maxTries || takenEverywhere(err, l.nodes)) {
+			return acquisition{outcome: last, cause: err, tries: tries}, nil
 		}
 		sleep := min(jitter(delay), remaining)
 		delay = min(time.Duration(float64(delay)*growth), maxDelay)
@@ -91,7 +93,7 @@ func (l *Locker) acquire(ctx context.Context, mu *redsync.Mutex) (acquisition, e
 		}
 		select {
 		case <-ctx.Done():
-			return acquisition{}, ctx.Err()
+			return acquisition{tries: tries}, ctx.Err()
 		case <-timer.C:
 		}
 	}
@@ -103,6 +105,16 @@ func jitter(d time.Duration) time.Duration {
 		return minSleep
 	}
 	return minSleep + rand.N(d-minSleep+1)
+}
+
+// takenEverywhere reports whether a failed attempt found the key taken on
+// every one of the nodes: it took none, so the lock is held (or being
+// fought over by others), and a waiter bounded by tries stops there. An
+// attempt that took some nodes lost a split vote, or a race with the
+// winner, and is worth another.
+func takenEverywhere(err error, nodes int) bool {
+	var taken *redsync.ErrTaken
+	return errors.As(err, &taken) && len(taken.Nodes) == nodes
 }
 
 // quorumUnreachable reports whether a failed attempt failed only because

@@ -30,6 +30,18 @@
 // seconds and wakes waiters in random order, which wrecks the tail; much
 // shorter pauses turn into a retry storm that starves the holder.
 //
+// A flow whose holder keeps the lock for long (the pay flow, across its
+// gateway call) bounds its waiters by tries as well (WithTries): a loser
+// that finds the key taken on every node is told resource_busy after that
+// one attempt, instead of retrying for the whole budget against a holder
+// that will not be done before it. Only an attempt that took some nodes
+// tries again, a few milliseconds later, up to the bound: that is the
+// split vote, when contenders arriving together each take a minority of
+// the nodes and all fall short. shop_lock_tries counts the attempts of every
+// acquisition: a tail of many tries is a queue of waiters spinning on a
+// held lock, each try a SET NX on every node and a release of what it
+// took.
+//
 // # Watchdog
 //
 // Work that may outlive the lease (a gateway call) runs under a watchdog that

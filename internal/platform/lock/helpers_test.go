@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"math"
 	"net"
 	"sync"
 	"testing"
@@ -166,4 +167,38 @@ func blackholeNode(t *testing.T) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// histogramSum returns the sum of the samples of an unlabelled histogram.
+func histogramSum(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	return histogram(t, m, name).GetSampleSum()
+}
+
+// histogramMax returns the smallest bucket bound that holds every sample
+// of an unlabelled histogram (+Inf past the last).
+func histogramMax(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	h := histogram(t, m, name)
+	for _, b := range h.GetBucket() {
+		if b.GetCumulativeCount() == h.GetSampleCount() {
+			return b.GetUpperBound()
+		}
+	}
+	return math.Inf(1)
+}
+
+func histogram(t *testing.T, m *metrics.Metrics, name string) *dto.Histogram {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetHistogram()
+		}
+	}
+	t.Fatalf("histogram %s not registered", name)
+	return nil
 }

@@ -66,10 +66,12 @@ type Options struct {
 type Locker struct {
 	rs          *redsync.Redsync
 	clients     []*redis.Client
+	nodes       int
 	quorum      int
 	expiry      time.Duration
 	nodeTimeout time.Duration
 	waitBudget  time.Duration
+	maxTries    int // attempts on a held lock before busy; 0: as many as the wait budget allows
 	mode        Mode
 	prefix      string
 	log         *slog.Logger
@@ -133,6 +135,7 @@ func newLocker(pools []redsyncredis.Pool, clients []*redis.Client, opts Options)
 	return &Locker{
 		rs:          redsync.New(pools...),
 		clients:     clients,
+		nodes:       len(pools),
 		quorum:      len(pools)/2 + 1,
 		expiry:      opts.Expiry,
 		nodeTimeout: nodeTimeout(opts.Expiry),
@@ -156,6 +159,27 @@ func (l *Locker) WithWaitBudget(budget time.Duration) (*Locker, error) {
 	return &c, nil
 }
 
+// WithTries returns a Locker on the same nodes, metrics, lease and wait
+// budget whose waiters make at most n attempts before resource_busy, and
+// stop at the first that finds the key taken on every node: for a flow
+// whose holder keeps the lock for a long time (a gateway call) and whose
+// losers are better told at once than queued (a second click on an order
+// being paid). Attempts past the first are for the split vote: contenders
+// that arrive together can each take a minority of the nodes, and all
+// give up; a few milliseconds later one of them takes a majority. An
+// attempt that took no node found a holder, or others fighting, and is
+// the waiter's last. Attempts that reach no quorum count as for any
+// waiter (two settle it), so a Redis outage is still told apart from a
+// held lock.
+func (l *Locker) WithTries(n int) (*Locker, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("lock: tries must be positive, got %d", n)
+	}
+	c := *l
+	c.maxTries = n
+	return &c, nil
+}
+
 // nodeTimeout is how long one acquisition attempt waits for each node:
 // redsync's 5% of the lease (400 ms at 8 s), but never less than 50 ms, which
 // a loaded test machine can need even on loopback.
@@ -165,8 +189,9 @@ func nodeTimeout(expiry time.Duration) time.Duration {
 
 // Do takes the lock on key, runs fn under a watchdog, and releases the lock.
 //
-// When the lock stays taken for the whole wait budget, Do returns a
-// problem.ResourceBusy error without running fn. When the quorum cannot be
+// When the lock stays taken for the whole wait budget (or for every one of
+// the Locker's tries, WithTries), Do returns a problem.ResourceBusy error
+// without running fn. When the quorum cannot be
 // reached, Degrade mode runs fn without the lock and Strict mode returns
 // problem.Unavailable. If the lease is lost while fn runs, fn's context is
 // cancelled with cause ErrLockLost, and an error fn then returns is wrapped
@@ -191,6 +216,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 	start := time.Now()
 	res, err := l.acquire(ctx, mu)
 	l.m.wait.Observe(time.Since(start).Seconds())
+	l.m.tries.Observe(float64(res.tries))
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", key, err)
 	}

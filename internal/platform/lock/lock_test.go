@@ -209,3 +209,85 @@ func TestNone(t *testing.T) {
 		t.Errorf("None.Do = %v, want fn's error", err)
 	}
 }
+
+// A Locker with tries gives up on a held lock at its first attempt, which
+// finds the key taken on every node, where one with the same budget and
+// no tries keeps trying for the whole budget: shop_lock_tries shows the
+// difference.
+func TestLocker_WithTries(t *testing.T) {
+	m := metrics.New()
+	const budget = 500 * time.Millisecond
+	waiting := mustLocker(t, testenv.RedisAddrs(t), Options{WaitBudget: budget, Metrics: m})
+	few, err := waiting.WithTries(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := uniqueKey(t)
+	release := holdLock(t, waiting, key)
+	defer release()
+
+	triesBefore := histogramSum(t, m, "shop_lock_tries")
+	start := time.Now()
+	err = few.Do(context.Background(), key, func(context.Context) error { return nil })
+	elapsed := time.Since(start)
+	if problem.CodeOf(err) != problem.ResourceBusy {
+		t.Fatalf("Do with 3 tries on a held key = %v, want %s", err, problem.ResourceBusy)
+	}
+	if elapsed > budget/2 {
+		t.Errorf("gave up after %v, want well within the %v budget: one try is a few milliseconds", elapsed, budget)
+	}
+	if got := histogramSum(t, m, "shop_lock_tries") - triesBefore; got != 1 {
+		t.Errorf("shop_lock_tries grew by %v, want 1: the key was taken on every node", got)
+	}
+
+	triesBefore = histogramSum(t, m, "shop_lock_tries")
+	err = waiting.Do(context.Background(), key, func(context.Context) error { return nil })
+	if problem.CodeOf(err) != problem.ResourceBusy {
+		t.Fatalf("Do without tries on a held key = %v, want %s", err, problem.ResourceBusy)
+	}
+	spun := histogramSum(t, m, "shop_lock_tries") - triesBefore
+	if spun <= 3 {
+		t.Errorf("the waiter without tries made %v attempts in %v, want many more than 3", spun, budget)
+	}
+	t.Logf("on a held lock: 1 try in %v with WithTries(3); %v tries in the %v budget without", elapsed, spun, budget)
+
+	for _, bad := range []int{0, -1} {
+		if _, err := waiting.WithTries(bad); err == nil {
+			t.Errorf("WithTries(%d) = nil error, want a refusal", bad)
+		}
+	}
+}
+
+// Contenders that ask at once with a few tries each: one of them takes
+// the lock (the tries past the first get past a split vote), the others
+// are told busy, and none made more attempts than its tries.
+func TestLocker_WithTriesOneOfManyWins(t *testing.T) {
+	m := metrics.New()
+	l, err := mustLocker(t, testenv.RedisAddrs(t), Options{Metrics: m}).WithTries(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := uniqueKey(t)
+	const contenders = 16
+	var ran, busy atomic.Int64
+	testenv.Together(contenders, func(int) {
+		err := l.Do(context.Background(), key, func(context.Context) error {
+			ran.Add(1)
+			time.Sleep(100 * time.Millisecond) // held past every other's tries
+			return nil
+		})
+		switch {
+		case err == nil:
+		case problem.CodeOf(err) == problem.ResourceBusy:
+			busy.Add(1)
+		default:
+			t.Errorf("Do: %v", err)
+		}
+	})
+	if ran.Load() != 1 || busy.Load() != contenders-1 {
+		t.Errorf("%d ran, %d busy; want 1 and %d", ran.Load(), busy.Load(), contenders-1)
+	}
+	if most := histogramMax(t, m, "shop_lock_tries"); most > 3 {
+		t.Errorf("an acquisition made up to %v attempts, want at most 3", most)
+	}
+}
