@@ -164,12 +164,25 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	if !ids.Valid(eventID) {
 		return Hold{}, ErrNotFound
 	}
-	ev, err := s.store.EventShape(ctx, eventID)
+	// One read before any lock or transaction: the event's seat map, and
+	// which of the seats asked for are taken now.
+	g, err := s.store.Glance(ctx, eventID, userID, requestKey, labels)
 	if err != nil {
 		return Hold{}, err
 	}
-	sorted, err := ValidateHold(ev, labels, s.caps.SeatsPerHold)
+	sorted, err := ValidateHold(g.Event, labels, s.caps.SeatsPerHold)
 	if err != nil {
+		return Hold{}, err
+	}
+	// Layer 2, asked first of that snapshot: a hold of seats the database
+	// already shows taken is refused at once, before it waits for a lock
+	// that would only lead it to the same answer. A repeat of a request
+	// that made a hold goes on: its transaction answers with that hold,
+	// whose seats are the ones taken.
+	if len(g.Taken) > 0 && !g.Repeat && s.layers.On(layers.State) {
+		s.metrics.Stopped(FlowHold, metrics.LayerState)
+		err := Unavailable(g.Taken)
+		s.countHold(err, false)
 		return Hold{}, err
 	}
 	id, err := uuid.NewV7()
