@@ -168,33 +168,36 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	// fetch what this replica answers to.
 	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", docs.OpenAPI()) })
 
-	// Layer 0 on the routes that take an Idempotency-Key. The layer is
-	// asked at each request, where it acts, so that a layer test's probe
-	// sees the requests that ran without it (layers.Probe).
-	idemFor := func(flow string) echo.MiddlewareFunc {
+	// Layer 0 on the routes that take an Idempotency-Key: Atomic where
+	// the flow claims and completes the key in its own transaction, For
+	// where the key is claimed before the handler and completed after it.
+	// The layer is asked at each request, where it acts, so that a layer
+	// test's probe sees the requests that ran without it (layers.Probe).
+	layer0 := func(guard echo.MiddlewareFunc) echo.MiddlewareFunc {
 		if deps.Layers.Same(layers.Set{}) {
-			return idem.For(flow)
+			return guard
 		}
-		claim := idem.For(flow)
 		return func(next echo.HandlerFunc) echo.HandlerFunc {
-			claimed := claim(next)
+			guarded := guard(next)
 			return func(c echo.Context) error {
 				if deps.Layers.On(layers.Idempotency) {
-					return claimed(c)
+					return guarded(c)
 				}
 				return next(c)
 			}
 		}
 	}
+	idemFor := func(flow string) echo.MiddlewareFunc { return layer0(idem.For(flow)) }
+	atomicFor := func(flow string) echo.MiddlewareFunc { return layer0(idem.Atomic(flow)) }
 	v1 := e.Group("/v1")
 	auth.Register(v1, users, authn, limit.register)
 	// The admin's routes carry no limit: one trusted operator's token,
 	// whose scripts (seed, restock) must not be throttled.
 	inventory.Register(v1, inventory.NewStore(deps.Pool, deps.Now), inventory.Guards{
-		Admin: authn.Admin, Idempotency: idemFor(inventory.FlowRestock), PublicLimit: limit.public,
+		Admin: authn.Admin, Idempotency: atomicFor(inventory.FlowRestock), PublicLimit: limit.public,
 	})
 	orders.Register(v1, orderSvc, orders.Guards{
-		User: authn.User, Idempotency: idemFor(orders.FlowCreate), OrderLimit: limit.orders, WriteLimit: limit.writes,
+		User: authn.User, Idempotency: atomicFor(orders.FlowCreate), OrderLimit: limit.orders, WriteLimit: limit.writes,
 	})
 	payments.Register(v1, paySvc, payments.Guards{
 		User: authn.User, Idempotency: idemFor(payments.FlowPay), WriteLimit: limit.writes,

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -17,7 +18,7 @@ const FlowRestock = "restock_product"
 // Guards are the middleware the routes are protected with.
 type Guards struct {
 	Admin       echo.MiddlewareFunc // the admin token
-	Idempotency echo.MiddlewareFunc // Idempotency-Key handling (layer 0)
+	Idempotency echo.MiddlewareFunc // Idempotency-Key handling (layer 0): idempotency.Store.Atomic, whose record Restock claims and completes
 	PublicLimit echo.MiddlewareFunc // rate limit per client address on the reads that need no token
 }
 
@@ -153,12 +154,19 @@ func (h handlers) restock(c echo.Context) error {
 	if err := ValidateRestock(*req.Quantity); err != nil {
 		return err
 	}
-	p, err := h.store.Restock(c.Request().Context(), sku, *req.Quantity)
+	p, err := h.store.Restock(c.Request().Context(), sku, *req.Quantity, idempotency.RecordFrom(c.Request().Context()))
 	if err != nil {
 		return err
 	}
-	setETag(c, p)
-	return httpx.JSON(c, http.StatusOK, toResponse(p))
+	// The bytes stored with the key in the restock's transaction: a
+	// replay is the same.
+	return idempotency.Send(c, restocked(p))
+}
+
+// restocked is the answer to a restock, the one its Idempotency-Key
+// stores and replays.
+func restocked(p Product) idempotency.Answer {
+	return idempotency.Answer{Status: http.StatusOK, ETag: etag(p), Body: toResponse(p)}
 }
 
 func skuParam(c echo.Context) (string, error) {
@@ -169,9 +177,10 @@ func skuParam(c echo.Context) (string, error) {
 	return sku, nil
 }
 
-func setETag(c echo.Context, p Product) {
-	c.Response().Header().Set("ETag", `"`+strconv.FormatInt(p.Version, 10)+`"`)
-}
+func setETag(c echo.Context, p Product) { c.Response().Header().Set("ETag", etag(p)) }
+
+// etag is the product's version as an entity tag.
+func etag(p Product) string { return `"` + strconv.FormatInt(p.Version, 10) + `"` }
 
 // ifMatch reads the version a PATCH claims to edit. Without it the edit
 // could overwrite a change the client never saw: 428, not a blind write.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -151,23 +152,37 @@ func (s *Store) Update(ctx context.Context, sku string, version int64, patch Pat
 	return p, nil
 }
 
-// Restock adds quantity to the product's stock, up to MaxStock.
-func (s *Store) Restock(ctx context.Context, sku string, quantity int) (Product, error) {
+// Restock adds quantity to the product's stock, up to MaxStock. With rec
+// (layer 0, the route's idempotency.Store.Atomic) the same transaction
+// claims the request's key first and completes it last with the answer,
+// so the stock added and the answer that replays it commit together.
+func (s *Store) Restock(ctx context.Context, sku string, quantity int, rec *idempotency.Record) (Product, error) {
 	now := s.now().UTC().Truncate(time.Microsecond)
 	overLimit := problem.Errorf(problem.Invalid, "quantity: stock of %s would exceed the limit of %d", sku, MaxStock)
-	p, err := scanProduct(s.db.QueryRow(ctx, sqlRestock, sku, quantity, now, MaxStock))
-	if errors.Is(err, pgx.ErrNoRows) {
-		// The update refused; say whether the product is missing or full.
-		if _, err := s.Get(ctx, sku); err != nil {
-			return Product{}, err
+	var p Product
+	err := postgres.InTxFirst(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) error {
+		var err error
+		p, err = scanProduct(tx.QueryRow(ctx, sqlRestock, sku, quantity, now, MaxStock))
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The update refused; say whether the product is missing or full.
+			if _, err := scanProduct(tx.QueryRow(ctx, sqlGetProduct, sku)); errors.Is(err, pgx.ErrNoRows) {
+				return notFound(sku)
+			} else if err != nil {
+				return fmt.Errorf("get product %s: %w", sku, err)
+			}
+			return overLimit
 		}
-		return Product{}, overLimit
-	}
+		if err != nil {
+			if postgres.SQLState(err) == "22003" { // numeric_value_out_of_range
+				return overLimit
+			}
+			return fmt.Errorf("restock %s: %w", sku, err)
+		}
+		_, err = rec.Complete(ctx, tx, restocked(p))
+		return err
+	})
 	if err != nil {
-		if postgres.SQLState(err) == "22003" { // numeric_value_out_of_range
-			return Product{}, overLimit
-		}
-		return Product{}, fmt.Errorf("restock %s: %w", sku, err)
+		return Product{}, err
 	}
 	return p, nil
 }

@@ -147,14 +147,14 @@ func TestStore_UpdateAndRestock(t *testing.T) {
 	if _, err := s.Update(ctx, "NOPE", 1, inventory.Patch{PriceCents: &price}); !errors.Is(err, inventory.ErrNotFound) {
 		t.Fatalf("update unknown: %v, want not_found", err)
 	}
-	p, err = s.Restock(ctx, "P", 9)
+	p, err = s.Restock(ctx, "P", 9, nil)
 	if err != nil || p.StockAvailable != 10 || p.Version != 2 {
 		t.Fatalf("restock: %+v %v (stock moves do not change the version)", p, err)
 	}
-	if _, err := s.Restock(ctx, "P", 2_147_483_647); problem.CodeOf(err) != problem.Invalid {
+	if _, err := s.Restock(ctx, "P", 2_147_483_647, nil); problem.CodeOf(err) != problem.Invalid {
 		t.Fatalf("restock past the integer range: %v, want invalid_request", err)
 	}
-	if _, err := s.Restock(ctx, "NOPE", 1); !errors.Is(err, inventory.ErrNotFound) {
+	if _, err := s.Restock(ctx, "NOPE", 1, nil); !errors.Is(err, inventory.ErrNotFound) {
 		t.Fatalf("restock unknown: %v, want not_found", err)
 	}
 	if _, err := s.Create(ctx, inventory.Product{SKU: "P", Name: "again", StockAvailable: 1}); !errors.Is(err, inventory.ErrExists) {
@@ -171,11 +171,11 @@ func TestStore_RestockCap(t *testing.T) {
 	ctx := context.Background()
 	mustCreate(t, s, "CAP", inventory.MaxStock-1)
 
-	if p, err := s.Restock(ctx, "CAP", 1); err != nil || p.StockAvailable != inventory.MaxStock {
+	if p, err := s.Restock(ctx, "CAP", 1, nil); err != nil || p.StockAvailable != inventory.MaxStock {
 		t.Fatalf("restock to the cap: %+v %v, want stock %d", p, err, inventory.MaxStock)
 	}
 	for _, q := range []int{1, inventory.MaxRestock} {
-		if _, err := s.Restock(ctx, "CAP", q); problem.CodeOf(err) != problem.Invalid {
+		if _, err := s.Restock(ctx, "CAP", q, nil); problem.CodeOf(err) != problem.Invalid {
 			t.Errorf("restock %d past the cap: %v, want invalid_request", q, err)
 		}
 	}

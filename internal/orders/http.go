@@ -15,8 +15,11 @@ import (
 
 // Guards are the middleware the routes are protected with.
 type Guards struct {
-	User        echo.MiddlewareFunc // a registered user's bearer token
-	Idempotency echo.MiddlewareFunc // Idempotency-Key handling (layer 0)
+	User echo.MiddlewareFunc // a registered user's bearer token
+	// Idempotency is the Idempotency-Key handling (layer 0) of create:
+	// idempotency.Store.Atomic, whose record Create claims and completes
+	// in the order's transaction.
+	Idempotency echo.MiddlewareFunc
 	// OrderLimit is the per-user limit on creating orders: each order
 	// holds stock for the order TTL, so this is what stops one user from
 	// reserving a product's whole stock. WriteLimit is the per-user limit
@@ -97,24 +100,25 @@ func (h handlers) create(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	key := c.Request().Header.Get("Idempotency-Key")
+	key := c.Request().Header.Get(idempotency.HeaderKey)
 	if key == "" {
 		return problem.New(problem.IdempotencyRequired, "Idempotency-Key: required on this route")
 	}
 	ctx := c.Request().Context()
 	p, _ := auth.PrincipalFrom(ctx)
-	// Behind the idempotency middleware its claim on (user, key) is the
-	// lock of layer 1; a route registered without it takes the lock.
-	claim := NoClaim
-	if idempotency.Holds(ctx, p.Scope(), key) {
-		claim = HeldByIdempotencyKey
-	}
-	o, err := h.svc.Create(ctx, p.UserID, key, lines, claim)
+	o, err := h.svc.Create(ctx, p.UserID, key, lines, NoClaim)
 	if err != nil {
 		return err
 	}
-	c.Response().Header().Set(echo.HeaderLocation, "/v1/orders/"+o.ID)
-	return httpx.JSON(c, http.StatusCreated, ToResponse(o))
+	// The bytes stored with the key in the order's transaction, when it
+	// has one: a replay is the same.
+	return idempotency.Send(c, created(o))
+}
+
+// created is the answer to a placed order: 201 with its Location, the
+// answer its Idempotency-Key stores and replays.
+func created(o Order) idempotency.Answer {
+	return idempotency.Answer{Status: http.StatusCreated, Location: "/v1/orders/" + o.ID, Body: ToResponse(o)}
 }
 
 func (h handlers) list(c echo.Context) error {

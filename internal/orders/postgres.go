@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/keyset"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
@@ -92,15 +93,29 @@ func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
 // Create reserves the stock of every line and inserts the order, in one
 // transaction: all lines or none. It fills in items and total from the
 // prices read while taking the stock, the way take says (the service's is
-// inventory.TakeConditional).
-func (s *Store) Create(ctx context.Context, o Order, lines []inventory.Line, take inventory.Take) (Order, error) {
-	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+// inventory.TakeConditional). With rec (layer 0) the transaction claims
+// the request's idempotency key first and completes it last with the
+// order's answer (idempotency.Record), so the order and the record commit
+// together: four round trips and one commit in all.
+//
+//	BEGIN + claim          one round trip: a copy of the request is refused
+//	                       here, before it takes any product's row lock
+//	take stock             one round trip for every line (inventory.TakeStock)
+//	insert + complete      one round trip
+//	COMMIT
+func (s *Store) Create(ctx context.Context, o Order, lines []inventory.Line, take inventory.Take, rec *idempotency.Record) (Order, error) {
+	err := postgres.InTxFirst(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) error {
 		prices, err := inventory.TakeStock(ctx, tx, lines, take)
 		if err != nil {
 			return err
 		}
 		o.Items, o.TotalCents = priceItems(lines, prices)
-		return Insert(ctx, tx, o)
+		b := &pgx.Batch{}
+		queueInsert(b, o)
+		if err := rec.QueueComplete(b, created(o)); err != nil {
+			return err
+		}
+		return insertError(tx.SendBatch(ctx, b).Close())
 	})
 	if err != nil {
 		return Order{}, err
@@ -120,6 +135,22 @@ func Insert(ctx context.Context, tx pgx.Tx, o Order) error {
 	}
 	_, err := tx.Exec(ctx, sqlInsertOrder, o.ID, o.UserID, o.RequestKey, o.TotalCents,
 		o.CreatedAt, o.ExpiresAt, skus, qtys, unit)
+	return insertError(err)
+}
+
+// queueInsert queues Insert's statement.
+func queueInsert(b *pgx.Batch, o Order) {
+	n := len(o.Items)
+	skus, qtys, unit := make([]string, n), make([]int32, n), make([]int64, n)
+	for i, it := range o.Items {
+		skus[i], qtys[i], unit[i] = it.SKU, int32(it.Quantity), it.UnitPriceCents
+	}
+	b.Queue(sqlInsertOrder, o.ID, o.UserID, o.RequestKey, o.TotalCents, o.CreatedAt, o.ExpiresAt, skus, qtys, unit)
+}
+
+// insertError translates the error of a batch holding the insert:
+// orders_user_request_key means the request placed its order before.
+func insertError(err error) error {
 	if postgres.ConstraintViolated(err) == constraintUserRequestKey {
 		return ErrDuplicateRequest
 	}

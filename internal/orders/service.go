@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
@@ -19,9 +20,13 @@ import (
 // The layers of the order flows, where each one is in this package:
 //
 //	layer           create                           cancel                      expire
-//	0 idempotency   the route's middleware (http.go) —                           —
-//	1 lock          order:{user}:{key}, or the       order:{id}                  none: SKIP LOCKED
-//	                idempotency claim (Create)       (Cancel)                    (sqlExpireDue)
+//	0 idempotency   the key's record: claimed first  —                           —
+//	                and completed last in the
+//	                order's transaction (Store.Create)
+//	1 lock          with layer 0, the claim's        order:{id}                  none: SKIP LOCKED
+//	                advisory lock on (user, key);    (Cancel)                    (sqlExpireDue)
+//	                without it, order:{user}:{key}
+//	                in Redis (Create)
 //	2 state         —                                Order.Cancel                pending_payment only
 //	                                                                             (sqlExpireDue)
 //	3 version       inventory.TakeStock:             UpdateTx: sqlUpdateStatus   the version bump
@@ -37,7 +42,7 @@ type Locker interface {
 // Flow names, the "flow" label of the conflict counter.
 const (
 	// FlowCreate is exported for the idempotency middleware on the create
-	// route (idempotency.Store.For), so both count under one name.
+	// route (idempotency.Store.Atomic), so both count under one name.
 	FlowCreate = "create_order"
 	flowCancel = "cancel_order"
 	flowExpire = "expire_order"
@@ -97,35 +102,38 @@ func NewService(cfg Config) (*Service, error) {
 		ttl: cfg.OrderTTL, now: cfg.Now, layers: cfg.Layers, naiveStock: cfg.NaiveStock}, nil
 }
 
-// Claim says what already serialises the requests of one (user, key).
+// Claim was how a caller said that the idempotency layer serialised its
+// (user, key); the request's record says it now (idempotency.RecordFrom).
+//
+// Deprecated: Create ignores it.
 type Claim uint8
 
-const (
-	// NoClaim: nothing does; Create takes the lock in Redis.
-	NoClaim Claim = iota
-	// HeldByIdempotencyKey: the caller runs under the idempotency
-	// middleware's claim on this very (user, key) (idempotency.Holds), a
-	// lease in PostgreSQL that admits one request at a time.
-	HeldByIdempotencyKey
-)
+// NoClaim is the one Claim.
+//
+// Deprecated: Create ignores it.
+const NoClaim Claim = 0
 
 // Create places an order for userID: every line's stock is reserved, or
 // none is. requestKey is the client's Idempotency-Key; placing the same
-// request twice returns the first order. claim says whether the caller
-// already holds the (user, key) through the idempotency layer.
-func (s *Service) Create(ctx context.Context, userID, requestKey string, lines []inventory.Line, claim Claim) (Order, error) {
+// request twice returns the first order.
+func (s *Service) Create(ctx context.Context, userID, requestKey string, lines []inventory.Line, _ Claim) (Order, error) {
 	if err := ValidateLines(lines); err != nil {
 		return Order{}, err
 	}
+	// Layer 0: the key's record, when the route has the layer (Atomic).
+	// The order's transaction claims it first and completes it last, so
+	// the order and the answer that replays it commit together or not at
+	// all.
+	rec := idempotency.RecordFrom(ctx)
 	var out Order
 	// Layer 1: lock the business request (user + key), never the products:
 	// a lock on a hot SKU would queue every buyer of a flash sale behind
-	// Redis; the stock row itself serialises them, far more cheaply.
-	// Through the HTTP route, the idempotency middleware already holds a
-	// claim on this very (user, key); a Redis lock on the same key would
-	// add six round trips and guard nothing more. Without that claim,
-	// Redis it is.
-	err := s.lock(ctx, claim == NoClaim, "order:"+userID+":"+requestKey, func(ctx context.Context) error {
+	// Redis; the stock row itself serialises them, far more cheaply. With
+	// layer 0 the claim takes pg_try_advisory_xact_lock on this very
+	// (user, key) inside the transaction, and a copy of the request is
+	// refused at once; a Redis lock on the same key would add six round
+	// trips and guard nothing more. Without the record, Redis it is.
+	err := s.lock(ctx, rec == nil, "order:"+userID+":"+requestKey, func(ctx context.Context) error {
 		id, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("new order id: %w", err)
@@ -137,9 +145,11 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 		// Layer 3: the atomic conditional decrement of each line's stock,
 		// with layer 4 behind it: CHECK (stock_available >= 0) refuses an
 		// oversell, and UNIQUE (user_id, request_key) a second order.
-		out, err = s.store.Create(ctx, o, lines, s.stockTake())
+		out, err = s.store.Create(ctx, o, lines, s.stockTake(), rec)
 		switch {
 		case errors.Is(err, ErrDuplicateRequest):
+			// The order was placed by an earlier request with the key, one
+			// whose record is gone (swept) or that ran without layer 0.
 			s.metrics.Stopped(FlowCreate, metrics.LayerConstraint)
 			out, err = s.store.ByRequestKey(ctx, userID, requestKey)
 			return err

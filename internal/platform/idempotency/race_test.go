@@ -215,14 +215,19 @@ func start(t *testing.T, h *harness, r request) <-chan reply {
 }
 
 // assertStored checks that key is the only key, completed, and that it
-// replays body.
-func assertStored(t *testing.T, h *harness, key string, body []byte) {
+// replays body to the request like (by default a POST to /v1/things/1).
+func assertStored(t *testing.T, h *harness, key string, body []byte, like ...request) {
 	t.Helper()
 	rows := h.rows(t)
 	if r, ok := rows["alice/"+key]; len(rows) != 1 || !ok || !r.completed || !bytes.Equal(r.body, body) {
 		t.Fatalf("stored keys %v, want %s completed with %s", rows, key, body)
 	}
-	again := h.mustSend(t, request{key: key})
+	var r request
+	if len(like) > 0 {
+		r = like[0]
+	}
+	r.key = key
+	again := h.mustSend(t, r)
 	if !again.replayed() || !bytes.Equal(again.body, body) {
 		t.Fatalf("replay: got %d %s, want %s", again.status, again.body, body)
 	}

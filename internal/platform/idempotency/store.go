@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +51,10 @@ type Options struct {
 	Now       func() time.Time // default time.Now; tests inject
 
 	finishTimeout time.Duration // default FinishTimeout; a test makes every first try fail
+	// claimWaits takes the try-lock out of the claim in a transaction, so
+	// that a duplicate waits inside PostgreSQL on the unique index, as a
+	// naive claim would: a test shows the pool stall it causes.
+	claimWaits bool
 }
 
 // Store keeps idempotency keys and the responses stored under them.
@@ -64,6 +69,7 @@ type Store struct {
 
 	finishTimeout time.Duration
 	secondTries   sync.WaitGroup // completions and releases tried again after the answer
+	claimSQL      string         // sqlClaimInTx
 }
 
 // NewStore returns a store over db. Each claim, completion and release is
@@ -91,6 +97,10 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 	if opts.finishTimeout <= 0 {
 		opts.finishTimeout = FinishTimeout
 	}
+	claimSQL := sqlClaimInTx
+	if opts.claimWaits {
+		claimSQL = strings.Replace(sqlClaimInTx, claimLock, "true", 1)
+	}
 	return &Store{
 		db:        db,
 		lease:     opts.Lease,
@@ -101,6 +111,7 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 		now:       opts.Now,
 
 		finishTimeout: opts.finishTimeout,
+		claimSQL:      claimSQL,
 	}
 }
 
@@ -218,13 +229,9 @@ func readKey(ctx context.Context, db *pgxpool.Pool, principal, key string) (*sto
 		return nil, fmt.Errorf("read key: %w", err)
 	}
 	if status != nil {
-		r := &response{status: *status, body: body}
-		if len(headers) > 0 {
-			if err := json.Unmarshal(headers, &r.headers); err != nil {
-				return nil, fmt.Errorf("decode stored headers: %w", err)
-			}
+		if st.response, err = storedResponse(*status, headers, body); err != nil {
+			return nil, err
 		}
-		st.response = r
 	}
 	return &st, nil
 }

@@ -95,6 +95,46 @@ func InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) (err error) {
 	return nil
 }
 
+// BatchSender sends batches; *pgxpool.Pool satisfies it.
+type BatchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// InTxFirst is InTx whose BEGIN travels with the transaction's first
+// statements, in one round trip (pgx.Batch.BeginTx): first queues them,
+// their callbacks run, and an error of theirs (the first one) rolls the
+// transaction back and is returned as it is, before fn runs. Otherwise fn
+// continues the transaction, and InTxFirst commits or rolls back exactly
+// as InTx does.
+func InTxFirst(ctx context.Context, db BatchSender, first func(*pgx.Batch), fn func(pgx.Tx) error) (err error) {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	first(b)
+	results := db.SendBatch(ctx, b)
+	tx := results.Tx()
+	defer func() {
+		// A transaction that never began is closed already; its Rollback
+		// only hands the pool's connection back.
+		if p := recover(); p != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			panic(p)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err = results.Close(); err != nil {
+		return err
+	}
+	if err = fn(tx); err != nil {
+		return err
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
 // ConstraintViolated returns the name of the constraint err violated, or ""
 // when err is not a unique, check, foreign-key or exclusion violation.
 // Stores map these names to domain errors; a name is stable where a message

@@ -1,0 +1,246 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/platform/auth"
+	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/metrics"
+)
+
+// Atomic is the middleware for a route whose flow writes its idempotency
+// record in its own transaction(s) (the atomic phases of
+// brandur/rocket-rides-atomic). Before the handler it touches no database:
+// it checks the Idempotency-Key header (KeyFrom), reads and fingerprints
+// the body, and puts a *Record on the request's context. After the
+// handler, if the flow did not complete the record in its transaction and
+// the answer is storable (a 4xx that answers the request, e.g. 400
+// invalid_request, 409 out_of_stock), it stores that answer in one
+// statement of its own (taking the key's advisory lock first, so it never
+// overwrites a record another request of the key is writing). Refusals
+// returned by Claim are answered here: a replay (byte for byte,
+// Idempotent-Replayed: true), 409 request_in_progress with Retry-After,
+// 422 idempotency_key_reused.
+//
+// It must run after the auth middleware, like Middleware. Conflicts it
+// stops are counted under flow.
+//
+//	g.POST("/orders", h.create, authMW.User, idem.Atomic("create_order"))
+func (s *Store) Atomic(flow string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			key, err := KeyFrom(req.Header)
+			if err != nil {
+				return err
+			}
+			p, ok := auth.PrincipalFrom(req.Context())
+			if !ok {
+				return errors.New("idempotency middleware: no principal on the request; it must run after the auth middleware")
+			}
+			body, err := httpx.ReadBody(c)
+			if err != nil {
+				return err
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			owner, err := uuid.NewRandom()
+			if err != nil {
+				return fmt.Errorf("new owner token: %w", err)
+			}
+			rec := &Record{store: s, flow: flow, principal: p.Scope(), key: key,
+				fp: fingerprint(req.Method, req.URL.Path, body), owner: owner,
+				// PostgreSQL keeps microseconds; truncating makes the
+				// created_at read back comparable with at.
+				at: s.now().UTC().Truncate(time.Microsecond)}
+			return s.runAtomic(c, next, rec)
+		}
+	}
+}
+
+// runAtomic runs the handler with rec on its context, holding back its
+// answer until it is known to be the key's answer.
+func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) error {
+	// The handler must not outlive its claim: past the lease another
+	// request may take the key over and run the same work.
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.lease)
+	defer cancel()
+	c.SetRequest(c.Request().WithContext(context.WithValue(ctx, recordKey{}, rec)))
+
+	res := c.Response()
+	// Headers set before this middleware (the request id) stay on the
+	// real response; the held one starts from a copy.
+	held := &heldWriter{ResponseWriter: res.Writer, header: res.Header().Clone()}
+	res.Writer = held
+	done := false
+	defer func() {
+		res.Writer = held.ResponseWriter
+		if !done {
+			// The handler panicked. Its transaction rolled back; a claim
+			// a committed phase left is freed, and Recover answers on a
+			// response that has not been written.
+			unwrite(res)
+			if rec.claimed {
+				s.free(c, rec, "panic")
+			}
+		}
+	}()
+	err := next(c)
+	var refusal *Refusal
+	if errors.As(err, &refusal) {
+		done = true
+		res.Writer = held.ResponseWriter
+		unwrite(res)
+		return s.answerRefusal(c, rec.flow, refusal.prev, rec.fp)
+	}
+	if err != nil {
+		c.Error(err) // rendered into the held answer, which may be stored
+	}
+	done = true
+	res.Writer = held.ResponseWriter
+
+	switch {
+	case err == nil && rec.answer != nil:
+		// The flow stored its answer in its committed transaction.
+		s.counters.result(resultStored)
+		return held.flush(res)
+	case !storable(res.Status, err):
+		if rec.claimed {
+			// A phase that committed may have left the claim: free it,
+			// so a retry runs again at once. Fenced by the owner token;
+			// a rolled-back claim or a completed key matches no row.
+			s.free(c, rec, "")
+		} else {
+			s.counters.result(resultReleased)
+		}
+		return held.flush(res)
+	}
+	resp := &response{status: res.Status, headers: keptHeaders(held.header), body: held.buf.Bytes()}
+	prev, stored, err := s.storeAnswer(c, rec, resp)
+	switch {
+	case err != nil:
+		// The answer goes out unstored: the key is free (or still this
+		// request's claim, until its lease ends), and a retry runs the
+		// flow again, whose own layers return the same result.
+		s.counters.result(resultError)
+		s.logger.ErrorContext(c.Request().Context(), "idempotency answer not stored",
+			"request_id", httpx.RequestID(c), "key", rec.key, "err", err)
+		return held.flush(res)
+	case stored:
+		s.counters.result(resultStored)
+		return held.flush(res)
+	}
+	// Another request holds the key or completed it since: the key's
+	// answer is its, not this one's.
+	s.counters.result(resultStaleOwner)
+	unwrite(res)
+	return s.answerRefusal(c, rec.flow, prev, rec.fp)
+}
+
+// answerRefusal answers a request whose key is not its own: prev is the
+// row that refused it, nil when another request of the key is running.
+func (s *Store) answerRefusal(c echo.Context, flow string, prev *stored, fp []byte) error {
+	if prev == nil {
+		s.metrics.Stopped(flow, metrics.LayerIdempotency)
+		return s.inProgress()
+	}
+	s.counters.repeat(flow, prev.firstSeen, s.now())
+	return s.refuse(c, flow, prev, fp)
+}
+
+// free deletes a claim of rec's that a committed phase may have left, so
+// that a retry runs at once instead of waiting for the lease. Whether a
+// row was there is no news: a one-transaction flow's claim rolled back
+// with it. Like a release, it runs detached and is tried again once.
+func (s *Store) free(c echo.Context, rec *Record, why string) {
+	cl := &claim{principal: rec.principal, key: rec.key, owner: rec.owner}
+	if why != "" {
+		s.logger.WarnContext(c.Request().Context(), "idempotency key released", "request_id", httpx.RequestID(c), "key", cl.key, "why", why)
+	}
+	s.finish(c, cl, resultReleased, func(ctx context.Context) (bool, error) {
+		_, err := s.releaseClaim(ctx, cl)
+		return true, err
+	})
+}
+
+// storeAnswer stores resp as the answer of rec's key, unless another
+// request holds the key or completed it: then it returns the row that
+// stopped it (nil if the other request is still running).
+func (s *Store) storeAnswer(c echo.Context, rec *Record, resp *response) (*stored, bool, error) {
+	headers, err := json.Marshal(resp.headers)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode headers: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.finishTimeout)
+	defer cancel()
+	now := s.now().UTC().Truncate(time.Microsecond)
+	var held, stored bool
+	err = s.db.QueryRow(ctx, sqlStoreAnswer, rec.principal, rec.key, rec.fp, rec.owner, rec.at,
+		resp.status, headers, resp.body, now).Scan(&held, &stored)
+	if err != nil {
+		return nil, false, fmt.Errorf("store idempotency answer %q: %w", rec.key, err)
+	}
+	if !held || stored {
+		return nil, stored, nil
+	}
+	prev, err := readKey(ctx, s.db, rec.principal, rec.key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil // gone again already: as busy as a key in progress
+	}
+	return prev, false, err
+}
+
+// heldWriter holds the handler's answer back until the middleware knows
+// it is the key's answer: it is sent as it is, or replaced by the key's.
+type heldWriter struct {
+	http.ResponseWriter
+	header http.Header
+	status int
+	buf    bytes.Buffer
+}
+
+func (w *heldWriter) Header() http.Header { return w.header }
+
+func (w *heldWriter) WriteHeader(status int) { w.status = status }
+
+func (w *heldWriter) Write(p []byte) (int, error) { return w.buf.Write(p) }
+
+// Flush holds too: the answer goes out whole, at the end.
+func (w *heldWriter) Flush() {}
+
+// flush sends the held answer on res, whose writer is the real one again.
+func (w *heldWriter) flush(res *echo.Response) error {
+	if w.status == 0 {
+		return nil // the handler answered nothing; echo's defaults apply
+	}
+	h := res.Header()
+	for k := range h {
+		if _, ok := w.header[k]; !ok {
+			delete(h, k)
+		}
+	}
+	for k, v := range w.header {
+		h[k] = v
+	}
+	res.Writer.WriteHeader(w.status)
+	if _, err := res.Writer.Write(w.buf.Bytes()); err != nil {
+		return fmt.Errorf("send answer: %w", err)
+	}
+	return nil
+}
+
+// unwrite makes res unwritten again, so that another answer can be
+// written: nothing of the held one reached the client.
+func unwrite(res *echo.Response) {
+	res.Committed, res.Status, res.Size = false, 0, 0
+}

@@ -1,0 +1,343 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+const atomicPath = "/v1/atomic/1"
+
+// TestAtomic_Race sends one key 20 times at once; the first to claim holds
+// its transaction open until every other copy has been refused (with
+// QueueClaim: the first is held after its claim while the others go). The effect
+// is written once, every other copy was told request_in_progress at once
+// (none waited for the first's transaction), and the key replays the
+// first answer.
+func TestAtomic_Race(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	for _, act := range []string{"", "batched"} {
+		t.Run("Act="+act, func(t *testing.T) {
+			t.Parallel()
+			h := newAtomicHarness(t, Options{})
+			var replies []reply
+			if act == "batched" {
+				replies = raceBatched(t, h, n, request{path: atomicPath, key: "k1", act: act, body: `{"quantity":1}`})
+			} else {
+				replies = race(t, h.harness, n, request{path: atomicPath, key: "k1", act: "wait_for_crowd", body: `{"quantity":1}`})
+			}
+			var fresh []byte
+			inProgress := 0
+			for _, rep := range replies {
+				switch {
+				case rep.status == http.StatusCreated && !rep.replayed():
+					if fresh != nil {
+						t.Fatalf("two fresh answers:\n%s\n%s", fresh, rep.body)
+					}
+					fresh = rep.body
+				case rep.status == http.StatusConflict && rep.code() == "request_in_progress":
+					if rep.header.Get("Retry-After") != "1" {
+						t.Fatalf("409 with Retry-After %q, want 1", rep.header.Get("Retry-After"))
+					}
+					inProgress++
+				case rep.status == http.StatusCreated && rep.replayed():
+				default:
+					t.Fatalf("unexpected %d %s", rep.status, rep.body)
+				}
+			}
+			if fresh == nil || inProgress == 0 {
+				t.Fatalf("fresh answer %q, %d told in progress: the race is not racing", fresh, inProgress)
+			}
+			if got := h.effects(t, "alice", "k1"); got != 1 {
+				t.Fatalf("%d effects, want 1", got)
+			}
+			assertStored(t, h.harness, "k1", fresh, request{path: atomicPath, body: `{"quantity":1}`})
+			if got := counter(t, h.harness, "shop_conflicts_stopped_total", "flow", atomicFlow, "layer", "idempotency"); got < float64(inProgress) {
+				t.Fatalf("conflicts stopped = %v, want at least %d", got, inProgress)
+			}
+		})
+	}
+}
+
+// raceBatched is race for the batched flow, which pauses at a gate: the
+// first copy is sent alone and held after its claim, the others go at
+// once, and the gate opens when they are all answered.
+func raceBatched(t *testing.T, h *atomicHarness, n int, r request) []reply {
+	t.Helper()
+	first := r
+	first.gate = "first"
+	answered := start(t, h.harness, first)
+	rest := make([]reply, n-1)
+	testenv.Together(n-1, func(i int) {
+		rep, err := h.send(r)
+		if err != nil {
+			t.Errorf("send: %v", err)
+		}
+		rest[i] = rep
+	})
+	h.gate("first").release()
+	return append(rest, <-answered)
+}
+
+// TestAtomic_OneTransaction: the claim, the effect and the completion
+// commit together, and the replay is the first answer byte for byte.
+func TestAtomic_OneTransaction(t *testing.T) {
+	t.Parallel()
+	h := newAtomicHarness(t, Options{})
+	for _, act := range []string{"", "batched"} {
+		key := "k-" + act
+		first := h.mustSend(t, request{path: atomicPath, key: key, act: act, body: `{"a":1}`})
+		if first.status != http.StatusCreated || first.replayed() {
+			t.Fatalf("%s: got %d replayed=%v %s", act, first.status, first.replayed(), first.body)
+		}
+		again := h.mustSend(t, request{path: atomicPath, key: key, act: act, body: `{ "a": 1 }`})
+		if !again.replayed() || !bytes.Equal(again.body, first.body) || again.status != first.status {
+			t.Fatalf("%s: replay got %d %s, want %s", act, again.status, again.body, first.body)
+		}
+		for _, name := range []string{"Content-Type", "Location", "ETag"} {
+			if got, want := again.header.Get(name), first.header.Get(name); got != want || want == "" {
+				t.Fatalf("%s: replayed %s = %q, want %q", act, name, got, want)
+			}
+		}
+		if got := h.effects(t, "alice", key); got != 1 {
+			t.Fatalf("%s: %d effects, want 1", act, got)
+		}
+	}
+	if got := counter(t, h.harness, "shop_idempotency_results_total", "result", resultStored); got != 2 {
+		t.Fatalf("results{stored} = %v, want 2", got)
+	}
+}
+
+// TestAtomic_RolledBack: a flow that fails after its claim rolls the claim
+// back with its work; no record is left, and a retry runs afresh.
+func TestAtomic_RolledBack(t *testing.T) {
+	t.Parallel()
+	for _, act := range []string{"fail", "panic"} {
+		t.Run(act, func(t *testing.T) {
+			t.Parallel()
+			h := newAtomicHarness(t, Options{})
+			failed := h.mustSend(t, request{path: atomicPath, key: "k1", act: act})
+			if failed.status != http.StatusInternalServerError {
+				t.Fatalf("got %d %s, want 500", failed.status, failed.body)
+			}
+			if rows := h.rows(t); len(rows) != 0 {
+				t.Fatalf("a rolled-back flow left keys: %v", rows)
+			}
+			retry := h.mustSend(t, request{path: atomicPath, key: "k1"})
+			if retry.status != http.StatusCreated || retry.replayed() {
+				t.Fatalf("retry: got %d replayed=%v %s, want a fresh 201", retry.status, retry.replayed(), retry.body)
+			}
+			if got := h.effects(t, "alice", "k1"); got != 1 {
+				t.Fatalf("%d effects, want 1", got)
+			}
+		})
+	}
+}
+
+// TestAtomic_StoresRefusal: a 4xx that answers the request is stored after
+// the flow rolled back (out_of_stock) or before it began (invalid), and
+// replayed, though a retry would now succeed.
+func TestAtomic_StoresRefusal(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		act, code string
+		status    int
+	}{
+		{"out_of_stock", "out_of_stock", http.StatusConflict},
+		{"invalid", "invalid_request", http.StatusBadRequest},
+	} {
+		t.Run(tt.act, func(t *testing.T) {
+			t.Parallel()
+			h := newAtomicHarness(t, Options{})
+			first := h.mustSend(t, request{path: atomicPath, key: "k1", act: tt.act})
+			if first.status != tt.status || first.code() != tt.code || first.replayed() {
+				t.Fatalf("got %d %s, want %d %s", first.status, first.body, tt.status, tt.code)
+			}
+			again := h.mustSend(t, request{path: atomicPath, key: "k1"})
+			if again.status != tt.status || !again.replayed() || !bytes.Equal(again.body, first.body) {
+				t.Fatalf("got %d replayed=%v %s, want the replay of %s", again.status, again.replayed(), again.body, first.body)
+			}
+			if got := h.effects(t, "alice", "k1"); got != 0 {
+				t.Fatalf("%d effects, want 0", got)
+			}
+			if r := h.rows(t)["alice/k1"]; !r.completed || r.status == nil || *r.status != tt.status {
+				t.Fatalf("key %+v, want it completed with %d", r, tt.status)
+			}
+		})
+	}
+}
+
+// TestAtomic_KeyReused: the same key for another body, path or method is
+// 422, whether the first was completed by its flow or stored afterwards.
+func TestAtomic_KeyReused(t *testing.T) {
+	t.Parallel()
+	h := newAtomicHarness(t, Options{})
+	h.mustSend(t, request{path: atomicPath, key: "k1", body: `{"quantity":1}`})
+	h.mustSend(t, request{path: atomicPath, key: "k2", act: "invalid", body: `{"quantity":1}`})
+	for _, key := range []string{"k1", "k2"} {
+		for _, r := range []request{
+			{path: atomicPath, key: key, body: `{"quantity":2}`},
+			{path: "/v1/atomic/2", key: key, body: `{"quantity":1}`},
+			{path: atomicPath, key: key, act: "invalid", body: `{"quantity":2}`},
+		} {
+			rep := h.mustSend(t, r)
+			if rep.status != http.StatusUnprocessableEntity || rep.code() != "idempotency_key_reused" {
+				t.Fatalf("%s %s %s: got %d %s, want 422 idempotency_key_reused", key, r.path, r.body, rep.status, rep.body)
+			}
+		}
+	}
+	if got := h.effects(t, "alice", "k1"); got != 1 {
+		t.Fatalf("%d effects, want 1", got)
+	}
+}
+
+// TestAtomic_LostCommit: the flow's COMMIT reaches PostgreSQL and its answer
+// is lost (testenv.CommitCutter). The client gets a 503; its retry finds
+// the completed key and replays the answer that was committed with the
+// effect, which it never saw.
+func TestAtomic_LostCommit(t *testing.T) {
+	t.Parallel()
+	for _, act := range []string{"", "batched"} {
+		t.Run("Act="+act, func(t *testing.T) {
+			t.Parallel()
+			url := testenv.DatabaseURL(t)
+			cutter := testenv.NewCommitCutter(t)
+			h := newAtomicHarnessOn(t, testenv.PoolFor(t, url), testenv.PoolFor(t, cutter.URL(url)), Options{})
+			cutter.LoseCommitOf("INSERT INTO effects")
+			first := h.mustSend(t, request{path: atomicPath, key: "k1", act: act})
+			if cutter.Lost() != 1 || first.status != http.StatusServiceUnavailable {
+				t.Fatalf("lost %d commit answers; first got %d %s, want 503", cutter.Lost(), first.status, first.body)
+			}
+			retry := h.mustSend(t, request{path: atomicPath, key: "k1", act: act})
+			if retry.status != http.StatusCreated || !retry.replayed() || !strings.Contains(string(retry.body), `"run":1}`) {
+				t.Fatalf("retry: got %d replayed=%v %s, want the replay of run 1", retry.status, retry.replayed(), retry.body)
+			}
+			if got := h.effects(t, "alice", "k1"); got != 1 {
+				t.Fatalf("%d effects, want 1", got)
+			}
+		})
+	}
+}
+
+// TestAtomic_TwoPhaseTakeover: a two-phase flow committed its claim and
+// its effect, then stalled before its second phase. Within the lease the
+// key is in progress; after it, the same request takes the key over and
+// runs; the stale owner's completion is fenced by the owner token, and its
+// client is answered with the key's one answer, the new owner's.
+func TestAtomic_TwoPhaseTakeover(t *testing.T) {
+	t.Parallel()
+	h := newAtomicHarness(t, Options{})
+	stale := start(t, h.harness, request{path: atomicPath, key: "k1", act: "two_phase", gate: "stale"})
+
+	if rep := h.mustSend(t, request{path: atomicPath, key: "k1", act: "two_phase"}); rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
+		t.Fatalf("within the lease: got %d %s, want 409 request_in_progress", rep.status, rep.body)
+	}
+	h.clock.Advance(DefaultLease + time.Second)
+	if rep := h.mustSend(t, request{path: atomicPath, key: "k1", act: "two_phase", body: `{"other":1}`}); rep.status != http.StatusUnprocessableEntity {
+		t.Fatalf("another request after the lease: got %d %s, want 422", rep.status, rep.body)
+	}
+	newOwner := h.mustSend(t, request{path: atomicPath, key: "k1", act: "two_phase"})
+	if newOwner.status != http.StatusCreated || newOwner.replayed() {
+		t.Fatalf("after the lease: got %d replayed=%v %s, want a fresh 201", newOwner.status, newOwner.replayed(), newOwner.body)
+	}
+
+	h.gate("stale").release()
+	if rep := <-stale; rep.status != http.StatusCreated || !rep.replayed() || !bytes.Equal(rep.body, newOwner.body) {
+		t.Fatalf("stale owner: got %d replayed=%v %s; want the new owner's answer %s", rep.status, rep.replayed(), rep.body, newOwner.body)
+	}
+	wait(t, h.gate("stale").done, "the stale owner to finish")
+	if got := h.stale.Load(); got != 1 {
+		t.Fatalf("%d completions reported the key taken over, want 1", got)
+	}
+	assertStored(t, h.harness, "k1", newOwner.body, request{path: atomicPath, act: "two_phase"})
+	if got := counter(t, h.harness, "shop_idempotency_requests_total", "outcome", outcomeTakenOver); got != 1 {
+		t.Fatalf("takeovers counted: %v, want 1", got)
+	}
+	// Both owners ran the first phase: in a real flow its recovery point
+	// (the payment found by its request key) makes that one effect.
+	if got := h.effects(t, "alice", "k1"); got != 2 {
+		t.Fatalf("%d effects, want 2 (one per owner's first phase)", got)
+	}
+}
+
+// TestAtomic_StaleOwnerFenced: the stale owner of a two-phase flow
+// finishes while the request that took its key over is still in its
+// transaction. Its completion is told at once that the key is not its own
+// (the advisory lock is the new owner's), stores nothing, and its client is
+// told the key is in progress; the new owner's answer is the key's.
+func TestAtomic_StaleOwnerFenced(t *testing.T) {
+	t.Parallel()
+	h := newAtomicHarness(t, Options{})
+	stale := start(t, h.harness, request{path: atomicPath, key: "k1", act: "two_phase", gate: "stale"})
+	h.clock.Advance(DefaultLease + time.Second)
+	fresh := start(t, h.harness, request{path: atomicPath, key: "k1", gate: "new"})
+
+	h.gate("stale").release()
+	if rep := <-stale; rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
+		t.Fatalf("stale owner while the new one runs: got %d %s, want 409 request_in_progress", rep.status, rep.body)
+	}
+	h.gate("new").release()
+	newOwner := <-fresh
+	if newOwner.status != http.StatusCreated || newOwner.replayed() {
+		t.Fatalf("new owner: got %d %s", newOwner.status, newOwner.body)
+	}
+	wait(t, h.gate("new").done, "the new owner to finish")
+	if got := h.stale.Load(); got != 1 {
+		t.Fatalf("%d completions reported the key taken over, want 1", got)
+	}
+	assertStored(t, h.harness, "k1", newOwner.body, request{path: atomicPath})
+}
+
+// TestAtomic_NoDatabaseBeforeTheFlow: a request refused before the flow
+// runs (no key, a body too large) touches no database, and a route
+// without a principal is a wiring error.
+func TestAtomic_NoDatabaseBeforeTheFlow(t *testing.T) {
+	t.Parallel()
+	h := newAtomicHarness(t, Options{})
+	if rep := h.mustSend(t, request{path: atomicPath}); rep.status != http.StatusBadRequest || rep.code() != "idempotency_key_required" {
+		t.Fatalf("no key: got %d %s", rep.status, rep.body)
+	}
+	if rep := h.mustSend(t, request{path: atomicPath, key: "k1", noUser: true}); rep.status != http.StatusInternalServerError {
+		t.Fatalf("no principal: got %d %s, want 500", rep.status, rep.body)
+	}
+	if n := h.runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	if rows := h.rows(t); len(rows) != 0 {
+		t.Fatalf("keys left: %v", rows)
+	}
+}
+
+// TestRecord_Nil: without layer 0 every method of the record is a no-op,
+// and Send renders the answer itself.
+func TestRecord_Nil(t *testing.T) {
+	t.Parallel()
+	var r *Record
+	if r = RecordFrom(context.Background()); r != nil {
+		t.Fatal("a context that never passed the middleware has a record")
+	}
+	if err := r.Claim(context.Background(), nil); err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	b := &pgx.Batch{}
+	r.QueueClaim(b)
+	if err := r.QueueComplete(b, Answer{Status: http.StatusCreated}); err != nil || b.Len() != 0 {
+		t.Fatalf("QueueComplete: %v; %d statements queued", err, b.Len())
+	}
+	if stored, err := r.Complete(context.Background(), nil, Answer{}); stored || err != nil {
+		t.Fatalf("Complete = %v, %v", stored, err)
+	}
+	var refusal *Refusal
+	if errors.As(r.Claim(context.Background(), nil), &refusal) {
+		t.Fatal("a nil record refused")
+	}
+}

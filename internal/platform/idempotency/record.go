@@ -1,0 +1,354 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/labstack/echo/v4"
+)
+
+// Record is one request's idempotency key on a route under Atomic: the
+// flow claims it and completes it inside its own transaction(s). A nil
+// *Record (a route without layer 0, or a service called directly) does
+// nothing: every method returns at once, so flows call them
+// unconditionally.
+//
+// A Record belongs to one request and is used by one goroutine.
+type Record struct {
+	store     *Store
+	flow      string
+	principal string
+	key       string
+	fp        []byte
+	owner     uuid.UUID // written by Claim; fences Complete and the release
+	at        time.Time // when the request arrived: the claim's created_at
+
+	claimed   bool      // a Claim of this request succeeded (its transaction may have rolled back since)
+	firstSeen time.Time // when the key was first submitted, once claimed
+	answer    *response // what Complete stored, once it reported so
+}
+
+// recordKey is the context key of the request's *Record.
+type recordKey struct{}
+
+// RecordFrom returns the request's record; nil when the route runs without
+// layer 0 (layer tests) or the service is called directly. Every method of
+// a nil *Record is a no-op that returns nil, so flows call them
+// unconditionally.
+func RecordFrom(ctx context.Context) *Record {
+	r, _ := ctx.Value(recordKey{}).(*Record)
+	return r
+}
+
+// Answer is what the flow answers on success, stored with the record.
+type Answer struct {
+	Status   int    // e.g. http.StatusCreated
+	Location string // the Location header, or ""
+	ETag     string // the ETag header, or ""
+	Body     any    // marshalled as JSON exactly as httpx.JSON sends it
+}
+
+// encode renders a as the response that is stored and sent: the bytes of
+// httpx.JSON, and the headers that are part of the answer (keptHeaders).
+func (a Answer) encode() (*response, error) {
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(a.Body); err != nil {
+		return nil, fmt.Errorf("encode answer: %w", err)
+	}
+	if body.Len() > maxStoredBody {
+		return nil, fmt.Errorf("encode answer: %d bytes, more than the %d stored", body.Len(), maxStoredBody)
+	}
+	headers := map[string]string{echo.HeaderContentType: echo.MIMEApplicationJSON}
+	if a.Location != "" {
+		headers[echo.HeaderLocation] = a.Location
+	}
+	if a.ETag != "" {
+		headers["ETag"] = a.ETag
+	}
+	return &response{status: a.Status, headers: headers, body: body.Bytes()}, nil
+}
+
+// Send answers the request with a. When the request's record stored an
+// answer in the flow's committed transaction, Send writes exactly those
+// bytes, so that the first answer and every replay of it are the same;
+// otherwise (no layer 0, or the key was taken over in a two-phase flow) it
+// renders a the same way.
+func Send(c echo.Context, a Answer) error {
+	r := RecordFrom(c.Request().Context())
+	if r == nil || r.answer == nil {
+		resp, err := a.encode()
+		if err != nil {
+			return err
+		}
+		return write(c, resp)
+	}
+	return write(c, r.answer)
+}
+
+// write sends a response as it was stored.
+func write(c echo.Context, r *response) error {
+	h := c.Response().Header()
+	for k, v := range r.headers {
+		h.Set(k, v)
+	}
+	c.Response().WriteHeader(r.status)
+	if _, err := c.Response().Write(r.body); err != nil {
+		return fmt.Errorf("write answer: %w", err)
+	}
+	return nil
+}
+
+// Refusal is Claim's answer when the key is not this request's: another
+// request of the key is running, or the key was completed (its answer is
+// replayed), or it was used for a different request. The flow rolls back
+// and returns it unchanged (or wrapped with %w); the Atomic middleware
+// answers it.
+type Refusal struct {
+	prev *stored // the row that refused the claim; nil when another request holds the key's lock
+}
+
+func (e *Refusal) Error() string {
+	switch {
+	case e.prev == nil:
+		return "idempotency key: another request with it is running"
+	case e.prev.response != nil:
+		return "idempotency key: completed; the stored answer is replayed"
+	default:
+		return "idempotency key: claimed by another request"
+	}
+}
+
+const (
+	// sqlClaimInTx claims the key inside the flow's transaction, in one
+	// statement. First pg_try_advisory_xact_lock on (principal, key), in
+	// the two-int form, so that it never meets the single-bigint locks
+	// of the seats flow: a concurrent request of the key holds it until
+	// its transaction ends, and this one is refused at once instead of
+	// waiting inside PostgreSQL on the unique index with a pool
+	// connection held. With the lock, the insert of the claim; or, when
+	// the key exists, the takeover of a claim whose lease ran out (only
+	// for the same fingerprint, and never of a completed key), or of this
+	// request's own claim from an earlier transaction (a two-phase flow).
+	// Otherwise the row is written back unchanged, so that RETURNING
+	// hands back the row as it is now, whatever snapshot the statement
+	// began with; the flow rolls back, so nothing of it stays.
+	sqlClaimInTx = `
+WITH lock AS (
+	SELECT ` + claimLock + ` AS held
+), claim AS (
+	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at)
+	SELECT $1, $2, $3, $4, $5, $6 FROM lock WHERE lock.held
+	ON CONFLICT (principal, key) DO UPDATE
+	   SET owner = CASE WHEN ` + takeable + ` THEN EXCLUDED.owner ELSE idempotency_keys.owner END,
+	       locked_until = CASE WHEN ` + takeable + ` THEN EXCLUDED.locked_until ELSE idempotency_keys.locked_until END
+	RETURNING owner, fingerprint, created_at, status_code, headers, body
+)
+SELECT lock.held, coalesce(claim.owner = $4, false), claim.fingerprint, claim.created_at,
+       claim.status_code, claim.headers, claim.body
+  FROM lock LEFT JOIN claim ON true`
+
+	claimLock = `pg_try_advisory_xact_lock(hashtext($1), hashtext($2))`
+
+	takeable = `(idempotency_keys.status_code IS NULL
+	     AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
+	     AND (idempotency_keys.locked_until < EXCLUDED.created_at OR idempotency_keys.owner = EXCLUDED.owner))`
+
+	// sqlCompleteInTx stores the answer in the flow's transaction, fenced
+	// by the owner token: a request whose key was taken over after its
+	// lease ran out matches no row. It takes the key's advisory lock too
+	// (its own already, in the transaction that claimed), so that in a
+	// later phase a stale owner is told at once that a request taking the
+	// key over is running, instead of waiting for that one's row lock.
+	sqlCompleteInTx = `
+WITH lock AS (
+	SELECT pg_try_advisory_xact_lock(hashtext($1), hashtext($2)) AS held
+)
+UPDATE idempotency_keys
+   SET status_code = $4, headers = $5, body = $6, completed_at = $7
+ WHERE principal = $1 AND key = $2 AND owner = $3 AND status_code IS NULL
+   AND (SELECT held FROM lock)`
+
+	// sqlStoreAnswer stores an answer the flow did not store in its
+	// transaction (a refusal before the claim, or after a rollback), in
+	// one statement of its own. It takes the key's advisory lock too (try,
+	// never wait), and it inserts the completed key, or completes this
+	// request's own claim left by a committed phase; a key another request
+	// holds or completed is left alone.
+	sqlStoreAnswer = `
+WITH lock AS (
+	SELECT pg_try_advisory_xact_lock(hashtext($1), hashtext($2)) AS held
+), stored AS (
+	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at,
+	                              status_code, headers, body, completed_at)
+	SELECT $1, $2, $3, $4, $5, $5, $6, $7, $8, $9 FROM lock WHERE lock.held
+	ON CONFLICT (principal, key) DO UPDATE
+	   SET status_code = EXCLUDED.status_code, headers = EXCLUDED.headers,
+	       body = EXCLUDED.body, completed_at = EXCLUDED.completed_at
+	 WHERE idempotency_keys.owner = EXCLUDED.owner AND idempotency_keys.status_code IS NULL
+	RETURNING 1
+)
+SELECT lock.held, EXISTS (SELECT 1 FROM stored) FROM lock`
+)
+
+// claimArgs are the arguments of sqlClaimInTx.
+func (r *Record) claimArgs() []any {
+	return []any{r.principal, r.key, r.fp, r.owner, r.at.Add(r.store.lease), r.at}
+}
+
+// Claim claims the key as one of the first statements of tx:
+// pg_try_advisory_xact_lock on (principal, key), so that a concurrent
+// duplicate is refused at once (request_in_progress) instead of waiting
+// inside PostgreSQL on the unique index and holding a pool connection;
+// then the insert of the claim, or the takeover of a claim whose lease ran
+// out (only for the same fingerprint), in ONE statement that also returns
+// the existing row when the key is taken. When the key is not this
+// request's it returns a *Refusal (use errors.As); the flow rolls back and
+// returns it unchanged (wrap only with %w), and the middleware answers it.
+func (r *Record) Claim(ctx context.Context, tx pgx.Tx) error {
+	if r == nil {
+		return nil
+	}
+	return r.settle(tx.QueryRow(ctx, r.store.claimSQL, r.claimArgs()...))
+}
+
+// QueueClaim queues the same statement in a pgx.Batch so that it travels
+// with the transaction's next statements in one round trip; the refusal
+// comes back as the error of BatchResults.Close. The statements queued
+// after it run even when the claim is refused (then they are rolled back):
+// queue there only what cannot wait for a lock that another request of
+// the key holds, or send them in the next round trip.
+func (r *Record) QueueClaim(b *pgx.Batch) {
+	if r == nil {
+		return
+	}
+	b.Queue(r.store.claimSQL, r.claimArgs()...).QueryRow(r.settle)
+}
+
+// settle reads the claim statement's row: this request's claim, or the
+// refusal.
+func (r *Record) settle(row pgx.Row) error {
+	var (
+		held, mine bool
+		fp         []byte
+		firstSeen  *time.Time
+		status     *int
+		headers    []byte
+		body       []byte
+	)
+	if err := row.Scan(&held, &mine, &fp, &firstSeen, &status, &headers, &body); err != nil {
+		return fmt.Errorf("claim idempotency key %q: %w", r.key, err)
+	}
+	if !held {
+		return &Refusal{}
+	}
+	st := &stored{fingerprint: fp}
+	if firstSeen != nil {
+		st.firstSeen = *firstSeen
+	}
+	if !mine {
+		if status != nil {
+			resp, err := storedResponse(*status, headers, body)
+			if err != nil {
+				return fmt.Errorf("idempotency key %q: %w", r.key, err)
+			}
+			st.response = resp
+		}
+		return &Refusal{prev: st}
+	}
+	if r.claimed {
+		return nil // this request's own claim, again in a later transaction
+	}
+	r.claimed, r.firstSeen = true, st.firstSeen
+	s := r.store
+	if st.firstSeen.Equal(r.at) {
+		s.counters.outcome(outcomeClaimed)
+		return nil
+	}
+	s.counters.outcome(outcomeTakenOver)
+	s.counters.repeat(r.flow, st.firstSeen, r.at)
+	s.logger.Info("idempotency key taken over after its lease ran out", "flow", r.flow, "principal", r.principal, "key", r.key)
+	return nil
+}
+
+// Complete stores the answer in tx, as its last statement before COMMIT
+// (fenced by the owner token written by Claim). It reports whether it
+// stored it: false means another request took the key over after this
+// one's lease ran out (only possible between the transactions of a
+// two-phase flow such as a payment); not an error. After a successful
+// commit the handler sends exactly the stored bytes (Send), so a replay is
+// byte for byte the first answer.
+func (r *Record) Complete(ctx context.Context, tx pgx.Tx, a Answer) (bool, error) {
+	if r == nil {
+		return false, nil
+	}
+	resp, args, err := r.completion(a)
+	if err != nil {
+		return false, err
+	}
+	tag, err := tx.Exec(ctx, sqlCompleteInTx, args...)
+	if err != nil {
+		return false, fmt.Errorf("complete idempotency key %q: %w", r.key, err)
+	}
+	return r.completed(tag, resp), nil
+}
+
+// QueueComplete queues the same in a batch. Whether it stored the answer
+// is known once the batch's results are closed; Send asks.
+func (r *Record) QueueComplete(b *pgx.Batch, a Answer) error {
+	if r == nil {
+		return nil
+	}
+	resp, args, err := r.completion(a)
+	if err != nil {
+		return err
+	}
+	b.Queue(sqlCompleteInTx, args...).Exec(func(tag pgconn.CommandTag) error {
+		r.completed(tag, resp)
+		return nil
+	})
+	return nil
+}
+
+// completion encodes a and returns the arguments of sqlCompleteInTx.
+func (r *Record) completion(a Answer) (*response, []any, error) {
+	resp, err := a.encode()
+	if err != nil {
+		return nil, nil, err
+	}
+	headers, err := json.Marshal(resp.headers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode headers: %w", err)
+	}
+	now := r.store.now().UTC().Truncate(time.Microsecond)
+	return resp, []any{r.principal, r.key, r.owner, resp.status, headers, resp.body, now}, nil
+}
+
+// completed records what sqlCompleteInTx did and reports whether it stored
+// the answer.
+func (r *Record) completed(tag pgconn.CommandTag, resp *response) bool {
+	if tag.RowsAffected() != 1 {
+		r.answer = nil
+		return false
+	}
+	r.answer = resp
+	return true
+}
+
+// storedResponse decodes a stored answer.
+func storedResponse(status int, headers, body []byte) (*response, error) {
+	r := &response{status: status, body: body}
+	if len(headers) > 0 {
+		if err := json.Unmarshal(headers, &r.headers); err != nil {
+			return nil, fmt.Errorf("decode stored headers: %w", err)
+		}
+	}
+	return r, nil
+}
