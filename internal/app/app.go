@@ -208,7 +208,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		User: authn.User, Admin: authn.Admin, WriteLimit: limit.writes, LikeLimit: limit.likes,
 	})
 	seats.Register(v1, seatSvc, seats.Guards{
-		User: authn.User, Admin: authn.Admin, Idempotency: idemFor,
+		User: authn.User, Admin: authn.Admin, Idempotency: atomicFor,
 		PublicLimit: limit.public, WriteLimit: limit.writes,
 	})
 

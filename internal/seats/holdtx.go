@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
@@ -68,6 +69,9 @@ type HoldOptions struct {
 	// Advisory takes pg_advisory_xact_lock on each seat, in order, before
 	// reading them (SHOP_SEAT_LOCK=advisory).
 	Advisory bool
+	// Record is the request's idempotency key (layer 0), claimed first
+	// and completed last in the hold's transaction; nil without layer 0.
+	Record *idempotency.Record
 }
 
 // Hold creates h in one transaction: it reads what h's user holds of the
@@ -82,6 +86,22 @@ type HoldOptions struct {
 // the answer, whatever its state now, and nothing is written: the same
 // request, sent again after its first try committed. A hold under the
 // key for other seats gives idempotency_key_reused.
+//
+// With opts.Record, the transaction claims the request's idempotency key
+// first and completes it last with the hold's answer, so the hold and the
+// answer that replays it commit together or not at all. A refused claim
+// (a copy of the request in flight, or one that completed) comes back as
+// the record's *idempotency.Refusal, and nothing is written.
+//
+//	BEGIN, claim, locks, reads, hold row   one round trip
+//	seats, hold_seats, complete            one round trip
+//	COMMIT
+//
+// A copy of the request in flight is refused by its claim, but the
+// statements after the claim in its round trip still run: it waits, like
+// any hold, for the first copy's locks (at most lockTimeout, usually that
+// transaction's milliseconds) before it rolls back. A copy is rare; a
+// round trip of its own for the claim would cost every hold.
 //
 // With layer 1 on, the user's holds on the event are serialised first
 // (sqlCapLock), so two of them cannot both read a count under the caps
@@ -99,34 +119,38 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 		inserted bool
 		read     []Seat
 	)
-	// The first round trip: BEGIN, the locks, then the reads and the
-	// hold's row, in this order.
-	first := &pgx.Batch{}
-	if opts.Layers.On(layers.Lock) {
-		// The caps' lock comes before the seats': every hold takes the
-		// locks in that one order, so they cannot deadlock.
-		first.Queue(sqlLockTimeout)
-		first.Queue(sqlCapLock, h.UserID, h.EventID)
-		if opts.Advisory {
-			first.Queue(sqlAdvisoryLocks, h.EventID, h.Seats)
+	// The first round trip: BEGIN, the claim, the locks, then the reads
+	// and the hold's row, in this order.
+	first := func(b *pgx.Batch) {
+		opts.Record.QueueClaim(b)
+		if opts.Layers.On(layers.Lock) {
+			// The caps' lock comes before the seats': every hold takes
+			// the locks in that one order, so they cannot deadlock.
+			b.Queue(sqlLockTimeout)
+			b.Queue(sqlCapLock, h.UserID, h.EventID)
+			if opts.Advisory {
+				b.Queue(sqlAdvisoryLocks, h.EventID, h.Seats)
+			}
 		}
+		// Read before this hold's own row is written, so it does not
+		// count itself.
+		b.Queue(sqlReadHolding, h.UserID, h.EventID, now).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&mine.Holds, &mine.Seats)
+		})
+		b.Queue(sqlInsertHold, h.ID, h.EventID, h.UserID, h.RequestKey, h.Seats, h.ExpiresAt, now).Exec(func(tag pgconn.CommandTag) error {
+			inserted = tag.RowsAffected() == 1
+			return nil
+		})
+		b.Queue(sqlReadSeats, h.EventID, h.Seats).Query(func(rows pgx.Rows) error {
+			var err error
+			read, err = pgx.CollectRows(rows, scanSeat)
+			return err
+		})
 	}
-	// Read before this hold's own row is written, so it does not count
-	// itself.
-	first.Queue(sqlReadHolding, h.UserID, h.EventID, now).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&mine.Holds, &mine.Seats)
-	})
-	first.Queue(sqlInsertHold, h.ID, h.EventID, h.UserID, h.RequestKey, h.Seats, h.ExpiresAt, now).Exec(func(tag pgconn.CommandTag) error {
-		inserted = tag.RowsAffected() == 1
-		return nil
-	})
-	first.Queue(sqlReadSeats, h.EventID, h.Seats).Query(func(rows pgx.Rows) error {
-		var err error
-		read, err = pgx.CollectRows(rows, scanSeat)
-		return err
-	})
-	err := postgres.InTxBatch(ctx, s.db, first, func(tx pgx.Tx) error {
+	err := postgres.InTxFirst(ctx, s.db, first, func(tx pgx.Tx) error {
 		if !inserted {
+			// An earlier request with the key made its hold: one whose
+			// record is gone (swept), or that ran without layer 0.
 			var err error
 			out, err = scanHold(tx.QueryRow(ctx, sqlReadHoldOfRequest, h.UserID, h.RequestKey))
 			if err != nil {
@@ -136,7 +160,8 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 				return problem.New(problem.IdempotencyReused,
 					"this Idempotency-Key was used for a hold of other seats; send a new key for a new request")
 			}
-			return nil
+			_, err = opts.Record.Complete(ctx, tx, heldAnswer(out))
+			return err
 		}
 		if len(read) != len(h.Seats) {
 			return fmt.Errorf("hold on %s: %d of %d seats exist", h.EventID, len(read), len(h.Seats))
@@ -148,8 +173,8 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 		for i, seat := range read {
 			versions[i] = seat.Version
 		}
-		// The second round trip: the seats' write and their hold_seats
-		// rows.
+		// The second round trip: the seats' write, their hold_seats rows,
+		// and the key's answer.
 		held := int64(-1)
 		writes := &pgx.Batch{}
 		writes.Queue(holdSeatsSQL(opts.Layers), h.EventID, h.Seats, h.ID, versions).Exec(func(tag pgconn.CommandTag) error {
@@ -157,6 +182,9 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 			return nil
 		})
 		writes.Queue(sqlInsertHoldSeats, h.ID, h.EventID, h.Seats)
+		if err := opts.Record.QueueComplete(writes, heldAnswer(h)); err != nil {
+			return err
+		}
 		err := tx.SendBatch(ctx, writes).Close()
 		switch {
 		case held >= 0 && held != int64(len(h.Seats)):
@@ -222,22 +250,28 @@ type Move struct {
 // ErrAlreadyConfirmed makes Update return the hold's booking. The hold is
 // read first, before anything else: a confirm that lost to the expiry job
 // finds its own row expired.
-func (s *Store) Update(ctx context.Context, holdID, userID string, now time.Time, on layers.Set,
+//
+// With rec (a confirm's idempotency key, layer 0), the key is claimed
+// with the read and completed with the booking's answer in the writes'
+// round trip, as in Hold.
+func (s *Store) Update(ctx context.Context, holdID, userID string, now time.Time, on layers.Set, rec *idempotency.Record,
 	change func(*Hold) (Move, error)) (Hold, Booking, error) {
 	var h Hold
 	var b Booking
 	found := false
-	first := &pgx.Batch{}
-	first.Queue(sqlReadHold, holdID, userID).QueryRow(func(row pgx.Row) error {
-		var err error
-		h, err = scanHold(row)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	err := postgres.InTxBatch(ctx, s.db, first, func(tx pgx.Tx) error {
+	first := func(b *pgx.Batch) {
+		rec.QueueClaim(b)
+		b.Queue(sqlReadHold, holdID, userID).QueryRow(func(row pgx.Row) error {
+			var err error
+			h, err = scanHold(row)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			found = err == nil
+			return err
+		})
+	}
+	err := postgres.InTxFirst(ctx, s.db, first, func(tx pgx.Tx) error {
 		if !found {
 			return ErrNotFound
 		}
@@ -248,7 +282,8 @@ func (s *Store) Update(ctx context.Context, holdID, userID string, now time.Time
 			if err != nil {
 				return fmt.Errorf("booking of hold %s: %w", holdID, err)
 			}
-			return nil
+			_, err = rec.Complete(ctx, tx, bookedAnswer(b))
+			return err
 		}
 		if err != nil || move.To == "" {
 			return err
@@ -279,6 +314,9 @@ func (s *Store) Update(ctx context.Context, holdID, userID string, now time.Time
 			b = Booking{ID: move.BookingID, HoldID: h.ID, EventID: h.EventID, UserID: h.UserID, Seats: h.Seats, CreatedAt: now}
 			writes.Queue(sqlInsertBooking, b.ID, b.HoldID, b.EventID, b.UserID, b.Seats, b.CreatedAt)
 			writes.Queue(sqlInsertTickets, b.ID, b.EventID, b.Seats)
+			if err := rec.QueueComplete(writes, bookedAnswer(b)); err != nil {
+				return err
+			}
 		} else {
 			writes.Queue(sqlFreeSeats, h.ID)
 		}

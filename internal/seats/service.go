@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
@@ -190,6 +191,11 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 		return Hold{}, fmt.Errorf("new hold id: %w", err)
 	}
 	h := Hold{ID: id.String(), EventID: eventID, UserID: userID, RequestKey: requestKey, Seats: sorted, Status: Active, Version: 1}
+	// Layer 0: the key's record, when the route has the layer (Atomic).
+	// The hold's transaction claims it first and completes it last, so
+	// the hold and the answer that replays it commit together or not at
+	// all.
+	rec := idempotency.RecordFrom(ctx)
 	var out Hold
 	ran := false
 	// Layer 1: a lock per seat, taken in seat order and released in
@@ -206,7 +212,7 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 			// request key: a try of this request that committed before is
 			// found there.
 			var err error
-			out, err = s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(mine Holding, read []Seat) error {
+			out, err = s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory), Record: rec}, func(mine Holding, read []Seat) error {
 				// The caps: what this user holds of the event, read under
 				// the lock on (user, event) that layer 1 takes in the
 				// transaction, leaves room for this hold.
@@ -301,6 +307,9 @@ func (s *Service) Release(ctx context.Context, userID, holdID string) (Hold, err
 // lock, re-reading after a lost race at layer 3 or 4.
 func (s *Service) update(ctx context.Context, flow, userID, holdID string,
 	rule func(h *Hold, now time.Time) (Move, error), hold *Hold, booking *Booking) error {
+	// Layer 0 on a confirm: the key's record, claimed and completed in
+	// the move's transaction (a release has none).
+	rec := idempotency.RecordFrom(ctx)
 	ran := false
 	// Layer 1: the hold's lock, so a double click on confirm runs once
 	// and the second finds the first's booking.
@@ -308,7 +317,7 @@ func (s *Service) update(ctx context.Context, flow, userID, holdID string,
 		ran = true
 		for attempt := 1; ; attempt++ {
 			now := s.stamp()
-			h, b, err := s.store.Update(ctx, holdID, userID, now, s.layers, func(h *Hold) (Move, error) {
+			h, b, err := s.store.Update(ctx, holdID, userID, now, s.layers, rec, func(h *Hold) (Move, error) {
 				m, err := rule(h, now)
 				if err != nil && !errors.Is(err, ErrAlreadyConfirmed) {
 					s.metrics.Stopped(flow, metrics.LayerState)
