@@ -50,35 +50,37 @@ const (
 )
 
 // LockStrategy is how layer 1 serialises holds on a seat
-// (SHOP_SEAT_LOCK).
+// (SHOP_SEAT_LOCK; docs/DESIGN.md, "Seats", says why the default).
 type LockStrategy string
 
 // The lock strategies.
 const (
-	// LockRedsync takes a redsync lock per seat, in seat order, before
-	// the transaction (the default).
-	LockRedsync LockStrategy = "redsync"
 	// LockAdvisory takes pg_advisory_xact_lock per seat, in seat order,
-	// inside the transaction: no Redis round trips, but a connection held
-	// while it waits.
+	// inside the transaction, in the round trip that begins it (the
+	// default): no Redis, no retry loop; a waiter sleeps in PostgreSQL,
+	// on its connection, until the holder commits.
 	LockAdvisory LockStrategy = "advisory"
+	// LockRedsync takes a redsync lock per seat, in seat order, before
+	// the transaction, and hold:{id} on confirm and release.
+	LockRedsync LockStrategy = "redsync"
 	// LockNone takes no lock: layers 2–4 alone.
 	LockNone LockStrategy = "none"
 	// LockSection takes one redsync lock per section (row) the hold
 	// touches, in row order: fewer Redis round trips than a lock per
 	// seat, but every hold in a row waits for every other. It is the
-	// alternative `shop bench seats` measures, not a setting of
-	// SHOP_SEAT_LOCK.
+	// alternative `shop bench seats` measures, not a value of
+	// SHOP_SEAT_LOCK: only code sets it (Config.Lock).
 	LockSection LockStrategy = "section"
 )
 
-// ParseLockStrategy reads SHOP_SEAT_LOCK.
+// ParseLockStrategy reads SHOP_SEAT_LOCK: advisory, redsync or none, as
+// config.FromEnv accepts them. LockSection is not one of them.
 func ParseLockStrategy(s string) (LockStrategy, error) {
 	switch l := LockStrategy(s); l {
-	case LockRedsync, LockAdvisory, LockNone, LockSection:
+	case LockAdvisory, LockRedsync, LockNone:
 		return l, nil
 	}
-	return "", fmt.Errorf("want redsync, advisory or none, got %q", s)
+	return "", fmt.Errorf("want advisory, redsync or none, got %q", s)
 }
 
 // DefaultHoldTTL is how long a hold lasts unless configured
@@ -97,7 +99,8 @@ type Config struct {
 	Logger  *slog.Logger
 	Now     func() time.Time
 	HoldTTL time.Duration // 0 means DefaultHoldTTL
-	// Lock is the strategy of layer 1; "" means LockRedsync.
+	// Lock is the strategy of layer 1: one of ParseLockStrategy's, or
+	// LockSection; "" means LockAdvisory.
 	Lock LockStrategy
 	// Caps bound what one user may hold of one event; a cap left zero is
 	// its default.
@@ -127,9 +130,9 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("seats: a store and a locker are required")
 	}
 	if cfg.Lock == "" {
-		cfg.Lock = LockRedsync
+		cfg.Lock = LockAdvisory
 	}
-	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil {
+	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil && cfg.Lock != LockSection {
 		return nil, fmt.Errorf("seats: lock strategy: %w", err)
 	}
 	cfg.Caps = cfg.Caps.orDefaults()
