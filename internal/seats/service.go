@@ -20,17 +20,22 @@ import (
 // The layers of the seat flows, where each one is:
 //
 //	layer           where                                         backed by
-//	0 idempotency   Idempotency-Key on POST holds and confirm      the route (http.go);
-//	                (user, key) on the hold's row                   holds_user_request_key
-//	1 lock          seat:{event}:{seat} per seat, sorted, nested   Service.lockSeats
-//	                (or pg_advisory_xact_lock per seat, sorted,     Store.Hold: advisoryLocks
-//	                SHOP_SEAT_LOCK=advisory); hold:{id} on confirm
-//	                and release; pg_advisory_xact_lock on (user,     Store.Hold: sqlCapLock
-//	                event) for the caps, whatever the strategy
-//	2 state         seat available → held → booked, asked of the    CheckAvailable and
-//	                seats read and again in their write (WHERE      Store.Hold: sqlHoldSeats,
-//	                status = 'available'); hold active →            Hold.Confirm, Hold.Release
-//	                confirmed | released | expired
+//	0 idempotency   Idempotency-Key on POST holds and confirm:     the route (http.go,
+//	                claimed first and completed last in the hold's  idempotency.Store.Atomic);
+//	                (the confirm's) transaction; (user, key) on     Store.Hold, Store.Update;
+//	                the hold's row                                  holds_user_request_key
+//	1 lock          pg_advisory_xact_lock per seat, sorted, in the  Store.Hold: sqlAdvisoryLocks
+//	                transaction (SHOP_SEAT_LOCK=advisory, the
+//	                default); or seat:{event}:{seat} in Redis per   Service.lockSeats
+//	                seat, sorted, nested, and hold:{id} on confirm
+//	                and release (SHOP_SEAT_LOCK=redsync);
+//	                pg_advisory_xact_lock on (user, event) for the  Store.Hold: sqlCapLock
+//	                caps, whatever the strategy
+//	2 state         seat available → held → booked, asked of a     Service.Hold (Glance),
+//	                snapshot before any lock, of the seats read,    CheckAvailable and
+//	                and again in their write (WHERE status =        Store.Hold: sqlHoldSeats,
+//	                'available'); hold active → confirmed |          Hold.Confirm, Hold.Release
+//	                released | expired
 //	3 version       seats written WHERE version = $read; the hold  Store.Hold: sqlHoldSeats,
 //	                moved WHERE version = $read                     Store.Update: sqlMoveHold
 //	4 constraint    one active hold per seat; one ticket per seat, hold_seats_one_active_per_seat,
