@@ -162,10 +162,11 @@ func NewService(cfg Config) (*Service, error) {
 }
 
 // Hold holds seats of eventID for userID, all or none. Any seat taken
-// gives seat_unavailable listing the seats taken as this request's
-// transaction read them. requestKey is the client's Idempotency-Key: the
-// same request sent again, after a first try that committed, answers the
-// hold that try made (its answer may have been lost on the way).
+// gives seat_unavailable listing the seats taken as this request read
+// them: in the one read before any lock, or in its transaction.
+// requestKey is the client's Idempotency-Key: the same request sent
+// again, after a first try that committed, answers the hold that try made
+// (its answer may have been lost on the way).
 func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, labels []string) (Hold, error) {
 	if requestKey == "" {
 		return Hold{}, problem.New(problem.IdempotencyRequired, "Idempotency-Key: required on this route")
@@ -206,9 +207,10 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	rec := idempotency.RecordFrom(ctx)
 	var out Hold
 	ran := false
-	// Layer 1: a lock per seat, taken in seat order and released in
-	// reverse, so two holds that overlap queue on their first common seat
-	// and never deadlock; holds of other seats never wait.
+	// Layer 1: a lock per seat, taken in seat order (in the store's
+	// transaction by default; here, in Redis, with SHOP_SEAT_LOCK=redsync),
+	// so two holds that overlap queue on their first common seat and
+	// never deadlock; holds of other seats never wait.
 	err = s.lockSeats(ctx, eventID, sorted, func(ctx context.Context) error {
 		ran = true
 		for attempt := 1; ; attempt++ {
@@ -419,8 +421,14 @@ func (s *Service) lockLost(err error) error {
 	return err
 }
 
-// countHold counts a hold's outcome, and a lock that stopped one.
+// countHold counts a hold's outcome, and a lock that stopped one. A
+// copy of a request its key refused is not a hold's outcome: the
+// idempotency layer counts it.
 func (s *Service) countHold(err error, ran bool) {
+	var refusal *idempotency.Refusal
+	if errors.As(err, &refusal) {
+		return
+	}
 	outcome := "held"
 	switch code := problem.CodeOf(err); {
 	case err == nil:
