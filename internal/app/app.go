@@ -208,7 +208,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		User: authn.User, Admin: authn.Admin, WriteLimit: limit.writes, LikeLimit: limit.likes,
 	})
 	seats.Register(v1, seatSvc, seats.Guards{
-		User: authn.User, Admin: authn.Admin, Idempotency: idemFor,
+		User: authn.User, Admin: authn.Admin, Idempotency: atomicFor,
 		PublicLimit: limit.public, WriteLimit: limit.writes,
 	})
 
@@ -350,12 +350,10 @@ func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Servic
 }
 
 // newSeats builds events, holds and bookings with the seat lock strategy
-// (SHOP_SEAT_LOCK) and the caps (SHOP_SEAT_CAP_*) of cfg.
+// (SHOP_SEAT_LOCK, which config.FromEnv checked; `shop bench seats` also
+// sets seats.LockSection) and the caps (SHOP_SEAT_CAP_*) of cfg.
 func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*seats.Service, error) {
-	strategy, err := seats.ParseLockStrategy(cfg.SeatLock)
-	if err != nil {
-		return nil, fmt.Errorf("SHOP_SEAT_LOCK: %w", err)
-	}
+	strategy := seats.LockStrategy(cfg.SeatLock)
 	return seats.NewService(seats.Config{
 		Store:   seats.NewStore(deps.Pool),
 		Locker:  locker,

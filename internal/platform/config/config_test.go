@@ -83,7 +83,7 @@ func TestFromEnv_Defaults(t *testing.T) {
 		LockMode:    "degrade",
 		OrderTTL:    15 * time.Minute,
 		SeatHoldTTL: 5 * time.Minute,
-		SeatLock:    "redsync",
+		SeatLock:    "advisory",
 		// Ten seats a hold, four holds and ten seats per user per event.
 		SeatCaps: SeatCaps{PerHold: 10, Holds: 4, Seats: 10},
 
@@ -143,7 +143,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_LOCK_MODE":               "strict",
 		"SHOP_ORDER_TTL":               "30m",
 		"SHOP_SEAT_HOLD_TTL":           "90s",
-		"SHOP_SEAT_LOCK":               "advisory",
+		"SHOP_SEAT_LOCK":               "redsync",
 		"SHOP_SEAT_CAP_PER_HOLD":       "6",
 		"SHOP_SEAT_CAP_HOLDS":          "2",
 		"SHOP_SEAT_CAP_SEATS":          "8",
@@ -192,7 +192,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		LockMode:         "strict",
 		OrderTTL:         30 * time.Minute,
 		SeatHoldTTL:      90 * time.Second,
-		SeatLock:         "advisory",
+		SeatLock:         "redsync",
 		SeatCaps:         SeatCaps{PerHold: 6, Holds: 2, Seats: 8},
 		Migrate:          true,
 		Demo:             true,
