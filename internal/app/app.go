@@ -128,7 +128,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		bookkeeping.Close()
 		return nil, err
 	}
-	likeSvc, err := newLikes(deps, locker, m)
+	likeSvc, err := newLikes(cfg, deps, locker, m)
 	if err != nil {
 		bookkeeping.Close()
 		return nil, err
@@ -313,20 +313,19 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 	})
 }
 
-// likeLockBudget is how long a like waits for the lock on its (user,
-// post) before 409 resource_busy: only that user's own earlier click on
-// that post holds it, for a few milliseconds; a like is worth less than a
-// long wait.
-const likeLockBudget = 500 * time.Millisecond
-
 // likeReconcileInterval is how often each replica checks the like counts
 // against the likes: a read of every like, so not every job interval.
 const likeReconcileInterval = time.Hour
 
-// newLikes builds posts and likes, locking with a shorter wait than the
-// other flows.
-func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Service, error) {
-	likeLocker, err := locker.WithWaitBudget(likeLockBudget)
+// newLikes builds posts and likes with the like lock strategy
+// (SHOP_LIKE_LOCK) of cfg; the Redis lock, when it is that, waits for
+// likes.LockWait, shorter than the other flows' wait.
+func newLikes(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Service, error) {
+	strategy, err := likes.ParseLockStrategy(cfg.LikeLock)
+	if err != nil {
+		return nil, fmt.Errorf("SHOP_LIKE_LOCK: %w", err)
+	}
+	likeLocker, err := locker.WithWaitBudget(likes.LockWait)
 	if err != nil {
 		return nil, err
 	}
@@ -337,6 +336,7 @@ func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Servic
 		Logger:  deps.Logger,
 		Now:     deps.Now,
 		Shards:  deps.LikeShards,
+		Lock:    strategy,
 		Layers:  deps.Layers,
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,24 @@ const (
 	sqlReadLike = `SELECT p.like_shards, l.liked, l.shard, l.version
 		FROM posts p LEFT JOIN likes l ON l.post_id = p.id AND l.user_id = $2
 		WHERE p.id = $1`
+
+	// The same with the post's count, read in the same statement (one
+	// snapshot): the flow's first look, which answers a like that is
+	// already where it is asked to be.
+	sqlReadLikeCounted = `SELECT p.like_shards, l.liked, l.shard, l.version,
+			(SELECT coalesce(sum(s.n), 0)::bigint FROM post_like_shards s WHERE s.post_id = p.id)
+		FROM posts p LEFT JOIN likes l ON l.post_id = p.id AND l.user_id = $2
+		WHERE p.id = $1`
+
+	// Layer 1 in PostgreSQL (SHOP_LIKE_LOCK=advisory): the lock on one
+	// user's like of one post, named as the Redis lock is, taken inside
+	// the like's transaction and released at its commit or rollback. The
+	// wait for it is bounded by LockWait (lock_timeout, in milliseconds);
+	// the bound is lifted again at once, so that the write's wait for a
+	// hot counter row is not mistaken for a busy lock.
+	sqlLockWait     = `SELECT set_config('lock_timeout', $1, true)`
+	sqlLockLike     = `SELECT pg_advisory_xact_lock(hashtextextended('like:' || $1::text || ':' || $2::text, 0))`
+	sqlLockWaitDone = `SET LOCAL lock_timeout TO DEFAULT`
 
 	// countAfter ends each like write: the counter row the like names
 	// moves by the delta ($6), in the same statement as the like row and
@@ -153,6 +172,22 @@ func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
 	return n, nil
 }
 
+// querier runs one statement: the pool, or a like's transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Read returns userID's like of postID as it is now (Version 0 if there
+// is no row) and its post's count, in one statement.
+func (s *Store) Read(ctx context.Context, postID, userID string) (Like, int64, error) {
+	var r likeRow
+	err := s.db.QueryRow(ctx, sqlReadLikeCounted, postID, userID).Scan(&r.shards, &r.liked, &r.shard, &r.version, &r.count)
+	if err := r.check(postID, err); err != nil {
+		return Like{}, 0, err
+	}
+	return r.like(postID, userID), r.count, nil
+}
+
 // Update reads userID's like of postID, lets change apply a domain rule
 // to it, and, when change says so, writes it back together with its
 // post's count, and returns the like and the count.
@@ -162,8 +197,9 @@ func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
 // statement, so a like that moved in between makes it write nothing
 // (ErrVersionConflict), a first like that another request made in
 // between makes it fail on likes_pkey (ErrDuplicateLike), and either way
-// the counter does not move. That saves BEGIN and COMMIT on the hottest
-// path there is. The caller re-reads and decides again.
+// the counter does not move. That saves BEGIN and COMMIT where layer 1
+// is a lock outside the database (SHOP_LIKE_LOCK=redsync). The caller
+// re-reads and decides again.
 //
 // The counter moves by what the write changes in the row (Delta of the
 // state read and the state written), never by what the request asked
@@ -174,32 +210,91 @@ func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
 // not version-checked.
 func (s *Store) Update(ctx context.Context, postID, userID string, on layers.Set, now time.Time,
 	change func(*Like) (write bool, err error)) (Like, int64, error) {
-	before, shards, err := s.read(ctx, postID, userID)
+	var r likeRow
+	err := s.db.QueryRow(ctx, sqlReadLike, postID, userID).Scan(&r.shards, &r.liked, &r.shard, &r.version)
+	if err := r.check(postID, err); err != nil {
+		return Like{}, 0, err
+	}
+	return write(ctx, s.db, r, postID, userID, on, now, change)
+}
+
+// UpdateLocked is Update in one transaction under layer 1's lock in
+// PostgreSQL (SHOP_LIKE_LOCK=advisory). One round trip begins the
+// transaction, takes pg_advisory_xact_lock on (user, post), waiting at
+// most LockWait, and reads the like: a second click of the same user on
+// the same post waits there for the first's commit, and then reads what
+// it wrote. The write at the version read follows, then the commit,
+// which releases the lock. A lock still taken after LockWait gives
+// ErrLockBusy, and nothing is written.
+//
+// When on has Lock off (layer tests only) the lock is not taken; the
+// transaction is the same.
+func (s *Store) UpdateLocked(ctx context.Context, postID, userID string, on layers.Set, now time.Time,
+	change func(*Like) (write bool, err error)) (Like, int64, error) {
+	first := &pgx.Batch{}
+	if on.On(layers.Lock) {
+		first.Queue(sqlLockWait, strconv.FormatInt(LockWait.Milliseconds(), 10))
+		first.Queue(sqlLockLike, userID, postID)
+		first.Queue(sqlLockWaitDone)
+	}
+	var r likeRow
+	var readErr error
+	first.Queue(sqlReadLike, postID, userID).QueryRow(func(row pgx.Row) error {
+		// Kept out of the batch's error: a failed batch drops its
+		// statements from pgx's cache, and a like of no post is only a 404.
+		readErr = row.Scan(&r.shards, &r.liked, &r.shard, &r.version)
+		return nil
+	})
+	var out Like
+	var n int64
+	err := postgres.InTxBatch(ctx, s.db, first, func(tx pgx.Tx) error {
+		if err := r.check(postID, readErr); err != nil {
+			return err
+		}
+		var err error
+		out, n, err = write(ctx, tx, r, postID, userID, on, now, change)
+		return err
+	})
+	if postgres.SQLState(err) == "55P03" { // lock_not_available: LockWait ran out
+		return Like{}, 0, ErrLockBusy
+	}
 	if err != nil {
 		return Like{}, 0, err
 	}
+	return out, n, nil
+}
+
+// write lets change apply the rule to the like read (r) and, when it
+// says so, writes the like and moves its counter row, in one statement
+// on q, and returns the like and its post's count.
+func write(ctx context.Context, q querier, r likeRow, postID, userID string, on layers.Set, now time.Time,
+	change func(*Like) (bool, error)) (Like, int64, error) {
+	before := r.like(postID, userID)
 	after := before
-	write, err := change(&after)
+	changed, err := change(&after)
 	if err != nil {
 		return Like{}, 0, err
 	}
-	if !write {
-		n, err := s.Count(ctx, postID)
-		return before, n, err
+	if !changed {
+		var n int64
+		if err := q.QueryRow(ctx, sqlCount, postID).Scan(&n); err != nil {
+			return Like{}, 0, fmt.Errorf("count likes of %s: %w", postID, err)
+		}
+		return before, n, nil
 	}
 	delta := Delta(before.State, after.State)
 	if delta > 0 {
-		after.Shard = rand.IntN(shards)
+		after.Shard = rand.IntN(int(r.shards))
 	}
 	var row pgx.Row
 	liked := after.State == Liked
 	switch {
 	case !before.Exists():
-		row = s.db.QueryRow(ctx, sqlInsertLike, postID, userID, liked, after.Shard, now, delta)
+		row = q.QueryRow(ctx, sqlInsertLike, postID, userID, liked, after.Shard, now, delta)
 	case on.On(layers.Version):
-		row = s.db.QueryRow(ctx, sqlUpdateLike, postID, userID, liked, after.Shard, now, delta, before.Version)
+		row = q.QueryRow(ctx, sqlUpdateLike, postID, userID, liked, after.Shard, now, delta, before.Version)
 	default:
-		row = s.db.QueryRow(ctx, sqlUpdateLikeUnversioned, postID, userID, liked, after.Shard, now, delta)
+		row = q.QueryRow(ctx, sqlUpdateLikeUnversioned, postID, userID, liked, after.Shard, now, delta)
 	}
 	var written int
 	var count *int64
@@ -225,28 +320,37 @@ func (s *Store) Update(ctx context.Context, postID, userID string, on layers.Set
 	return after, *count, nil
 }
 
-// read returns userID's like of postID (Version 0 if there is no row) and
-// how many counter rows the post has.
-func (s *Store) read(ctx context.Context, postID, userID string) (Like, int, error) {
-	var shards int16
-	var liked *bool
-	var shard *int16
-	var version *int64
-	err := s.db.QueryRow(ctx, sqlReadLike, postID, userID).Scan(&shards, &liked, &shard, &version)
+// likeRow is a like as sqlReadLike reads it: its post's number of
+// counter rows, and the like row's columns (nil when there is none).
+type likeRow struct {
+	shards  int16
+	liked   *bool
+	shard   *int16
+	version *int64
+	count   int64 // the post's count, from sqlReadLikeCounted only
+}
+
+// check turns the read's error into the store's: no row is no post.
+func (r likeRow) check(postID string, err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Like{}, 0, ErrNotFound
+		return ErrNotFound
 	}
 	if err != nil {
-		return Like{}, 0, fmt.Errorf("read like of %s: %w", postID, err)
+		return fmt.Errorf("read like of %s: %w", postID, err)
 	}
+	return nil
+}
+
+// like is the like r read (Version 0 if there is no row).
+func (r likeRow) like(postID, userID string) Like {
 	l := Like{PostID: postID, UserID: userID}
-	if version != nil {
-		l.Version, l.Shard = *version, int(*shard)
-		if *liked {
+	if r.version != nil {
+		l.Version, l.Shard = *r.version, int(*r.shard)
+		if *r.liked {
 			l.State = Liked
 		}
 	}
-	return l, int(shards), nil
+	return l
 }
 
 // Tally is what one post's count says against its likes.

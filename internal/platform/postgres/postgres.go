@@ -95,6 +95,51 @@ func InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) (err error) {
 	return nil
 }
 
+// BatchSender sends batches; *pgxpool.Pool satisfies it.
+type BatchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// InTxBatch is InTx with the transaction's first statements sent in the
+// round trip that begins it (pgx's Batch.BeginTx): BEGIN and the
+// statements queued in first go to the server together, their results
+// are read in order (each query's callback, QueuedQuery.QueryRow and the
+// like, runs), and then fn runs in the transaction. It commits when fn
+// returns nil and rolls back when a statement of first or fn fails or fn
+// panics; the commit error is returned. first must not begin a
+// transaction itself.
+//
+// As with InTx, fn runs once and InTxBatch never retries.
+func InTxBatch(ctx context.Context, db BatchSender, first *pgx.Batch, fn func(pgx.Tx) error) (err error) {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	b.QueuedQueries = append(b.QueuedQueries, first.QueuedQueries...)
+	br := db.SendBatch(ctx, b)
+	// The transaction holds the connection until it is committed or
+	// rolled back, also when BEGIN failed (then the rollback only gives
+	// the connection back).
+	tx := br.Tx()
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			panic(p)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err = br.Close(); err != nil {
+		return err
+	}
+	if err = fn(tx); err != nil {
+		return err
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
 // ConstraintViolated returns the name of the constraint err violated, or ""
 // when err is not a unique, check, foreign-key or exclusion violation.
 // Stores map these names to domain errors; a name is stable where a message
