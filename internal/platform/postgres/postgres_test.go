@@ -667,3 +667,108 @@ func cuttable(t *testing.T, url string, cut func(net.Conn)) (string, func()) {
 		}
 	}
 }
+
+// The batch's statements and fn's run in one transaction, committed
+// together: what the batch read is fn's to use, and the batch began the
+// transaction (its transaction id is fn's).
+func TestInTxBatch_Commit(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	first := &pgx.Batch{}
+	first.Queue("INSERT INTO things (id) VALUES (1)")
+	var batchTx, fnTx int64
+	first.Queue("SELECT txid_current()").QueryRow(func(row pgx.Row) error { return row.Scan(&batchTx) })
+	err := postgres.InTxBatch(ctx, pool, first, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&fnTx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (2)")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("InTxBatch = %v", err)
+	}
+	if batchTx == 0 || batchTx != fnTx {
+		t.Errorf("batch ran in transaction %d, fn in %d: want one transaction", batchTx, fnTx)
+	}
+	if n := countRows(t, pool, "things"); n != 2 {
+		t.Errorf("things has %d rows, want 2", n)
+	}
+	assertReleased(t, pool)
+}
+
+// A statement of the batch that fails rolls back the batch's earlier
+// statements, and fn never runs.
+func TestInTxBatch_BatchError(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	first := &pgx.Batch{}
+	first.Queue("INSERT INTO things (id) VALUES (1)")
+	first.Queue("INSERT INTO things (id, qty) VALUES (2, -1)")
+	called := false
+	err := postgres.InTxBatch(ctx, pool, first, func(pgx.Tx) error { called = true; return nil })
+	if got := postgres.ConstraintViolated(err); got != "things_qty_nonnegative" {
+		t.Fatalf("InTxBatch = %v, want the batch's violation of things_qty_nonnegative", err)
+	}
+	if called {
+		t.Error("fn ran after the batch failed")
+	}
+	if n := countRows(t, pool, "things"); n != 0 {
+		t.Errorf("things has %d rows, want 0", n)
+	}
+	assertReleased(t, pool)
+}
+
+// fn's error, a panic in fn and a failed commit each roll back the
+// batch's statements too, and give the connection back.
+func TestInTxBatch_Rollback(t *testing.T) {
+	errRefused := errors.New("refused")
+	type boom struct{}
+	for _, tt := range []struct {
+		name string
+		fn   func(ctx context.Context, tx pgx.Tx) error
+		want func(t *testing.T, err error, recovered any)
+	}{
+		{"FnError", func(context.Context, pgx.Tx) error { return errRefused },
+			func(t *testing.T, err error, _ any) {
+				if !errors.Is(err, errRefused) {
+					t.Errorf("InTxBatch = %v, want fn's error", err)
+				}
+			}},
+		{"Panic", func(context.Context, pgx.Tx) error { panic(boom{}) },
+			func(t *testing.T, _ error, recovered any) {
+				if recovered != (boom{}) {
+					t.Errorf("recovered %v, want the panic re-raised", recovered)
+				}
+			}},
+		{"CommitError", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO deferred (id) VALUES (1), (1)")
+			return err
+		}, func(t *testing.T, err error, _ any) {
+			if postgres.ConstraintViolated(err) != "deferred_id_key" || !strings.HasPrefix(err.Error(), "commit: ") {
+				t.Errorf("InTxBatch = %v, want the commit's violation of deferred_id_key", err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := mustScratch(t)
+			ctx := context.Background()
+			first := &pgx.Batch{}
+			first.Queue("INSERT INTO things (id) VALUES (1)")
+			var err error
+			var recovered any
+			func() {
+				defer func() { recovered = recover() }()
+				err = postgres.InTxBatch(ctx, pool, first, func(tx pgx.Tx) error { return tt.fn(ctx, tx) })
+			}()
+			tt.want(t, err, recovered)
+			if n := countRows(t, pool, "things"); n != 0 {
+				t.Errorf("things has %d rows, want 0", n)
+			}
+			assertReleased(t, pool)
+		})
+	}
+}
