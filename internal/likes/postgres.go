@@ -172,11 +172,6 @@ func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
 	return n, nil
 }
 
-// querier runs one statement: the pool, or a like's transaction.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Read returns userID's like of postID as it is now (Version 0 if there
 // is no row) and its post's count, in one statement.
 func (s *Store) Read(ctx context.Context, postID, userID string) (Like, int64, error) {
@@ -215,17 +210,21 @@ func (s *Store) Update(ctx context.Context, postID, userID string, on layers.Set
 	if err := r.check(postID, err); err != nil {
 		return Like{}, 0, err
 	}
-	return write(ctx, s.db, r, postID, userID, on, now, change)
+	w, err := decide(r, postID, userID, on, now, change)
+	if err != nil {
+		return Like{}, 0, err
+	}
+	return w.result(w.scan(s.db.QueryRow(ctx, w.sql, w.args...)))
 }
 
 // UpdateLocked is Update in one transaction under layer 1's lock in
-// PostgreSQL (SHOP_LIKE_LOCK=advisory). One round trip begins the
-// transaction, takes pg_advisory_xact_lock on (user, post), waiting at
-// most LockWait, and reads the like: a second click of the same user on
-// the same post waits there for the first's commit, and then reads what
-// it wrote. The write at the version read follows, then the commit,
-// which releases the lock. A lock still taken after LockWait gives
-// ErrLockBusy, and nothing is written.
+// PostgreSQL (SHOP_LIKE_LOCK=advisory), in two round trips. The first
+// begins the transaction, takes pg_advisory_xact_lock on (user, post),
+// waiting at most LockWait, and reads the like: a second click of the
+// same user on the same post waits there for the first's commit, and
+// then reads what it wrote. The second writes at the version read and
+// commits, which releases the lock (postgres.InTxBatches). A lock still
+// taken after LockWait gives ErrLockBusy, and nothing is written.
 //
 // When on has Lock off (layer tests only) the lock is not taken; the
 // transaction is the same.
@@ -240,65 +239,90 @@ func (s *Store) UpdateLocked(ctx context.Context, postID, userID string, on laye
 	var r likeRow
 	var readErr error
 	first.Queue(sqlReadLike, postID, userID).QueryRow(func(row pgx.Row) error {
-		// Kept out of the batch's error: a failed batch drops its
-		// statements from pgx's cache, and a like of no post is only a 404.
+		// Kept out of the batch's error: pgx drops a failed batch's
+		// statements from its cache, and a like of no post is only a 404.
 		readErr = row.Scan(&r.shards, &r.liked, &r.shard, &r.version)
 		return nil
 	})
-	var out Like
-	var n int64
-	err := postgres.InTxBatch(ctx, s.db, first, func(tx pgx.Tx) error {
-		if err := r.check(postID, readErr); err != nil {
-			return err
+	var w *likeWrite
+	var ruled error // the read's or the rule's error: the transaction's, not the database's
+	err := postgres.InTxBatches(ctx, s.db, first, func() (*pgx.Batch, error) {
+		if ruled = r.check(postID, readErr); ruled != nil {
+			return nil, ruled
 		}
-		var err error
-		out, n, err = write(ctx, tx, r, postID, userID, on, now, change)
-		return err
+		if w, ruled = decide(r, postID, userID, on, now, change); ruled != nil {
+			return nil, ruled
+		}
+		last := &pgx.Batch{}
+		last.Queue(w.sql, w.args...).QueryRow(func(row pgx.Row) error { return w.scan(row) })
+		return last, nil
 	})
-	if postgres.SQLState(err) == "55P03" { // lock_not_available: LockWait ran out
+	switch {
+	case postgres.SQLState(err) == "55P03": // lock_not_available: LockWait ran out
 		return Like{}, 0, ErrLockBusy
+	case ruled != nil:
+		return Like{}, 0, ruled
+	case w == nil:
+		return Like{}, 0, fmt.Errorf("lock and read like of %s: %w", postID, err)
 	}
-	if err != nil {
-		return Like{}, 0, err
-	}
-	return out, n, nil
+	return w.result(err)
 }
 
-// write lets change apply the rule to the like read (r) and, when it
-// says so, writes the like and moves its counter row, in one statement
-// on q, and returns the like and its post's count.
-func write(ctx context.Context, q querier, r likeRow, postID, userID string, on layers.Set, now time.Time,
-	change func(*Like) (bool, error)) (Like, int64, error) {
+// likeWrite is what change made of a like read: the statement that
+// writes it with its counter row, or, when there is nothing to write,
+// the one that reads the post's count; and, once it ran, its answer.
+type likeWrite struct {
+	postID        string
+	before, after Like
+	write         bool // sql writes the like (else it reads the count)
+	sql           string
+	args          []any
+	rows          int    // like rows written: 0 means the version moved
+	count         *int64 // the post's count then; nil: no counter row
+}
+
+// decide lets change apply the rule to the like r read, and returns the
+// statement that carries out what it decided.
+func decide(r likeRow, postID, userID string, on layers.Set, now time.Time,
+	change func(*Like) (bool, error)) (*likeWrite, error) {
 	before := r.like(postID, userID)
-	after := before
-	changed, err := change(&after)
+	w := &likeWrite{postID: postID, before: before, after: before}
+	changed, err := change(&w.after)
 	if err != nil {
-		return Like{}, 0, err
+		return nil, err
 	}
 	if !changed {
-		var n int64
-		if err := q.QueryRow(ctx, sqlCount, postID).Scan(&n); err != nil {
-			return Like{}, 0, fmt.Errorf("count likes of %s: %w", postID, err)
-		}
-		return before, n, nil
+		w.sql, w.args = sqlCount, []any{postID}
+		return w, nil
 	}
-	delta := Delta(before.State, after.State)
+	w.write = true
+	delta := Delta(before.State, w.after.State)
 	if delta > 0 {
-		after.Shard = rand.IntN(int(r.shards))
+		w.after.Shard = rand.IntN(int(r.shards))
 	}
-	var row pgx.Row
-	liked := after.State == Liked
+	liked := w.after.State == Liked
 	switch {
 	case !before.Exists():
-		row = q.QueryRow(ctx, sqlInsertLike, postID, userID, liked, after.Shard, now, delta)
+		w.sql, w.args = sqlInsertLike, []any{postID, userID, liked, w.after.Shard, now, delta}
 	case on.On(layers.Version):
-		row = q.QueryRow(ctx, sqlUpdateLike, postID, userID, liked, after.Shard, now, delta, before.Version)
+		w.sql, w.args = sqlUpdateLike, []any{postID, userID, liked, w.after.Shard, now, delta, before.Version}
 	default:
-		row = q.QueryRow(ctx, sqlUpdateLikeUnversioned, postID, userID, liked, after.Shard, now, delta)
+		w.sql, w.args = sqlUpdateLikeUnversioned, []any{postID, userID, liked, w.after.Shard, now, delta}
 	}
-	var written int
-	var count *int64
-	err = row.Scan(&written, &count)
+	return w, nil
+}
+
+// scan reads the answer of w's statement.
+func (w *likeWrite) scan(row pgx.Row) error {
+	if !w.write {
+		return row.Scan(&w.count)
+	}
+	return row.Scan(&w.rows, &w.count)
+}
+
+// result is the like and its post's count after w's statement ran and
+// answered err.
+func (w *likeWrite) result(err error) (Like, int64, error) {
 	// The database's error stays wrapped: what is logged names the
 	// constraint that refused the write.
 	switch postgres.ConstraintViolated(err) {
@@ -307,17 +331,20 @@ func write(ctx context.Context, q querier, r likeRow, postID, userID string, on 
 	case constraintCountNotBelow0:
 		return Like{}, 0, fmt.Errorf("%w: %w", ErrCountBelowZero, err)
 	}
-	if err != nil {
-		return Like{}, 0, fmt.Errorf("write like of %s: %w", postID, err)
-	}
-	if written == 0 {
+	switch {
+	case err != nil && !w.write:
+		return Like{}, 0, fmt.Errorf("count likes of %s: %w", w.postID, err)
+	case err != nil:
+		return Like{}, 0, fmt.Errorf("write like of %s: %w", w.postID, err)
+	case !w.write:
+		return w.before, *w.count, nil
+	case w.rows == 0:
 		return Like{}, 0, ErrVersionConflict
+	case w.count == nil:
+		return Like{}, 0, fmt.Errorf("write like of %s: the post has no counter row %d", w.postID, w.after.Shard)
 	}
-	if count == nil {
-		return Like{}, 0, fmt.Errorf("write like of %s: the post has no counter row %d", postID, after.Shard)
-	}
-	after.Version = before.Version + 1
-	return after, *count, nil
+	w.after.Version = w.before.Version + 1
+	return w.after, *w.count, nil
 }
 
 // likeRow is a like as sqlReadLike reads it: its post's number of

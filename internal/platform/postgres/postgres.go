@@ -95,49 +95,61 @@ func InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) (err error) {
 	return nil
 }
 
-// BatchSender sends batches; *pgxpool.Pool satisfies it.
-type BatchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// InTxBatch is InTx with the transaction's first statements sent in the
-// round trip that begins it (pgx's Batch.BeginTx): BEGIN and the
-// statements queued in first go to the server together, their results
-// are read in order (each query's callback, QueuedQuery.QueryRow and the
-// like, runs), and then fn runs in the transaction. It commits when fn
-// returns nil and rolls back when a statement of first or fn fails or fn
-// panics; the commit error is returned. first must not begin a
-// transaction itself.
+// InTxBatches runs a transaction in two round trips where InTx spends one
+// on BEGIN, one on each statement and one on COMMIT: BEGIN and the
+// statements of first go to the server in one (pgx sends a batch as one
+// pipeline), their results are read (each queued query's callback,
+// QueuedQuery.QueryRow and the like, runs), then decides from them what
+// is left to do, and the statements of the batch it returns go with
+// COMMIT in the other. A nil batch from then commits at once. For a
+// transaction whose every statement but the last depends only on what
+// first read; anything longer uses InTx.
 //
-// As with InTx, fn runs once and InTxBatch never retries.
-func InTxBatch(ctx context.Context, db BatchSender, first *pgx.Batch, fn func(pgx.Tx) error) (err error) {
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
-	b.QueuedQueries = append(b.QueuedQueries, first.QueuedQueries...)
-	br := db.SendBatch(ctx, b)
-	// The transaction holds the connection until it is committed or
-	// rolled back, also when BEGIN failed (then the rollback only gives
-	// the connection back).
-	tx := br.Tx()
+// It rolls back when a statement of first fails, when then returns an
+// error or panics (the panic is re-raised after the rollback), and when
+// a statement of then's batch fails (PostgreSQL then skips the COMMIT
+// behind it). A COMMIT that fails is returned as "commit: …": the
+// transaction did not happen. then runs once; InTxBatches never retries.
+func InTxBatches(ctx context.Context, db *pgxpool.Pool, first *pgx.Batch, then func() (*pgx.Batch, error)) (err error) {
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	inTx := func() bool { return conn.Conn().PgConn().TxStatus() != 'I' }
 	defer func() {
-		if p := recover(); p != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+		p := recover()
+		if (p != nil || err != nil) && inTx() {
+			// Not on ctx: a request that ended still gives its connection
+			// back clean. A connection that cannot roll back is closed by
+			// Release instead (it is not idle).
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "rollback")
+		}
+		conn.Release()
+		if p != nil {
 			panic(p)
 		}
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
 	}()
-	if err = br.Close(); err != nil {
+	begin := &pgx.Batch{}
+	begin.Queue("begin")
+	begin.QueuedQueries = append(begin.QueuedQueries, first.QueuedQueries...)
+	if err = conn.SendBatch(ctx, begin).Close(); err != nil {
 		return err
 	}
-	if err = fn(tx); err != nil {
+	last, err := then()
+	if err != nil {
 		return err
 	}
-	if err = tx.Commit(ctx); err != nil {
+	end := &pgx.Batch{}
+	if last != nil {
+		end.QueuedQueries = append(end.QueuedQueries, last.QueuedQueries...)
+	}
+	end.Queue("commit")
+	if err = conn.SendBatch(ctx, end).Close(); err != nil && !inTx() {
+		// Outside the transaction after an error: the statements ran
+		// and the COMMIT was refused, which rolled everything back.
 		return fmt.Errorf("commit: %w", err)
 	}
-	return nil
+	return err
 }
 
 // ConstraintViolated returns the name of the constraint err violated, or ""

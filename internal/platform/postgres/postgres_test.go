@@ -668,29 +668,28 @@ func cuttable(t *testing.T, url string, cut func(net.Conn)) (string, func()) {
 	}
 }
 
-// The batch's statements and fn's run in one transaction, committed
-// together: what the batch read is fn's to use, and the batch began the
-// transaction (its transaction id is fn's).
-func TestInTxBatch_Commit(t *testing.T) {
+// The batches' statements run in one transaction, committed together:
+// what the first batch read is then's to use, and the second batch and
+// the COMMIT run in the transaction the first began (its id is theirs).
+func TestInTxBatches_Commit(t *testing.T) {
 	t.Parallel()
 	pool := mustScratch(t)
 	ctx := context.Background()
 	first := &pgx.Batch{}
 	first.Queue("INSERT INTO things (id) VALUES (1)")
-	var batchTx, fnTx int64
-	first.Queue("SELECT txid_current()").QueryRow(func(row pgx.Row) error { return row.Scan(&batchTx) })
-	err := postgres.InTxBatch(ctx, pool, first, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, "SELECT txid_current()").Scan(&fnTx); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (2)")
-		return err
+	var firstTx, lastTx int64
+	first.Queue("SELECT txid_current()").QueryRow(func(row pgx.Row) error { return row.Scan(&firstTx) })
+	err := postgres.InTxBatches(ctx, pool, first, func() (*pgx.Batch, error) {
+		last := &pgx.Batch{}
+		last.Queue("INSERT INTO things (id) VALUES ($1)", firstTx%1000+2)
+		last.Queue("SELECT txid_current()").QueryRow(func(row pgx.Row) error { return row.Scan(&lastTx) })
+		return last, nil
 	})
 	if err != nil {
-		t.Fatalf("InTxBatch = %v", err)
+		t.Fatalf("InTxBatches = %v", err)
 	}
-	if batchTx == 0 || batchTx != fnTx {
-		t.Errorf("batch ran in transaction %d, fn in %d: want one transaction", batchTx, fnTx)
+	if firstTx == 0 || firstTx != lastTx {
+		t.Errorf("first batch ran in transaction %d, the last in %d: want one transaction", firstTx, lastTx)
 	}
 	if n := countRows(t, pool, "things"); n != 2 {
 		t.Errorf("things has %d rows, want 2", n)
@@ -698,9 +697,25 @@ func TestInTxBatch_Commit(t *testing.T) {
 	assertReleased(t, pool)
 }
 
-// A statement of the batch that fails rolls back the batch's earlier
-// statements, and fn never runs.
-func TestInTxBatch_BatchError(t *testing.T) {
+// A nil batch from then commits what the first batch did.
+func TestInTxBatches_NothingLeft(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	first := &pgx.Batch{}
+	first.Queue("INSERT INTO things (id) VALUES (1)")
+	if err := postgres.InTxBatches(ctx, pool, first, func() (*pgx.Batch, error) { return nil, nil }); err != nil {
+		t.Fatalf("InTxBatches = %v", err)
+	}
+	if n := countRows(t, pool, "things"); n != 1 {
+		t.Errorf("things has %d rows, want 1", n)
+	}
+	assertReleased(t, pool)
+}
+
+// A statement of the first batch that fails rolls back the statements
+// before it, and then never runs.
+func TestInTxBatches_FirstBatchError(t *testing.T) {
 	t.Parallel()
 	pool := mustScratch(t)
 	ctx := context.Background()
@@ -708,12 +723,12 @@ func TestInTxBatch_BatchError(t *testing.T) {
 	first.Queue("INSERT INTO things (id) VALUES (1)")
 	first.Queue("INSERT INTO things (id, qty) VALUES (2, -1)")
 	called := false
-	err := postgres.InTxBatch(ctx, pool, first, func(pgx.Tx) error { called = true; return nil })
+	err := postgres.InTxBatches(ctx, pool, first, func() (*pgx.Batch, error) { called = true; return nil, nil })
 	if got := postgres.ConstraintViolated(err); got != "things_qty_nonnegative" {
-		t.Fatalf("InTxBatch = %v, want the batch's violation of things_qty_nonnegative", err)
+		t.Fatalf("InTxBatches = %v, want the first batch's violation of things_qty_nonnegative", err)
 	}
 	if called {
-		t.Error("fn ran after the batch failed")
+		t.Error("then ran after the first batch failed")
 	}
 	if n := countRows(t, pool, "things"); n != 0 {
 		t.Errorf("things has %d rows, want 0", n)
@@ -721,36 +736,49 @@ func TestInTxBatch_BatchError(t *testing.T) {
 	assertReleased(t, pool)
 }
 
-// fn's error, a panic in fn and a failed commit each roll back the
-// batch's statements too, and give the connection back.
-func TestInTxBatch_Rollback(t *testing.T) {
+// then's error, a panic in then, a statement of the last batch that
+// fails and a COMMIT that fails each roll back the first batch's
+// statements too, and give the connection back with no transaction
+// left open.
+func TestInTxBatches_Rollback(t *testing.T) {
 	errRefused := errors.New("refused")
 	type boom struct{}
+	last := func(sql string) func() (*pgx.Batch, error) {
+		return func() (*pgx.Batch, error) {
+			b := &pgx.Batch{}
+			b.Queue(sql)
+			return b, nil
+		}
+	}
 	for _, tt := range []struct {
 		name string
-		fn   func(ctx context.Context, tx pgx.Tx) error
+		then func() (*pgx.Batch, error)
 		want func(t *testing.T, err error, recovered any)
 	}{
-		{"FnError", func(context.Context, pgx.Tx) error { return errRefused },
+		{"ThenError", func() (*pgx.Batch, error) { return nil, errRefused },
 			func(t *testing.T, err error, _ any) {
 				if !errors.Is(err, errRefused) {
-					t.Errorf("InTxBatch = %v, want fn's error", err)
+					t.Errorf("InTxBatches = %v, want then's error", err)
 				}
 			}},
-		{"Panic", func(context.Context, pgx.Tx) error { panic(boom{}) },
+		{"Panic", func() (*pgx.Batch, error) { panic(boom{}) },
 			func(t *testing.T, _ error, recovered any) {
 				if recovered != (boom{}) {
 					t.Errorf("recovered %v, want the panic re-raised", recovered)
 				}
 			}},
-		{"CommitError", func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "INSERT INTO deferred (id) VALUES (1), (1)")
-			return err
-		}, func(t *testing.T, err error, _ any) {
-			if postgres.ConstraintViolated(err) != "deferred_id_key" || !strings.HasPrefix(err.Error(), "commit: ") {
-				t.Errorf("InTxBatch = %v, want the commit's violation of deferred_id_key", err)
-			}
-		}},
+		{"LastBatchError", last("INSERT INTO things (id, qty) VALUES (2, -1)"),
+			func(t *testing.T, err error, _ any) {
+				if postgres.ConstraintViolated(err) != "things_qty_nonnegative" || strings.HasPrefix(err.Error(), "commit: ") {
+					t.Errorf("InTxBatches = %v, want the statement's violation of things_qty_nonnegative", err)
+				}
+			}},
+		{"CommitError", last("INSERT INTO deferred (id) VALUES (1), (1)"),
+			func(t *testing.T, err error, _ any) {
+				if postgres.ConstraintViolated(err) != "deferred_id_key" || !strings.HasPrefix(err.Error(), "commit: ") {
+					t.Errorf("InTxBatches = %v, want the commit's violation of deferred_id_key", err)
+				}
+			}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -762,13 +790,18 @@ func TestInTxBatch_Rollback(t *testing.T) {
 			var recovered any
 			func() {
 				defer func() { recovered = recover() }()
-				err = postgres.InTxBatch(ctx, pool, first, func(tx pgx.Tx) error { return tt.fn(ctx, tx) })
+				err = postgres.InTxBatches(ctx, pool, first, tt.then)
 			}()
 			tt.want(t, err, recovered)
 			if n := countRows(t, pool, "things"); n != 0 {
 				t.Errorf("things has %d rows, want 0", n)
 			}
 			assertReleased(t, pool)
+			var open int
+			if err := pool.QueryRow(ctx, `SELECT count(*)::int FROM pg_stat_activity
+				WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&open); err != nil || open != 0 {
+				t.Errorf("%d sessions left in a transaction (%v)", open, err)
+			}
 		})
 	}
 }
