@@ -95,8 +95,8 @@ type Post struct {
 }
 
 // Result is what a like or unlike answers: the like's state after it,
-// and the post's count as the transaction that wrote it (or, when
-// nothing changed, a read just after) saw it.
+// and the post's count as the statement that wrote it (or, when nothing
+// changed, the read that found it so) saw it.
 type Result struct {
 	PostID    string
 	State     State

@@ -163,15 +163,6 @@ func (s *Store) Posts(ctx context.Context, viewerID, cursor string, limit int) (
 	return page, next, nil
 }
 
-// Count returns a post's like count: the sum of its counter rows.
-func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
-	var n int64
-	if err := s.db.QueryRow(ctx, sqlCount, postID).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count likes of %s: %w", postID, err)
-	}
-	return n, nil
-}
-
 // Read returns userID's like of postID as it is now (Version 0 if there
 // is no row) and its post's count, in one statement.
 func (s *Store) Read(ctx context.Context, postID, userID string) (Like, int64, error) {

@@ -28,12 +28,13 @@ import (
 //	1 lock          one user's clicks on one post, never the      Store.UpdateLocked: sqlLockLike
 //	                post: pg_advisory_xact_lock on (user, post)
 //	                in the round trip that begins the like's
-//	                transaction, or like:{user}:{post} in Redis    Set: Service.lockRedis
-//	                around it (SHOP_LIKE_LOCK)
+//	                transaction (the default), or                 Service.lockRedis
+//	                like:{user}:{post} in Redis around it
+//	                (SHOP_LIKE_LOCK=redsync)
 //	2 state         unliked ⇄ liked, asked again of the like      Like.Set
 //	                read under the lock; a move to where the
 //	                like already is changes nothing
-//	3 version       the like row written WHERE version = $read,   write: sqlUpdateLike
+//	3 version       the like row written WHERE version = $read,   decide: sqlUpdateLike
 //	                with its counter row in the same statement
 //	4 constraint    one like row per (post, user), ever; no       likes_pkey,
 //	                counter row below zero                        post_like_shards_n_nonnegative
