@@ -58,6 +58,7 @@ func paymentsFlow() flowSpec {
 		name:     "payments",
 		title:    "Payment",
 		unit:     "payments/s",
+		done:     "order paid",
 		anomaly:  "double charges: charges at the gateway beyond the first of an order (or, if none, the books audit's problems)",
 		inFlight: "orders told paid more than once, or charged more often than told paid",
 		strategies: map[string]strategy{
@@ -92,8 +93,8 @@ func paymentsFlow() flowSpec {
 }
 
 // payCell seeds the pending orders of one cell and audits them
-// afterwards. Each operation takes the next order to pay, and records
-// against it whether it was told paid.
+// afterwards. Each operation's key is the next order to pay, which it
+// pays as its client; its owner is the client whose order it is.
 func payCell(pay func(a *arena) payOp) func(ctx context.Context, a *arena, shape string) (cell, error) {
 	return func(ctx context.Context, a *arena, shape string) (cell, error) {
 		n := int(payOrdersPerSecond * (a.o.warmup + a.o.duration).Seconds())
@@ -104,20 +105,21 @@ func payCell(pay func(a *arena) payOp) func(ctx context.Context, a *arena, shape
 		if shape == hot {
 			o.repeat = a.o.clicks
 		}
-		t, p := newTold(), pay(a)
-		op := func(ctx context.Context, client int, _ string) string {
-			id, owner, ok := o.take()
-			if !ok {
-				return outOfOrders()
-			}
-			failure := p(ctx, client, id, owner)
-			if failure == "" {
-				t.add(client, id)
-			}
-			return failure
+		owners := make(map[string]int, len(o.ids))
+		for i, id := range o.ids {
+			owners[id] = o.owners[i]
 		}
+		pick := func(string) (string, string) {
+			id, _, ok := o.take()
+			if !ok {
+				return "", outOfOrders()
+			}
+			return id, ""
+		}
+		p, t := pay(a), newTold()
+		op := func(ctx context.Context, client int, id string) string { return p(ctx, client, id, owners[id]) }
 		audit := func(ctx context.Context) (audit, error) { return a.auditPayments(ctx, o.ids, t.byKey()) }
-		return cell{op: op, told: t, audit: audit}, nil
+		return cell{op: op, pick: pick, told: t, audit: audit}, nil
 	}
 }
 
