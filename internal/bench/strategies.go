@@ -73,10 +73,13 @@ var strategyNames = []string{"naive", "unique only", "optimistic", "row lock", "
 
 // flowSpec is one flow of the shoot-out.
 type flowSpec struct {
-	name     string // as -flows names it
-	title    string
-	unit     string // of the throughput
-	done     string // what one operation did, as the router answers it
+	name  string // as -flows names it
+	title string
+	unit  string // of the throughput
+	done  string // what one operation did, as the router answers it
+	// tables are those a cell of the flow seeds or its operations read,
+	// analysed before each run so that the planner knows the new rows.
+	tables   []string
 	anomaly  string // what the audit counts
 	inFlight string // what it counts in flight, from the operations' answers
 	// strategies by name; a name of strategyNames missing here is a
@@ -366,7 +369,7 @@ func runOnce(ctx context.Context, a *arena, f flowSpec, name string, s strategy,
 	if err != nil {
 		return cellRun{}, fmt.Errorf("%s/%s/%s: %w", f.name, name, shape, err)
 	}
-	if _, err := a.pool.Exec(ctx, "ANALYZE"); err != nil {
+	if _, err := a.pool.Exec(ctx, "ANALYZE "+strings.Join(f.tables, ", ")); err != nil {
 		return cellRun{}, fmt.Errorf("analyze: %w", err)
 	}
 	op := c.op

@@ -78,6 +78,7 @@ func likesFlow() flowSpec {
 		title:    "Like (toggle)",
 		unit:     "likes/s",
 		done:     "like flipped",
+		tables:   []string{"posts", "post_like_shards", "likes"},
 		anomaly:  "lost updates of the like count: the sum over the posts of |count − liked rows|, or, if more, those seen in flight",
 		inFlight: "likes and unlikes the clients were told were done that the count's steps up and down did not match (|told − counted|, each way, per post)",
 		strategies: map[string]strategy{

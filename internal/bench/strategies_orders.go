@@ -62,6 +62,7 @@ func ordersFlow() flowSpec {
 		title:    "Order creation (stock)",
 		unit:     "orders/s",
 		done:     "order placed",
+		tables:   []string{"products", "orders", "order_items", "idempotency_keys"},
 		anomaly:  "units oversold: units the orders hold that the stock never counted (lost updates of stock_available)",
 		inFlight: "orders the clients were told were placed beyond the units the stock counted",
 		strategies: map[string]strategy{

@@ -59,6 +59,7 @@ func paymentsFlow() flowSpec {
 		title:    "Payment",
 		unit:     "payments/s",
 		done:     "order paid",
+		tables:   []string{"orders", "order_items", "payments", "idempotency_keys"},
 		anomaly:  "double charges: charges at the gateway beyond the first of an order (or, if none, the books audit's problems)",
 		inFlight: "orders told paid more than once, or charged more often than told paid",
 		strategies: map[string]strategy{

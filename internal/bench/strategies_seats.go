@@ -63,6 +63,7 @@ func seatsFlow() flowSpec {
 		title:    "Seat hold",
 		unit:     "holds/s",
 		done:     "seats held and released",
+		tables:   []string{"events", "seats", "holds", "hold_seats", "idempotency_keys"},
 		anomaly:  "double bookings: seats taken while held by another hold, or, if more, seats double held or disagreeing with their holds afterwards",
 		inFlight: "seats written held for a hold while another hold held them (a trigger on seats, every strategy alike)",
 		strategies: map[string]strategy{
