@@ -37,10 +37,11 @@ const (
 	sqlAdvisoryLock = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 
 	// The audit: per SKU of a cell, the units taken from stock and the
-	// units in orders.
-	sqlStockAudit = `SELECT p.sku, $2::bigint - p.stock_available, s.sold
+	// units in orders. order_items has no index on sku, so its rows are
+	// summed in one pass, not once per SKU.
+	sqlStockAudit = `SELECT p.sku, $2::bigint - p.stock_available, coalesce(s.sold, 0)
 		FROM products p
-		LEFT JOIN LATERAL (SELECT coalesce(sum(quantity), 0) AS sold FROM order_items i WHERE i.sku = p.sku) s ON true
+		LEFT JOIN (SELECT sku, sum(quantity) AS sold FROM order_items WHERE sku = ANY($1) GROUP BY sku) s ON s.sku = p.sku
 		WHERE p.sku = ANY($1)`
 )
 

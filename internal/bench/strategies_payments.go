@@ -133,7 +133,7 @@ func (a *arena) auditPayments(ctx context.Context, ids []string, paid map[string
 	for _, id := range ids {
 		mine[id] = true
 	}
-	allOrders, allPayments, err := books.FromDB(ctx, a.pool)
+	os, ps, err := books.FromDBFor(ctx, a.pool, ids)
 	if err != nil {
 		return audit{}, err
 	}
@@ -141,20 +141,8 @@ func (a *arena) auditPayments(ctx context.Context, ids []string, paid map[string
 	if err != nil {
 		return audit{}, err
 	}
-	var os []books.Order
-	var ps []books.Payment
 	var cs []books.Charge
 	live := map[string]int{}
-	for _, o := range allOrders {
-		if mine[o.ID] {
-			os = append(os, o)
-		}
-	}
-	for _, p := range allPayments {
-		if mine[p.OrderID] {
-			ps = append(ps, p)
-		}
-	}
 	doubles := 0
 	for _, c := range allCharges {
 		if !mine[c.Reference] {
