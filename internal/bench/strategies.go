@@ -112,6 +112,7 @@ type cell struct {
 // via op (the cell's own, or a request that runs it in the server) and
 // tell told of a success.
 func (c cell) client(op orderFunc) orderFunc {
+	op = c.told.record(op)
 	return func(ctx context.Context, client int, key string) string {
 		if c.pick != nil {
 			var failure string
@@ -119,11 +120,7 @@ func (c cell) client(op orderFunc) orderFunc {
 				return failure
 			}
 		}
-		failure := op(ctx, client, key)
-		if failure == "" {
-			c.told.add(client, key)
-		}
-		return failure
+		return op(ctx, client, key)
 	}
 }
 
@@ -156,6 +153,18 @@ func (t *told) add(client int, key string) {
 	t.mu.Lock()
 	t.n[toldKey{client, key}]++
 	t.mu.Unlock()
+}
+
+// record wraps op so that each success is told to its client for the key
+// op was called with.
+func (t *told) record(op orderFunc) orderFunc {
+	return func(ctx context.Context, client int, key string) string {
+		failure := op(ctx, client, key)
+		if failure == "" {
+			t.add(client, key)
+		}
+		return failure
+	}
 }
 
 // byKey is the successes per key, over all clients.
