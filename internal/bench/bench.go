@@ -90,6 +90,10 @@ type benchOptions struct {
 	chart               string
 	clicks              int
 	seatRows            int // rows of the spread seat map
+	// strategies only: the runs of each cell and column, and what counts
+	// each cell's work (set by runStrategies).
+	runs  int
+	meter *costMeter
 	// outside only: the binary its replicas run `serve` from (default
 	// this one), and the pending orders seeded per second of a payment
 	// case's warm-up and window.
@@ -176,7 +180,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		return benchOptions{}, fmt.Errorf("config: %w", err)
 	}
 	// The counts of the other command stay at 1, so the checks below pass.
-	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1, seatRows: seats.MaxRows, payRate: 1}
+	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1, runs: 1, seatRows: seats.MaxRows, payRate: 1}
 	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
 	clients := 32
 	duration, warmup := 10*time.Second, 2*time.Second
@@ -212,6 +216,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread order cases pick from at random")
 		fs.IntVar(&o.posts, "posts", 1000, "posts the spread like cases pick from at random")
 		fs.IntVar(&o.clicks, "clicks", 4, "clients that pay each order of the hot payment cases, one after the other")
+		fs.IntVar(&o.runs, "runs", 3, "runs of each cell through HTTP and in process, each on fresh resources; the table shows their median")
 		fs.IntVar(&o.seatRows, "seat-rows", seats.MaxRows, fmt.Sprintf("rows of %d seats of the spread seat cases, 1–%d", seats.MaxSeatsPerRow, seats.MaxRows))
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered cell to this file, suffixed -flow-hot / -flow-spread")
 		fs.StringVar(&o.chart, "chart", "", "write the throughput chart to this SVG file, and a PNG beside it")
@@ -257,7 +262,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("bench %s: unexpected arguments %q", what, fs.Args())
-	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.settle < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.payRate < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.settle < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.runs < 1 || o.payRate < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
 		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive (-seat-rows at most %d), -warmup, -settle and -storms not negative", what, seats.MaxRows)
 	case len(o.redisAddrs) == 0:
 		return o, fmt.Errorf("bench %s: -redis needs at least one node", what)

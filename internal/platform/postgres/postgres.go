@@ -33,11 +33,15 @@ import (
 const IdleInTxTimeout = 5 * time.Second
 
 // Open connects a pool to url and checks that the server answers. Its
-// sessions end a transaction left idle for IdleInTxTimeout.
-func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+// sessions end a transaction left idle for IdleInTxTimeout. The service
+// opens its pool with no option; opts are for tools that watch the pool.
+func Open(ctx context.Context, url string, maxConns int32, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	for _, opt := range opts {
+		opt(cfg)
 	}
 	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTxTimeout.Milliseconds(), 10)
@@ -57,6 +61,19 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("ping database: %w", err)
 	}
 	return pool, nil
+}
+
+// Option changes the configuration Open builds the pool with.
+type Option func(*pgxpool.Config)
+
+// WithTracer has pgx report to t every statement the pool's connections
+// run, and every batch and connection too when t also implements
+// pgx.BatchTracer and pgx.ConnectTracer (pgx checks each on its own).
+// `shop bench strategies` counts round trips with it. AsyncCommitPool
+// copies the pool's configuration, so a pool derived from this one
+// reports to t as well.
+func WithTracer(t pgx.QueryTracer) Option {
+	return func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = t }
 }
 
 // Beginner starts transactions; *pgxpool.Pool satisfies it.

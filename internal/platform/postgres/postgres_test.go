@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	neturl "net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -371,6 +372,69 @@ func TestOpen(t *testing.T) {
 	if _, err := postgres.Open(ctx, "postgres://shop:shop@127.0.0.1:1/shop?sslmode=disable&connect_timeout=2", 1); err == nil ||
 		!strings.Contains(err.Error(), "ping database") {
 		t.Errorf("Open of an unreachable server = %v, want a ping error", err)
+	}
+}
+
+// statementCounter is a pgx.QueryTracer that counts the statements it is
+// told of.
+type statementCounter struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sql = append(c.sql, d.SQL)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) seen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sql)
+}
+
+// WithTracer reports every statement of the pool to the tracer, and of a
+// pool AsyncCommitPool derives from it (the service's bookkeeping pool);
+// without it, Open sets no tracer at all, as the service runs.
+func TestOpen_WithTracer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t)
+	plain, err := postgres.Open(ctx, url, 2)
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	defer plain.Close()
+	if tr := plain.Config().ConnConfig.Tracer; tr != nil {
+		t.Errorf("Open without options: tracer %T, want none", tr)
+	}
+
+	var c statementCounter
+	pool, err := postgres.Open(ctx, url, 2, postgres.WithTracer(&c))
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	defer pool.Close()
+	async, err := postgres.AsyncCommitPool(ctx, pool, 2)
+	if err != nil {
+		t.Fatalf("AsyncCommitPool: %v", err)
+	}
+	defer async.Close()
+	if err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT 1")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := async.Exec(ctx, "SELECT 2"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.seen(), []string{"begin", "SELECT 1", "commit", "SELECT 2"}; !slices.Equal(got, want) {
+		t.Errorf("statements traced = %q, want %q", got, want)
 	}
 }
 
