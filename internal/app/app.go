@@ -128,7 +128,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		bookkeeping.Close()
 		return nil, err
 	}
-	likeSvc, err := newLikes(deps, locker, m)
+	likeSvc, err := newLikes(cfg, deps, locker, m)
 	if err != nil {
 		bookkeeping.Close()
 		return nil, err
@@ -168,9 +168,8 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	// fetch what this replica answers to.
 	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", docs.OpenAPI()) })
 
-	// Layer 0 on the routes that take an Idempotency-Key: Atomic where
-	// the flow claims and completes the key in its own transaction, For
-	// where the key is claimed before the handler and completed after it.
+	// Layer 0 on the routes that take an Idempotency-Key: Atomic, the
+	// flow claims and completes the key in its own transaction.
 	// The layer is asked at each request, where it acts, so that a layer
 	// test's probe sees the requests that ran without it (layers.Probe).
 	layer0 := func(guard echo.MiddlewareFunc) echo.MiddlewareFunc {
@@ -187,7 +186,6 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 			}
 		}
 	}
-	idemFor := func(flow string) echo.MiddlewareFunc { return layer0(idem.For(flow)) }
 	atomicFor := func(flow string) echo.MiddlewareFunc { return layer0(idem.Atomic(flow)) }
 	v1 := e.Group("/v1")
 	auth.Register(v1, users, authn, limit.register)
@@ -208,7 +206,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		User: authn.User, Admin: authn.Admin, WriteLimit: limit.writes, LikeLimit: limit.likes,
 	})
 	seats.Register(v1, seatSvc, seats.Guards{
-		User: authn.User, Admin: authn.Admin, Idempotency: idemFor,
+		User: authn.User, Admin: authn.Admin, Idempotency: atomicFor,
 		PublicLimit: limit.public, WriteLimit: limit.writes,
 	})
 
@@ -321,20 +319,19 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 	})
 }
 
-// likeLockBudget is how long a like waits for the lock on its (user,
-// post) before 409 resource_busy: only that user's own earlier click on
-// that post holds it, for a few milliseconds; a like is worth less than a
-// long wait.
-const likeLockBudget = 500 * time.Millisecond
-
 // likeReconcileInterval is how often each replica checks the like counts
 // against the likes: a read of every like, so not every job interval.
 const likeReconcileInterval = time.Hour
 
-// newLikes builds posts and likes, locking with a shorter wait than the
-// other flows.
-func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Service, error) {
-	likeLocker, err := locker.WithWaitBudget(likeLockBudget)
+// newLikes builds posts and likes with the like lock strategy
+// (SHOP_LIKE_LOCK) of cfg; the Redis lock, when it is that, waits for
+// likes.LockWait, shorter than the other flows' wait.
+func newLikes(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Service, error) {
+	strategy, err := likes.ParseLockStrategy(cfg.LikeLock)
+	if err != nil {
+		return nil, fmt.Errorf("SHOP_LIKE_LOCK: %w", err)
+	}
+	likeLocker, err := locker.WithWaitBudget(likes.LockWait)
 	if err != nil {
 		return nil, err
 	}
@@ -345,17 +342,16 @@ func newLikes(deps Deps, locker *lock.Locker, m *metrics.Metrics) (*likes.Servic
 		Logger:  deps.Logger,
 		Now:     deps.Now,
 		Shards:  deps.LikeShards,
+		Lock:    strategy,
 		Layers:  deps.Layers,
 	})
 }
 
 // newSeats builds events, holds and bookings with the seat lock strategy
-// (SHOP_SEAT_LOCK) and the caps (SHOP_SEAT_CAP_*) of cfg.
+// (SHOP_SEAT_LOCK, which config.FromEnv checked; `shop bench seats` also
+// sets seats.LockSection) and the caps (SHOP_SEAT_CAP_*) of cfg.
 func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*seats.Service, error) {
-	strategy, err := seats.ParseLockStrategy(cfg.SeatLock)
-	if err != nil {
-		return nil, fmt.Errorf("SHOP_SEAT_LOCK: %w", err)
-	}
+	strategy := seats.LockStrategy(cfg.SeatLock)
 	return seats.NewService(seats.Config{
 		Store:   seats.NewStore(deps.Pool),
 		Locker:  locker,

@@ -82,22 +82,25 @@ func TestLikes_Storm(t *testing.T) {
 // once over two replicas, five rounds. After each round the like is in
 // one of the states the answers reported (the one the last write made),
 // the count matches it (1 or 0) by every reading, and there is one like
-// row. With the lock off the database layers hold on their own; with the
-// lock and the version check off, requests that read the same state each
-// write and count their move: the count leaves 0 and 1 (the row asserts
-// that it breaks).
+// row, with the lock in PostgreSQL (the default) and in Redis
+// (SHOP_LIKE_LOCK=redsync). With the lock off the database layers hold
+// on their own; with the lock and the version check off, requests that
+// read the same state each write and count their move: the count leaves
+// 0 and 1 (the row asserts that it breaks).
 func TestLikes_Spam(t *testing.T) {
 	const rounds, requests = 5, 30
 	for _, tt := range []struct {
+		lock   string
 		on     layers.Set
 		breaks bool
 	}{
-		{layers.Set{}, false},
-		{layers.Off(layers.Lock), false},
-		{layers.Off(layers.Lock, layers.Version), true},
+		{"advisory", layers.Set{}, false},
+		{"redsync", layers.Set{}, false},
+		{"advisory", layers.Off(layers.Lock), false},
+		{"advisory", layers.Off(layers.Lock, layers.Version), true},
 	} {
-		t.Run(strings.ReplaceAll(tt.on.String(), ", ", "+"), func(t *testing.T) {
-			e := newEnvWith(t, 2, nil, app.Deps{Layers: tt.on})
+		t.Run(tt.lock+"/"+strings.ReplaceAll(tt.on.String(), ", ", "+"), func(t *testing.T) {
+			e := newEnvWith(t, 2, map[string]string{"SHOP_LIKE_LOCK": tt.lock}, app.Deps{Layers: tt.on})
 			u := testenv.Users(t, e.db, 1)[0]
 			p := mustCreatePost(t, e.r(0), u.Token, "spammed")
 			e.warm(t, 16)

@@ -2,7 +2,8 @@
 // HTTP service against a raw SQL baseline, in one run, on one machine.
 // cmd/shop only dispatches to Run; docs/BENCHMARKS.md has the figures.
 // `shop bench payments` is described in payments.go, `shop bench likes`
-// in likes.go.
+// in likes.go, `shop bench outside` (two replicas of their own) in
+// outside.go.
 //
 // `shop bench orders` measures order creation through the layered HTTP
 // service against the raw SQL baseline, in one run, with -clients concurrent
@@ -89,6 +90,15 @@ type benchOptions struct {
 	chart               string
 	clicks              int
 	seatRows            int // rows of the spread seat map
+	// strategies only: the runs of each cell and column, and what counts
+	// each cell's work (set by runStrategies).
+	runs  int
+	meter *costMeter
+	// outside only: the binary its replicas run `serve` from (default
+	// this one), and the pending orders seeded per second of a payment
+	// case's warm-up and window.
+	shopBin string
+	payRate int
 	// seats only: the lock strategy of the service being measured
 	// (SHOP_SEAT_LOCK), set per scenario by benchSeats.
 	seatLock string
@@ -104,15 +114,25 @@ type benchOptions struct {
 	// where the result tables go (nil: only to stdout).
 	docPath string
 	doc     *docTarget
+	// With -doc: write the tables even on a loaded box, marked so
+	// (-loaded), and how long to wait for the box to settle before
+	// refusing it (-settle).
+	loaded bool
+	settle time.Duration
 }
 
 // ErrUsage means the command line was not one Run understands; the caller
 // prints the usage.
-var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies [flags]")
+var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies|outside [flags]")
 
 // Run runs `shop bench <args>`: args[0] is what to measure (orders,
-// payments or likes), the rest its flags.
+// payments, likes, seats, strategies or outside), the rest its flags.
 func Run(ctx context.Context, args []string, logger *slog.Logger) error {
+	return runOn(ctx, args, logger, machineGate())
+}
+
+// runOn is Run with the quiet-box check of -doc made by gate.
+func runOn(ctx context.Context, args []string, logger *slog.Logger, gate boxGate) error {
 	if len(args) == 0 {
 		return ErrUsage
 	}
@@ -128,6 +148,8 @@ func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 		run = benchSeats
 	case "strategies":
 		run = benchStrategies
+	case "outside":
+		run = benchOutside
 	default:
 		return ErrUsage
 	}
@@ -139,7 +161,11 @@ func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 		return err
 	}
 	if o.docPath != "" {
-		if o.doc, err = newDocTarget(o.docPath, args); err != nil {
+		box, err := gate.wait(ctx, o, logger)
+		if err != nil {
+			return fmt.Errorf("bench %s -doc %s: %w", args[0], o.docPath, err)
+		}
+		if o.doc, err = newDocTarget(o.docPath, args, box); err != nil {
 			return err
 		}
 	}
@@ -154,7 +180,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		return benchOptions{}, fmt.Errorf("config: %w", err)
 	}
 	// The counts of the other command stay at 1, so the checks below pass.
-	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1, seatRows: seats.MaxRows}
+	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1, runs: 1, seatRows: seats.MaxRows, payRate: 1}
 	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
 	clients := 32
 	duration, warmup := 10*time.Second, 2*time.Second
@@ -166,13 +192,17 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		clients, duration, warmup = 64, 3*time.Second, time.Second
 	case "strategies":
 		duration, warmup = 2*time.Second, 500*time.Millisecond // 62 cells in about 5½ minutes
+	case "outside":
+		duration, warmup = 2*time.Second, 500*time.Millisecond // as strategies' cells: 8 of them, and the seeding, in about a minute
 	}
 	fs.IntVar(&o.clients, "clients", clients, "concurrent clients, each a user of its own")
 	fs.DurationVar(&o.duration, "duration", duration, "measured time of each scenario")
 	fs.DurationVar(&o.warmup, "warmup", warmup, "unmeasured time before each scenario's measurement")
 	fs.StringVar(&o.dbURL, "db", "", "PostgreSQL server to create the scratch database on (default $SHOP_DATABASE_URL)")
 	redis := fs.String("redis", strings.Join(cfg.RedisAddrs, ","), "comma-separated Redis nodes of the lock quorum; the default is $SHOP_REDIS_ADDRS")
-	fs.StringVar(&o.docPath, "doc", "", "also write the result tables into their generated blocks of this Markdown file (docs/BENCHMARKS.md; docs/STRATEGIES.md for strategies)")
+	fs.StringVar(&o.docPath, "doc", "", "also write the result tables into their generated blocks of this Markdown file (docs/BENCHMARKS.md; docs/STRATEGIES.md for strategies); refused, before anything is measured, while the 1-minute load average is above the cores")
+	fs.BoolVar(&o.loaded, "loaded", false, "with -doc: write the tables even when the load average is above the cores, their machine marked "+docblock.LoadedMarker)
+	fs.DurationVar(&o.settle, "settle", 0, "with -doc: wait up to this long for the load average to fall to the cores before refusing")
 	switch what {
 	case "orders":
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread scenarios pick from at random")
@@ -186,12 +216,22 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread order cases pick from at random")
 		fs.IntVar(&o.posts, "posts", 1000, "posts the spread like cases pick from at random")
 		fs.IntVar(&o.clicks, "clicks", 4, "clients that pay each order of the hot payment cases, one after the other")
+		fs.IntVar(&o.runs, "runs", 3, "runs of each cell through HTTP and in process, each on fresh resources; the table shows their median")
 		fs.IntVar(&o.seatRows, "seat-rows", seats.MaxRows, fmt.Sprintf("rows of %d seats of the spread seat cases, 1–%d", seats.MaxSeatsPerRow, seats.MaxRows))
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered cell to this file, suffixed -flow-hot / -flow-spread")
 		fs.StringVar(&o.chart, "chart", "", "write the throughput chart to this SVG file, and a PNG beside it")
 		list(fs, &o.flows, "flows", "orders,payments,seats,likes", "comma-separated flows to run")
 		list(fs, &o.shapes, "cases", hot+","+spread, "comma-separated cases to run")
 		list(fs, &o.only, "strategies", "", "comma-separated strategies to run (default all): "+strings.Join(strategyNames, ","))
+	case "outside":
+		fs.IntVar(&o.skus, "skus", 1000, "SKUs the spread order case picks from at random")
+		fs.IntVar(&o.posts, "posts", 1000, "posts the spread like case picks from at random")
+		fs.IntVar(&o.clicks, "clicks", 4, "clients that pay each order of the hot payment case, one after the other")
+		fs.IntVar(&o.seatRows, "seat-rows", seats.MaxRows, fmt.Sprintf("rows of %d seats of the spread seat case, 1–%d", seats.MaxSeatsPerRow, seats.MaxRows))
+		fs.IntVar(&o.payRate, "pay-rate", 500, "pending orders seeded through the API per second of a payment case's warm-up and window (a case that pays faster runs out: \"out of orders\")")
+		fs.StringVar(&o.shopBin, "shop", "", "the shop binary the two replicas run `serve` from (default this one)")
+		list(fs, &o.flows, "flows", strings.Join(outsideFlowNames(), ","), "comma-separated flows to run")
+		list(fs, &o.shapes, "cases", hot+","+spread, "comma-separated cases to run")
 	case "likes":
 		fs.IntVar(&o.posts, "posts", 1000, "posts the spread scenarios pick from at random")
 		fs.Func("shards", "comma-separated counts of counter rows of the hot post, one scenario each (default "+intList(defaultShardCounts)+")", func(v string) error {
@@ -222,8 +262,8 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("bench %s: unexpected arguments %q", what, fs.Args())
-	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
-		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive (-seat-rows at most %d), -warmup and -storms not negative", what, seats.MaxRows)
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.settle < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.runs < 1 || o.payRate < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
+		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive (-seat-rows at most %d), -warmup, -settle and -storms not negative", what, seats.MaxRows)
 	case len(o.redisAddrs) == 0:
 		return o, fmt.Errorf("bench %s: -redis needs at least one node", what)
 	}

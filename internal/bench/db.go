@@ -54,7 +54,7 @@ func openScratch(ctx context.Context, o benchOptions, logger *slog.Logger) (*scr
 		logger.Warn("bench: the raw baselines share fewer connections than there are clients",
 			"clients", o.clients, "connections", conns, "free on the server", free, "kept for the service", o.serviceConns)
 	}
-	pool, err := postgres.Open(ctx, db.url, int32(conns))
+	pool, err := postgres.Open(ctx, db.url, int32(conns), o.meter.poolOptions()...)
 	if err != nil {
 		return nil, nil, errors.Join(err, db.drop())
 	}

@@ -6,17 +6,25 @@ package bench
 // A block's rows are the names of the scenarios or cells that ran;
 // BlockRows says which rows the code runs now, without running anything,
 // so that docs/docs_test.go can tell a table measured by older code.
+//
+// Figures measured while other work keeps the cores busy are that work's
+// as much as the code's, so -doc is refused, before anything is measured,
+// while the one-minute load average is above the cores (boxGate). -settle
+// waits for the box to quieten first; -loaded writes anyway, the block's
+// machine marked docblock.LoadedMarker for every reader to see.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -30,13 +38,76 @@ type docTarget struct {
 	path    string // the Markdown file
 	command string // the command line that measured, as a reader types it
 	commit  string // docblock.Commit of the file's repository
-	machine string // docblock.Machine, taken before the measurement
+	machine string // the docblock.Box read before the measurement
+}
+
+// ErrLoadedBox means -doc was refused: the box was busier than its cores.
+var ErrLoadedBox = errors.New("the box is loaded")
+
+// boxGate is the quiet-box check of -doc: how the box is read, and how to
+// wait between two readings.
+type boxGate struct {
+	read  func() docblock.Box
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// machineGate reads this machine. The load average is recomputed every
+// 5 s, so reading it more often sees nothing new.
+func machineGate() boxGate {
+	return boxGate{read: docblock.ReadBox, sleep: func(ctx context.Context, d time.Duration) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	}}
+}
+
+// loadPoll is how often a gate waiting for the box to settle reads it.
+const loadPoll = 5 * time.Second
+
+// wait returns the box the run starts on. A quiet box passes; a loaded
+// one is read again every loadPoll for up to o.settle (a bench just
+// before this one leaves the load high for a minute or two), then passes
+// only with o.loaded, its machine marked loaded; else ErrLoadedBox, which
+// says the load, the cores and what to do.
+func (g boxGate) wait(ctx context.Context, o benchOptions, logger *slog.Logger) (docblock.Box, error) {
+	box := g.read()
+	for waited := time.Duration(0); !box.Quiet() && waited < o.settle; waited += loadPoll {
+		if waited == 0 {
+			logger.Info("bench: waiting for the load average to fall to the cores", "load", box.Load, "cores", box.Cores, "up to", o.settle)
+		}
+		if err := g.sleep(ctx, loadPoll); err != nil {
+			return box, err
+		}
+		box = g.read()
+	}
+	switch {
+	case box.Quiet():
+		return box, nil
+	case o.loaded:
+		logger.Warn("bench: measuring on a loaded box, as -loaded says; the tables are marked "+docblock.LoadedMarker, "load", box.Load, "cores", box.Cores)
+		return box, nil
+	case box.LoadErr != nil:
+		return box, fmt.Errorf("%w: its load average cannot be read (%v), so nothing shows the %d cores were free; nothing was measured. Pass -loaded to write the tables marked %s",
+			ErrLoadedBox, box.LoadErr, box.Cores, docblock.LoadedMarker)
+	}
+	waited := ""
+	if o.settle > 0 {
+		waited = fmt.Sprintf(" after waiting %s for it to fall", o.settle)
+	}
+	return box, fmt.Errorf("%w: the 1-minute load average is %.2f%s, above the %d cores, so the figures would be the other work's as much as the code's; nothing was measured. "+
+		"Stop the other work and run again once `uptime` shows a load of at most %d (-settle 3m waits for it), or pass -loaded to write the tables marked %s",
+		ErrLoadedBox, box.Load, waited, box.Cores, box.Cores, docblock.LoadedMarker)
 }
 
 // newDocTarget checks, before anything is measured, that the figures will
 // belong to a commit: the code of path's repository has no changes that
-// are not committed.
-func newDocTarget(path string, args []string) (*docTarget, error) {
+// are not committed. box is the machine the run starts on.
+func newDocTarget(path string, args []string, box docblock.Box) (*docTarget, error) {
 	// The whole repository, not only the file's directory: the code
 	// measured is everywhere but docs/.
 	top, err := exec.Command("git", "-C", filepath.Dir(path), "rev-parse", "--show-toplevel").Output()
@@ -47,7 +118,7 @@ func newDocTarget(path string, args []string) (*docTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-doc %s: %w", path, err)
 	}
-	return &docTarget{path: path, command: commandLine(args), commit: commit, machine: docblock.Machine()}, nil
+	return &docTarget{path: path, command: commandLine(args), commit: commit, machine: box.String()}, nil
 }
 
 // commandLine is `bin/shop bench` and its arguments, quoted where a shell
@@ -230,8 +301,8 @@ var ErrNoSuchBlock = errors.New("no bench writes this block")
 // BlockRows returns the rows of the generated block name as the code
 // would measure them now with its default flags, without measuring
 // anything: "benchmarks/orders", "benchmarks/payments", "benchmarks/likes",
-// "benchmarks/seats" (docs/BENCHMARKS.md) and "strategies/<flow>"
-// (docs/STRATEGIES.md).
+// "benchmarks/seats" (docs/BENCHMARKS.md), "strategies/<flow>" and
+// "strategies/outside" (docs/STRATEGIES.md).
 func BlockRows(name string) ([]string, error) {
 	switch name {
 	case "benchmarks/orders":
@@ -242,6 +313,8 @@ func BlockRows(name string) ([]string, error) {
 		return likeScenarioNames(defaultShardCounts), nil
 	case "benchmarks/seats":
 		return seatScenarioNames(), nil
+	case outsideBlock:
+		return outsideRowNames(outsideFlowNames(), []string{hot, spread}), nil
 	}
 	if flow, ok := strings.CutPrefix(name, "strategies/"); ok {
 		for _, f := range strategyFlows() {

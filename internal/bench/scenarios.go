@@ -32,6 +32,9 @@ type scenario struct {
 	skus    []string // every order buys one unit of one of these, at random; may be empty
 	order   orderFunc
 	layered bool
+	// meter, if set, is sampled as the window opens and as it closes
+	// (result.used).
+	meter *costMeter
 }
 
 type result struct {
@@ -40,6 +43,17 @@ type result struct {
 	orders   int
 	p50, p99 time.Duration
 	errors   map[string]int
+	used     costSample // what the meter counted over the window
+}
+
+// ops is how many operations completed in the window: the orders and the
+// failures.
+func (r result) ops() int {
+	n := r.orders
+	for _, c := range r.errors {
+		n += c
+	}
+	return n
 }
 
 func (r result) rate() float64 { return float64(r.orders) / r.window.Seconds() }
@@ -72,6 +86,18 @@ func measure(ctx context.Context, sc scenario, clients int, warmup, window time.
 	for c := range clients {
 		failures[c] = map[string]int{}
 	}
+	var used costSample
+	metered := make(chan struct{})
+	go func() {
+		defer close(metered)
+		if sc.meter == nil || !sleepUntil(ctx, from) {
+			return
+		}
+		opened := sc.meter.sample()
+		if sleepUntil(ctx, to) {
+			used = sc.meter.sample().since(opened)
+		}
+	}()
 	barrier.Together(clients, func(c int) {
 		for done := 1; ctx.Err() == nil; done++ {
 			var sku string
@@ -95,16 +121,29 @@ func measure(ctx context.Context, sc scenario, clients int, warmup, window time.
 		}
 	})
 
+	<-metered
 	all := slices.Concat(latencies...)
 	slices.Sort(all)
 	r := result{name: sc.name, window: window, orders: len(all), errors: map[string]int{},
-		p50: percentile(all, 0.50), p99: percentile(all, 0.99)}
+		p50: percentile(all, 0.50), p99: percentile(all, 0.99), used: used}
 	for _, f := range failures {
 		for k, n := range f {
 			r.errors[k] += n
 		}
 	}
 	return r
+}
+
+// sleepUntil waits until t, or returns false if ctx ends first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // percentile is the nearest-rank percentile of sorted latencies.

@@ -181,9 +181,14 @@ const (
 // errRawTaken rolls the baseline's hold back when a seat was taken.
 var errRawTaken = errors.New("a seat is taken")
 
-func (f rawSeatFlow) hold(ctx context.Context, client int, _ string) string {
-	want := pickSeats(f.shape)
-	seats.SortSeats(want)
+// hold holds the seats named by key ("A1,A2"), or 1–4 random seats
+// without one.
+func (f rawSeatFlow) hold(ctx context.Context, client int, key string) string {
+	want := splitSeats(key)
+	if len(want) == 0 {
+		want = pickSeats(f.shape)
+		seats.SortSeats(want)
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return "uuid"
@@ -221,8 +226,14 @@ type layeredSeatFlow struct {
 	shape seatShape
 }
 
-func (f layeredSeatFlow) hold(ctx context.Context, client int, _ string) string {
-	body, _ := json.Marshal(map[string]any{"seats": pickSeats(f.shape)})
+// hold holds the seats named by key ("A1,A2"), or 1–4 random seats
+// without one, then releases them.
+func (f layeredSeatFlow) hold(ctx context.Context, client int, key string) string {
+	want := splitSeats(key)
+	if len(want) == 0 {
+		want = pickSeats(f.shape)
+	}
+	body, _ := json.Marshal(map[string]any{"seats": want})
 	a := f.svc.post(ctx, f.svc.tokens[client], "/v1/events/"+f.event+"/holds", string(body), crand.Text())
 	if failure := a.failure(); failure != "" {
 		switch {

@@ -55,11 +55,14 @@ func startService(ctx context.Context, o benchOptions, dbURL, gatewayURL string,
 	if gatewayURL != "" {
 		cfg.GatewayURL = gatewayURL
 	}
-	pool, err := postgres.Open(ctx, dbURL, cfg.DBMaxConns)
+	// With o.meter, its pools (the bookkeeping pool app.New derives from
+	// this one too) and its Redis clients count for the cell running.
+	pool, err := postgres.Open(ctx, dbURL, cfg.DBMaxConns, o.meter.poolOptions()...)
 	if err != nil {
 		return nil, err
 	}
 	rdb := redisx.Clients(cfg.RedisAddrs)
+	o.meter.countRedis(rdb)
 	closeDeps := func() {
 		redisx.Close(rdb) //nolint:errcheck
 		pool.Close()
@@ -166,7 +169,8 @@ func (a answer) failure() string {
 	return ""
 }
 
-// post sends a JSON body to path with token and the Idempotency-Key key.
+// post sends a JSON body to path with token and the Idempotency-Key key,
+// if not "".
 func (s *service) post(ctx context.Context, token, path, body, key string) answer {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+path, strings.NewReader(body))
 	if err != nil {
@@ -174,7 +178,9 @@ func (s *service) post(ctx context.Context, token, path, body, key string) answe
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(idempotency.HeaderKey, key)
+	if key != "" {
+		req.Header.Set(idempotency.HeaderKey, key)
+	}
 	return s.do(ctx, req)
 }
 

@@ -13,28 +13,33 @@ package bench
 // apply to a flow says why instead. Each cell runs on resources of its
 // own, so none inherits the rows (or the dead row versions) of another.
 //
-// The baselines run in this process straight against PostgreSQL (and
-// Redis, for "redsync only"), with the stores' own statements where one
-// exists; "layered" is the shipped flow: the real service behind a real
-// HTTP server on loopback, every layer on. As in the other benches, the
-// load generator, the service, PostgreSQL and Redis share the machine.
+// "layered" is the shipped flow: the real service behind a real HTTP
+// server on loopback, every layer on. Each baseline is measured twice,
+// in two columns: through HTTP, served by the bench's own router on the
+// service's edge (strategies_http.go), which is what the layered flow is
+// compared with; and in process straight against PostgreSQL (and Redis,
+// for "redsync only"), with the stores' own statements where one exists,
+// which is its floor: what the same guard costs without HTTP. Each
+// column runs -runs times, the columns alternating, each run on fresh
+// resources; the table shows the medians, and what every operation cost
+// in round trips, commits, Redis commands and CPU time (costs.go). As in
+// the other benches, the load generator, the service, PostgreSQL and
+// Redis share the machine.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	gw "github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/docblock"
@@ -44,9 +49,19 @@ import (
 )
 
 // The goal of the shoot-out: in each case, the layered flow reaches this
-// share of the throughput of the fastest strategy the audit found no
-// anomaly in, with p99 under goalP99.
-const goalStrategyRatio = 0.7
+// share of the throughput through HTTP of the fastest strategy the audit
+// found no anomaly in, with p99 under goalP99. The stretch, in the spread
+// cases: a share of that strategy's floor, its throughput in process.
+const (
+	goalStrategyRatio = 0.7
+	stretchFloorRatio = 0.5
+)
+
+// The two columns of a baseline.
+const (
+	viaHTTP   = "HTTP"      // through the bench's router (the layered flow: the service)
+	inProcess = "SQL floor" // straight against PostgreSQL and Redis
+)
 
 // The cases every flow is measured in.
 const (
@@ -59,9 +74,14 @@ var strategyNames = []string{"naive", "unique only", "optimistic", "row lock", "
 
 // flowSpec is one flow of the shoot-out.
 type flowSpec struct {
-	name     string // as -flows names it
-	title    string
-	unit     string // of the throughput
+	name  string // as -flows names it
+	title string
+	unit  string // of the throughput
+	done  string // what one operation did, as the router answers it
+	// tables are those a cell of the flow seeds or its operations read,
+	// analysed before the cell's first run so that the planner knows how
+	// large they have grown.
+	tables   []string
 	anomaly  string // what the audit counts
 	inFlight string // what it counts in flight, from the operations' answers
 	// strategies by name; a name of strategyNames missing here is a
@@ -76,14 +96,34 @@ type strategy struct {
 	cell func(ctx context.Context, a *arena, shape string) (cell, error)
 }
 
-// cell is one strategy in one case, ready to run: the operation each
-// client repeats (on one of keys, at random), which records in told what
-// it answered, and the audit to run after.
+// cell is one strategy in one case, ready to run: the operation, on the
+// key pick chose from one of keys (at random), the successes told, and
+// the audit to run after.
 type cell struct {
-	op    orderFunc
-	keys  []string
+	op   orderFunc // one operation, in process
+	keys []string
+	// pick turns the key measure chose into the operation's: the order to
+	// pay, the seats to hold; or it fails ("out of orders"). nil: measure's
+	// key is the operation's.
+	pick  func(key string) (string, string)
 	told  *told
 	audit func(ctx context.Context) (audit, error)
+}
+
+// client is what each client repeats: pick the key, run the operation
+// via op (the cell's own, or a request that runs it in the server) and
+// tell told of a success.
+func (c cell) client(op orderFunc) orderFunc {
+	op = c.told.record(op)
+	return func(ctx context.Context, client int, key string) string {
+		if c.pick != nil {
+			var failure string
+			if key, failure = c.pick(key); failure != "" {
+				return failure
+			}
+		}
+		return op(ctx, client, key)
+	}
 }
 
 // audit is what a cell's audit found: anomalies seen in flight (answers
@@ -150,12 +190,15 @@ func (t *told) total() int {
 }
 
 // arena is what every cell runs in: the scratch database, the service,
-// the gateway, a Redlock over the -redis nodes and the users.
+// the baselines' router, the gateway, a Redlock over the -redis nodes and
+// the users.
 type arena struct {
 	o          benchOptions
 	pool       *pgxpool.Pool
 	svc        *service
+	router     *baselineRouter
 	gatewayURL string
+	processor  *gw.Server // the gateway, if it runs in this process
 	gateway    *payments.Gateway
 	locker     *lock.Locker
 	users      []string
@@ -168,24 +211,18 @@ func (a *arena) prefix(flow string) string {
 	return fmt.Sprintf("S%d-%s-", a.cells, flow)
 }
 
-// cellResult is one row of a flow's table.
+// cellResult is one row of a flow's table: the runs of each column.
 type cellResult struct {
 	flow, strategy, shape string
-	na                    string // the strategy does not apply: why
-	result
-	succeeded int // operations that succeeded, warmup and overrun included
-	inFlight  int // anomalies seen in flight
-	after     int // anomalies in the end state
-	anomalies int // the larger of the two
+	na                    string    // the strategy does not apply: why
+	http, floor           []cellRun // floor: none for the layered flow
 }
 
-// conflicts is how many operations were answered with a refusal.
-func (r cellResult) conflicts() int {
-	n := 0
-	for _, c := range r.errors {
-		n += c
-	}
-	return n
+// cellRun is one run of a cell in one column, audited.
+type cellRun struct {
+	result
+	succeeded int // operations that succeeded, warmup and overrun included
+	found     audit
 }
 
 func strategyFlows() []flowSpec {
@@ -246,6 +283,8 @@ func runStrategies(ctx context.Context, o benchOptions, logger *slog.Logger) (re
 	if err != nil {
 		return nil, "", fmt.Errorf("config: %w", err)
 	}
+	// Every pool and Redis client of the run counts for the cell running.
+	o.meter = &costMeter{}
 	db, pool, err := openScratch(ctx, o, logger)
 	if err != nil {
 		return nil, "", err
@@ -263,13 +302,13 @@ func runStrategies(ctx context.Context, o benchOptions, logger *slog.Logger) (re
 	if err != nil {
 		return nil, "", err
 	}
-	_, processorSrv, err := startGateway(ctx)
+	processor, processorSrv, err := startGateway(ctx)
 	if err != nil {
 		return nil, "", err
 	}
 	defer processorSrv.stop()
 	// The client the service builds for itself (app.newPayments).
-	gw, err := payments.NewGateway(processorSrv.base, payments.GatewayOptions{Timeout: cfg.GatewayTimeout, Attempts: 2})
+	gateway, err := payments.NewGateway(processorSrv.base, payments.GatewayOptions{Timeout: cfg.GatewayTimeout, Attempts: 2})
 	if err != nil {
 		return nil, "", err
 	}
@@ -278,13 +317,19 @@ func runStrategies(ctx context.Context, o benchOptions, logger *slog.Logger) (re
 		return nil, "", err
 	}
 	defer svc.stop()
+	router, err := startBaselineRouter(ctx, o, pool, strategyFlows(), users, tokens)
+	if err != nil {
+		return nil, "", err
+	}
+	defer router.stop()
 	rdb := redisx.Clients(o.redisAddrs)
 	defer redisx.Close(rdb) //nolint:errcheck
+	o.meter.countRedis(rdb)
 	locker, err := lock.New(rdb, lock.Options{Mode: lock.Strict, Prefix: "shop:bench:lock:", Logger: serviceLogger()})
 	if err != nil {
 		return nil, "", err
 	}
-	a := &arena{o: o, pool: pool, svc: svc, gatewayURL: processorSrv.base, gateway: gw, locker: locker, users: users}
+	a := &arena{o: o, pool: pool, svc: svc, router: router, gatewayURL: processorSrv.base, processor: processor, gateway: gateway, locker: locker, users: users}
 
 	for _, f := range strategyFlows() {
 		if !slices.Contains(o.flows, f.name) {
@@ -309,122 +354,61 @@ func runStrategies(ctx context.Context, o benchOptions, logger *slog.Logger) (re
 	return results, svc.lockOutcomes(), nil
 }
 
-// runCell seeds, measures and audits one strategy in one case.
+// runCell runs one strategy in one case: -runs times through HTTP and,
+// for a baseline, as many times in process, alternating.
 func runCell(ctx context.Context, a *arena, f flowSpec, name string, s strategy, shape string, logger *slog.Logger) (cellResult, error) {
+	r := cellResult{flow: f.name, strategy: name, shape: shape}
+	for i := range a.o.runs {
+		run, err := runOnce(ctx, a, f, name, s, shape, viaHTTP, i, logger)
+		if err != nil {
+			return r, err
+		}
+		r.http = append(r.http, run)
+		if name == "layered" {
+			continue
+		}
+		if run, err = runOnce(ctx, a, f, name, s, shape, inProcess, i, logger); err != nil {
+			return r, err
+		}
+		r.floor = append(r.floor, run)
+	}
+	return r, nil
+}
+
+// runOnce seeds, measures and audits one run of a cell in one column.
+func runOnce(ctx context.Context, a *arena, f flowSpec, name string, s strategy, shape, column string, i int, logger *slog.Logger) (cellRun, error) {
 	c, err := s.cell(ctx, a, shape)
 	if err != nil {
-		return cellResult{}, fmt.Errorf("%s/%s/%s: %w", f.name, name, shape, err)
+		return cellRun{}, fmt.Errorf("%s/%s/%s: %w", f.name, name, shape, err)
 	}
-	if _, err := a.pool.Exec(ctx, "ANALYZE"); err != nil {
-		return cellResult{}, fmt.Errorf("analyze: %w", err)
+	// The first run of a cell tells the planner of the flow's tables as
+	// the cells before left them; later runs add rows like those.
+	if i == 0 && column == viaHTTP {
+		if _, err := a.pool.Exec(ctx, "ANALYZE "+strings.Join(f.tables, ", ")); err != nil {
+			return cellRun{}, fmt.Errorf("analyze: %w", err)
+		}
 	}
-	sc := scenario{name: f.name + "/" + name + "/" + shape, skus: c.keys, order: c.op, layered: name == "layered"}
+	op := c.op
+	if column == viaHTTP && name != "layered" {
+		defer a.router.serve(f.name, name, c.op)()
+		op = a.router.client(f.name, name)
+	}
+	sc := scenario{name: f.name + "/" + name + "/" + shape, skus: c.keys, order: c.client(op), layered: name == "layered", meter: a.o.meter}
 	o := a.o
-	if ext := filepath.Ext(o.cpuProfile); o.cpuProfile != "" {
+	if ext := filepath.Ext(o.cpuProfile); o.cpuProfile != "" && i == 0 {
 		o.cpuProfile = strings.TrimSuffix(o.cpuProfile, ext) + "-" + f.name + ext // then suffixed -hot or -spread
+	} else {
+		o.cpuProfile = "" // the first run's only
 	}
-	res, err := runScenarios(ctx, a.pool, o, []scenario{sc}, logger)
+	res, err := runScenarios(ctx, a.pool, o, []scenario{sc}, logger.With("column", column, "run", i+1))
 	if err != nil {
-		return cellResult{}, err
+		return cellRun{}, err
 	}
 	found, err := c.audit(ctx)
 	if err != nil {
-		return cellResult{}, fmt.Errorf("audit %s: %w", sc.name, err)
+		return cellRun{}, fmt.Errorf("audit %s (%s, run %d): %w", sc.name, column, i+1, err)
 	}
-	return cellResult{flow: f.name, strategy: name, shape: shape, result: res[0],
-		succeeded: c.told.total(), inFlight: found.inFlight, after: found.after, anomalies: found.anomalies()}, nil
-}
-
-// printStrategies writes a Markdown table per flow, then the goal of each
-// case: the layered flow against the fastest strategy with no anomaly.
-func printStrategies(w io.Writer, o benchOptions, results []cellResult) {
-	fmt.Fprintf(w, "\n%s\n", strategiesHeader(o))
-	for _, f := range strategyFlows() {
-		if rows := flowResults(results, f.name); len(rows) > 0 {
-			fmt.Fprintf(w, "\n### %s\n\n", f.title)
-			printStrategyFlow(w, o, f, rows)
-		}
-	}
-}
-
-// strategiesHeader is the line that states the conditions of the run.
-func strategiesHeader(o benchOptions) string {
-	return fmt.Sprintf("shop bench strategies: %d clients, %s measured after %s warmup per cell; spread over %d SKUs or %d posts; hot payments: %d clicks per order; %d CPUs, GOMAXPROCS %d, %s",
-		o.clients, o.duration, o.warmup, o.skus, o.posts, o.clicks, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
-}
-
-// flowResults are the cells of one flow, in the order they ran.
-func flowResults(results []cellResult, flow string) []cellResult {
-	var rows []cellResult
-	for _, r := range results {
-		if r.flow == flow {
-			rows = append(rows, r)
-		}
-	}
-	return rows
-}
-
-// printStrategyFlow writes one flow's table, the strategies that do not
-// apply to it, and its goal lines.
-func printStrategyFlow(w io.Writer, o benchOptions, f flowSpec, rows []cellResult) {
-	fmt.Fprintf(w, "anomalies: %s\n\nin flight: %s; anomalies: the larger of those and the end state's\n\n", f.anomaly, f.inFlight)
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintf(tw, "| case\t strategy\t %s\t p50\t p99\t conflicts answered\t in flight\t anomalies\t\n", f.unit)
-	fmt.Fprintln(tw, "|---\t---\t---:\t---:\t---:\t---\t---:\t---:\t")
-	for _, r := range rows {
-		if r.na != "" {
-			fmt.Fprintf(tw, "| %s\t %s\t n/a\t —\t —\t —\t —\t —\t\n", r.shape, r.strategy)
-			continue
-		}
-		fmt.Fprintf(tw, "| %s\t %s\t %.0f\t %s\t %s\t %s\t %s\t %s\t\n", r.shape, r.strategy, r.rate(), millis(r.p50), millis(r.p99),
-			r.errorSummary(), anomalyCell(r.inFlight), anomalyCell(r.anomalies))
-	}
-	tw.Flush()
-	fmt.Fprintln(w)
-	for _, name := range strategyNames {
-		if s := f.strategies[name]; s.na != "" {
-			fmt.Fprintf(w, "n/a: %s does not apply: %s\n", name, s.na)
-		}
-	}
-	for _, shape := range o.shapes {
-		fmt.Fprintln(w, goalLine(rows, shape))
-	}
-}
-
-func anomalyCell(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	return fmt.Sprintf("**%d**", n)
-}
-
-// goalLine compares the layered flow of one case with the fastest other
-// strategy the audit found no anomaly in, in any case of the run: a
-// strategy that is only right when no two requests collide (the spread
-// payments of naive) is not a correct one to compare with.
-func goalLine(rows []cellResult, shape string) string {
-	wrong := map[string]bool{}
-	for _, r := range rows {
-		wrong[r.strategy] = wrong[r.strategy] || r.anomalies > 0
-	}
-	var layered, best *cellResult
-	for i := range rows {
-		r := &rows[i]
-		switch {
-		case r.shape != shape || r.na != "":
-		case r.strategy == "layered":
-			layered = r
-		case !wrong[r.strategy] && r.orders > 0 && (best == nil || r.rate() > best.rate()):
-			best = r
-		}
-	}
-	if layered == nil || best == nil {
-		return fmt.Sprintf("%s: no layered row or no strategy without anomalies to compare", shape)
-	}
-	ratio := layered.rate() / best.rate()
-	met := ratio >= goalStrategyRatio && layered.p99 < goalP99 && layered.anomalies == 0
-	return fmt.Sprintf("%s: layered %.0f/s / %s %.0f/s = %.2f, layered p99 %s: goal (ratio >= %.1f, p99 < %s) %s",
-		shape, layered.rate(), best.strategy, best.rate(), ratio, millis(layered.p99), goalStrategyRatio, goalP99, verdict(met))
+	return cellRun{result: res[0], succeeded: c.told.total(), found: found}, nil
 }
 
 // underLock runs fn under a Redlock on key over the -redis nodes; a lock

@@ -24,8 +24,8 @@ var (
 )
 
 // writeChart draws one panel per flow: a bar per strategy and case (its
-// throughput), with the audit's anomaly count in red above every bar that
-// has any. It writes path as SVG and the same chart as PNG beside it.
+// median throughput through HTTP), with the audits' anomaly count (over
+// every run) in red above every bar that has any. It writes path as SVG and the same chart as PNG beside it.
 func writeChart(path string, results []cellResult) error {
 	var panels [][]*plot.Plot
 	for _, f := range strategyFlows() {
@@ -88,9 +88,9 @@ func flowPanel(f flowSpec, results []cellResult) (*plot.Plot, error) {
 		switch {
 		case r.na != "":
 			m.XYs, m.Labels = append(m.XYs, plotter.XY{X: float64(i)}), append(m.Labels, "n/a")
-		case r.anomalies > 0:
+		case r.anomalies() > 0:
 			rates[r.shape][i], top = r.rate(), max(top, r.rate())
-			m.XYs, m.Labels = append(m.XYs, plotter.XY{X: float64(i), Y: r.rate()}), append(m.Labels, strconv.Itoa(r.anomalies))
+			m.XYs, m.Labels = append(m.XYs, plotter.XY{X: float64(i), Y: r.rate()}), append(m.Labels, strconv.Itoa(r.anomalies()))
 		default:
 			rates[r.shape][i], top = r.rate(), max(top, r.rate())
 		}
@@ -100,7 +100,7 @@ func flowPanel(f flowSpec, results []cellResult) (*plot.Plot, error) {
 		return nil, nil
 	}
 	p := plot.New()
-	p.Title.Text = f.title + " — red: anomalies the audit found"
+	p.Title.Text = f.title + " — through HTTP, median of the runs; red: anomalies the audits found"
 	p.Y.Label.Text = f.unit
 	p.Y.Min, p.Y.Max = 0, max(top, 1)*1.1 // room for the marks above the highest bar
 	p.NominalX(strategyNames...)

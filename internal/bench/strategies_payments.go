@@ -58,6 +58,8 @@ func paymentsFlow() flowSpec {
 		name:     "payments",
 		title:    "Payment",
 		unit:     "payments/s",
+		done:     "order paid",
+		tables:   []string{"orders", "order_items", "payments", "idempotency_keys"},
 		anomaly:  "double charges: charges at the gateway beyond the first of an order (or, if none, the books audit's problems)",
 		inFlight: "orders told paid more than once, or charged more often than told paid",
 		strategies: map[string]strategy{
@@ -92,8 +94,8 @@ func paymentsFlow() flowSpec {
 }
 
 // payCell seeds the pending orders of one cell and audits them
-// afterwards. Each operation takes the next order to pay, and records
-// against it whether it was told paid.
+// afterwards. Each operation's key is the next order to pay, which it
+// pays as its client; its owner is the client whose order it is.
 func payCell(pay func(a *arena) payOp) func(ctx context.Context, a *arena, shape string) (cell, error) {
 	return func(ctx context.Context, a *arena, shape string) (cell, error) {
 		n := int(payOrdersPerSecond * (a.o.warmup + a.o.duration).Seconds())
@@ -104,20 +106,21 @@ func payCell(pay func(a *arena) payOp) func(ctx context.Context, a *arena, shape
 		if shape == hot {
 			o.repeat = a.o.clicks
 		}
-		t, p := newTold(), pay(a)
-		op := func(ctx context.Context, client int, _ string) string {
-			id, owner, ok := o.take()
-			if !ok {
-				return outOfOrders()
-			}
-			failure := p(ctx, client, id, owner)
-			if failure == "" {
-				t.add(client, id)
-			}
-			return failure
+		owners := make(map[string]int, len(o.ids))
+		for i, id := range o.ids {
+			owners[id] = o.owners[i]
 		}
+		pick := func(string) (string, string) {
+			id, _, ok := o.take()
+			if !ok {
+				return "", outOfOrders()
+			}
+			return id, ""
+		}
+		p, t := pay(a), newTold()
+		op := func(ctx context.Context, client int, id string) string { return p(ctx, client, id, owners[id]) }
 		audit := func(ctx context.Context) (audit, error) { return a.auditPayments(ctx, o.ids, t.byKey()) }
-		return cell{op: op, told: t, audit: audit}, nil
+		return cell{op: op, pick: pick, told: t, audit: audit}, nil
 	}
 }
 
@@ -130,28 +133,16 @@ func (a *arena) auditPayments(ctx context.Context, ids []string, paid map[string
 	for _, id := range ids {
 		mine[id] = true
 	}
-	allOrders, allPayments, err := books.FromDB(ctx, a.pool)
+	os, ps, err := books.FromDBFor(ctx, a.pool, ids)
 	if err != nil {
 		return audit{}, err
 	}
-	allCharges, err := books.FromGateway(ctx, nil, a.gatewayURL)
+	allCharges, err := a.gatewayCharges(ctx)
 	if err != nil {
 		return audit{}, err
 	}
-	var os []books.Order
-	var ps []books.Payment
 	var cs []books.Charge
 	live := map[string]int{}
-	for _, o := range allOrders {
-		if mine[o.ID] {
-			os = append(os, o)
-		}
-	}
-	for _, p := range allPayments {
-		if mine[p.OrderID] {
-			ps = append(ps, p)
-		}
-	}
 	doubles := 0
 	for _, c := range allCharges {
 		if !mine[c.Reference] {
@@ -173,6 +164,22 @@ func (a *arena) auditPayments(ctx context.Context, ids []string, paid map[string
 		found.after = len(books.Audit(os, ps, cs).Problems)
 	}
 	return found, nil
+}
+
+// gatewayCharges are every charge of the gateway: read from its ledger
+// when the arena runs it in process (the same charges its audit endpoint
+// lists, without encoding them all as JSON for each cell), else from that
+// endpoint.
+func (a *arena) gatewayCharges(ctx context.Context) ([]books.Charge, error) {
+	if a.processor == nil {
+		return books.FromGateway(ctx, nil, a.gatewayURL)
+	}
+	all := a.processor.Charges("")
+	charges := make([]books.Charge, len(all))
+	for i, c := range all {
+		charges[i] = books.Charge{ID: c.ID, Reference: c.Reference, Status: c.Status, AmountCents: c.AmountCents}
+	}
+	return charges, nil
 }
 
 // charge charges an order's price under key (a fresh one per attempt, so

@@ -62,6 +62,8 @@ func seatsFlow() flowSpec {
 		name:     "seats",
 		title:    "Seat hold",
 		unit:     "holds/s",
+		done:     "seats held and released",
+		tables:   []string{"events", "seats", "holds", "hold_seats", "idempotency_keys"},
 		anomaly:  "double bookings: seats taken while held by another hold, or, if more, seats double held or disagreeing with their holds afterwards",
 		inFlight: "seats written held for a hold while another hold held them (a trigger on seats, every strategy alike)",
 		strategies: map[string]strategy{
@@ -78,10 +80,8 @@ func seatsFlow() flowSpec {
 			"redsync only": {how: "the naive hold inside a Redlock per seat, taken in seat order, over the three nodes",
 				cell: seatCell(func(a *arena, ev string, sh seatShape) orderFunc {
 					naive := a.holdSeats(ev, sh, takeSeatsNaive(sqlSeatsRead, false))
-					return func(ctx context.Context, client int, _ string) string {
-						want := pickSeats(sh)
-						seats.SortSeats(want)
-						return underLocks(ctx, a, ev, want, func(ctx context.Context) string { return naive(ctx, client, joinSeats(want)) })
+					return func(ctx context.Context, client int, key string) string {
+						return underLocks(ctx, a, ev, splitSeats(key), func(ctx context.Context) string { return naive(ctx, client, key) })
 					}
 				})},
 			"conditional": {how: "one conditional UPDATE … WHERE status = 'available' over the seats, all or none (bench seats' raw baseline)",
@@ -122,17 +122,23 @@ func seatCell(op func(a *arena, event string, sh seatShape) orderFunc) func(ctx 
 			found.after = after
 			return found, err
 		}
-		t := newTold()
-		return cell{op: t.record(op(a, ev, sh)), told: t, audit: audit}, nil
+		// Each hold's seats are picked before it is sent, and named by its
+		// key: "A1,A2", in seat order.
+		pick := func(string) (string, string) {
+			want := pickSeats(sh)
+			seats.SortSeats(want)
+			return joinSeats(want), ""
+		}
+		return cell{op: op(a, ev, sh), pick: pick, told: newTold(), audit: audit}, nil
 	}
 }
 
 // seatTake takes the seats for hold inside tx, or returns errSeatTaken.
 type seatTake func(ctx context.Context, tx pgx.Tx, event, hold string, want []string) error
 
-// holdSeats is one unit: a hold of 1–4 random seats (or of the seats
-// named by key, "A1,A2", when the caller picked them), inserted and its
-// seats taken with take in one transaction, then released in a second.
+// holdSeats is one unit: a hold of the seats named by key ("A1,A2"), or
+// of 1–4 random seats without one, inserted and its seats taken with take
+// in one transaction, then released in a second.
 func (a *arena) holdSeats(event string, sh seatShape, take seatTake) orderFunc {
 	return func(ctx context.Context, client int, key string) string {
 		want := splitSeats(key)

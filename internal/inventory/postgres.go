@@ -160,26 +160,27 @@ func (s *Store) Restock(ctx context.Context, sku string, quantity int, rec *idem
 	now := s.now().UTC().Truncate(time.Microsecond)
 	overLimit := problem.Errorf(problem.Invalid, "quantity: stock of %s would exceed the limit of %d", sku, MaxStock)
 	var p Product
-	err := postgres.InTxFirst(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) error {
+	err := postgres.InTxBatched(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) (*pgx.Batch, error) {
 		var err error
 		p, err = scanProduct(tx.QueryRow(ctx, sqlRestock, sku, quantity, now, MaxStock))
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The update refused; say whether the product is missing or full.
 			if _, err := scanProduct(tx.QueryRow(ctx, sqlGetProduct, sku)); errors.Is(err, pgx.ErrNoRows) {
-				return notFound(sku)
+				return nil, notFound(sku)
 			} else if err != nil {
-				return fmt.Errorf("get product %s: %w", sku, err)
+				return nil, fmt.Errorf("get product %s: %w", sku, err)
 			}
-			return overLimit
+			return nil, overLimit
 		}
 		if err != nil {
 			if postgres.SQLState(err) == "22003" { // numeric_value_out_of_range
-				return overLimit
+				return nil, overLimit
 			}
-			return fmt.Errorf("restock %s: %w", sku, err)
+			return nil, fmt.Errorf("restock %s: %w", sku, err)
 		}
-		_, err = rec.Complete(ctx, tx, restocked(p))
-		return err
+		// The completion travels with the COMMIT.
+		last := &pgx.Batch{}
+		return last, rec.QueueComplete(last, restocked(p))
 	})
 	if err != nil {
 		return Product{}, err

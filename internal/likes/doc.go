@@ -6,7 +6,8 @@
 // second, and a count kept in one row (UPDATE posts SET like_count =
 // like_count + 1) makes every one of them wait for the row lock of the
 // one before, held until its commit reaches the disk. The lesson this
-// package teaches: keep every layer, and still scale the hot key.
+// package teaches: keep every layer, and still scale the hot key, in as
+// few round trips as the layers allow.
 //
 // The flow (Service.Set; like and unlike are the same flow with another
 // target state) reads top to bottom in service.go as its layers:
@@ -15,13 +16,28 @@
 //     the state the client wants, not a change to make: a retry asks for
 //     what the first request already made true, and layer 2 answers it
 //     with the current state without writing.
-//   - Layer 1, a redsync lock on like:{user}:{post}: one user's double
-//     clicks on one post are serialised; other users never wait on each
-//     other. The post is never locked: that would queue every user of a
-//     viral post behind one Redis key. The wait is short (a like is worth
-//     less than a wait) and bounded; then 409 resource_busy.
-//   - Layer 2, the like's state, unliked ⇄ liked (Like.Set): liking a
-//     liked post, or unliking an unliked one, changes nothing.
+//   - Layer 2 first, on the like as the database shows it (Store.Read,
+//     one statement that also sums the count): a like already where it
+//     is asked to be is answered at once, with no lock and no write. A
+//     double click whose twin is done, or a PUT sent again after a lost
+//     answer, costs one round trip.
+//   - Layer 1, a lock on one user's like of one post: one user's double
+//     clicks on one post are serialised, so the second reads what the
+//     first wrote; other users never wait on each other. The post is
+//     never locked: that would queue every user of a viral post behind
+//     one key. By default (SHOP_LIKE_LOCK=advisory) it is
+//     pg_advisory_xact_lock on (user, post), taken inside the like's
+//     transaction in the round trip that begins it, and released at its
+//     commit: no Redis, and no round trip of its own. A like's work is
+//     all in PostgreSQL, so a lock there serialises all of it. The
+//     alternative (SHOP_LIKE_LOCK=redsync) is a redsync lock on
+//     like:{user}:{post} around the write, as the other flows lock:
+//     two rounds of calls to the Redis nodes more per like. Either way
+//     the wait is short (LockWait: a like is worth less than a wait) and
+//     bounded; then 409 resource_busy.
+//   - Layer 2 again, the like's state, unliked ⇄ liked (Like.Set), on the
+//     like read under the lock: liking a liked post, or unliking an
+//     unliked one, changes nothing.
 //   - Layer 3, the version on the like row: it is written only at the
 //     version read ("WHERE version = $read"), so two requests that both
 //     read "unliked" cannot both count a like.
@@ -43,8 +59,12 @@
 // demand for the admin) checks that sum(counter rows) = count(liked rows)
 // for every post and reports any drift in the metrics.
 //
-// The read of the like and its write are two statements, not one
-// transaction: the write is version-checked and atomic on its own, so
-// nothing between them can make it wrong, and a like costs two round
-// trips to PostgreSQL and one commit.
+// The round trips of a like that changes something, by default: the
+// first look; then BEGIN, the lock and the read under it, sent together
+// (a pgx batch); then the write and COMMIT, sent together
+// (postgres.InTxBatched). Three round trips to PostgreSQL, one commit,
+// none to Redis; a like that changes nothing costs the first alone.
+// Under the Redis lock the read and the write need no transaction (the
+// write is version-checked and atomic on its own, Store.Update): the
+// first look, two rounds to the Redis nodes, the read and the write.
 package likes

@@ -3,8 +3,10 @@ package likes_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/layers"
@@ -31,19 +33,26 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // service builds a like service with the layers on and shards counter
-// rows per new post, locking over the test's Redis nodes. Each is a
+// rows per new post, with the default lock (in PostgreSQL). Each is a
 // replica: its own Redis clients and metrics.
 func (f *fixture) service(t *testing.T, on layers.Set, shards int) (*likes.Service, *metrics.Metrics) {
+	t.Helper()
+	return f.serviceLocking(t, "", on, shards)
+}
+
+// serviceLocking is service with the lock strategy of layer 1; the Redis
+// lock runs over the test's Redis nodes.
+func (f *fixture) serviceLocking(t *testing.T, strategy likes.LockStrategy, on layers.Set, shards int) (*likes.Service, *metrics.Metrics) {
 	t.Helper()
 	clients := redisx.Clients(f.addrs)
 	t.Cleanup(func() { _ = redisx.Close(clients) })
 	m := metrics.New()
-	locker, err := lock.New(clients, lock.Options{Metrics: m})
+	locker, err := lock.New(clients, lock.Options{Metrics: m, WaitBudget: likes.LockWait})
 	if err != nil {
 		t.Fatalf("lock.New: %v", err)
 	}
 	svc, err := likes.NewService(likes.Config{Store: f.store, Locker: locker, Metrics: m, Now: f.clock.Now,
-		Shards: shards, Layers: on})
+		Shards: shards, Lock: strategy, Layers: on})
 	if err != nil {
 		t.Fatalf("NewService: %v", err)
 	}
@@ -104,6 +113,23 @@ func (f *fixture) checkCounts(t *testing.T, postID string) int {
 		t.Errorf("%d duplicate like rows", dupes)
 	}
 	return liked
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stoppedBy is how many conflicts of flow m counted as stopped by layer.
+func stoppedBy(t *testing.T, m *metrics.Metrics, flow, layer string) float64 {
+	t.Helper()
+	return testutil.ToFloat64(m.ConflictsStopped.WithLabelValues(flow, layer))
 }
 
 // metricValue is the value of the unlabelled gauge or counter name in m.

@@ -95,8 +95,8 @@ type Post struct {
 }
 
 // Result is what a like or unlike answers: the like's state after it,
-// and the post's count as the transaction that wrote it (or, when
-// nothing changed, a read just after) saw it.
+// and the post's count as the statement that wrote it (or, when nothing
+// changed, the read that found it so) saw it.
 type Result struct {
 	PostID    string
 	State     State
@@ -120,6 +120,11 @@ var (
 	// since it was read (likes_pkey said so): another request made the
 	// first like. The service re-reads.
 	ErrDuplicateLike = errors.New("like row already exists")
+	// ErrLockBusy means the lock on the like in PostgreSQL stayed taken
+	// for LockWait (SHOP_LIKE_LOCK=advisory): another click of the same
+	// user on the same post is still being written. Nothing was written;
+	// the service answers 409 resource_busy.
+	ErrLockBusy = errors.New("like is locked by another request")
 	// ErrCountBelowZero means a counter row would have gone below zero
 	// (post_like_shards_n_nonnegative said so): an unlike taking back a
 	// like that was not counted. The service re-reads.

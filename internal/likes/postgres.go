@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,24 @@ const (
 	sqlReadLike = `SELECT p.like_shards, l.liked, l.shard, l.version
 		FROM posts p LEFT JOIN likes l ON l.post_id = p.id AND l.user_id = $2
 		WHERE p.id = $1`
+
+	// The same with the post's count, read in the same statement (one
+	// snapshot): the flow's first look, which answers a like that is
+	// already where it is asked to be.
+	sqlReadLikeCounted = `SELECT p.like_shards, l.liked, l.shard, l.version,
+			(SELECT coalesce(sum(s.n), 0)::bigint FROM post_like_shards s WHERE s.post_id = p.id)
+		FROM posts p LEFT JOIN likes l ON l.post_id = p.id AND l.user_id = $2
+		WHERE p.id = $1`
+
+	// Layer 1 in PostgreSQL (SHOP_LIKE_LOCK=advisory): the lock on one
+	// user's like of one post, named as the Redis lock is, taken inside
+	// the like's transaction and released at its commit or rollback. The
+	// wait for it is bounded by LockWait (lock_timeout, in milliseconds);
+	// the bound is lifted again at once, so that the write's wait for a
+	// hot counter row is not mistaken for a busy lock.
+	sqlLockWait     = `SELECT set_config('lock_timeout', $1, true)`
+	sqlLockLike     = `SELECT pg_advisory_xact_lock(hashtextextended('like:' || $1::text || ':' || $2::text, 0))`
+	sqlLockWaitDone = `SET LOCAL lock_timeout TO DEFAULT`
 
 	// countAfter ends each like write: the counter row the like names
 	// moves by the delta ($6), in the same statement as the like row and
@@ -144,13 +163,15 @@ func (s *Store) Posts(ctx context.Context, viewerID, cursor string, limit int) (
 	return page, next, nil
 }
 
-// Count returns a post's like count: the sum of its counter rows.
-func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
-	var n int64
-	if err := s.db.QueryRow(ctx, sqlCount, postID).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count likes of %s: %w", postID, err)
+// Read returns userID's like of postID as it is now (Version 0 if there
+// is no row) and its post's count, in one statement.
+func (s *Store) Read(ctx context.Context, postID, userID string) (Like, int64, error) {
+	var r likeRow
+	err := s.db.QueryRow(ctx, sqlReadLikeCounted, postID, userID).Scan(&r.shards, &r.liked, &r.shard, &r.version, &r.count)
+	if err := r.check(postID, err); err != nil {
+		return Like{}, 0, err
 	}
-	return n, nil
+	return r.like(postID, userID), r.count, nil
 }
 
 // Update reads userID's like of postID, lets change apply a domain rule
@@ -162,8 +183,9 @@ func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
 // statement, so a like that moved in between makes it write nothing
 // (ErrVersionConflict), a first like that another request made in
 // between makes it fail on likes_pkey (ErrDuplicateLike), and either way
-// the counter does not move. That saves BEGIN and COMMIT on the hottest
-// path there is. The caller re-reads and decides again.
+// the counter does not move. That saves BEGIN and COMMIT where layer 1
+// is a lock outside the database (SHOP_LIKE_LOCK=redsync). The caller
+// re-reads and decides again.
 //
 // The counter moves by what the write changes in the row (Delta of the
 // state read and the state written), never by what the request asked
@@ -174,36 +196,125 @@ func (s *Store) Count(ctx context.Context, postID string) (int64, error) {
 // not version-checked.
 func (s *Store) Update(ctx context.Context, postID, userID string, on layers.Set, now time.Time,
 	change func(*Like) (write bool, err error)) (Like, int64, error) {
-	before, shards, err := s.read(ctx, postID, userID)
+	var r likeRow
+	err := s.db.QueryRow(ctx, sqlReadLike, postID, userID).Scan(&r.shards, &r.liked, &r.shard, &r.version)
+	if err := r.check(postID, err); err != nil {
+		return Like{}, 0, err
+	}
+	w, err := decide(r, postID, userID, on, now, change)
 	if err != nil {
 		return Like{}, 0, err
 	}
-	after := before
-	write, err := change(&after)
+	return w.result(w.scan(s.db.QueryRow(ctx, w.sql, w.args...)))
+}
+
+// UpdateLocked is Update in one transaction under layer 1's lock in
+// PostgreSQL (SHOP_LIKE_LOCK=advisory), in two round trips. The first
+// begins the transaction, takes pg_advisory_xact_lock on (user, post),
+// waiting at most LockWait, and reads the like: a second click of the
+// same user on the same post waits there for the first's commit, and
+// then reads what it wrote. The second writes at the version read and
+// commits, which releases the lock (postgres.InTxBatched). A lock still
+// taken after LockWait gives ErrLockBusy, and nothing is written.
+//
+// When on has Lock off (layer tests only) the lock is not taken; the
+// transaction is the same.
+func (s *Store) UpdateLocked(ctx context.Context, postID, userID string, on layers.Set, now time.Time,
+	change func(*Like) (write bool, err error)) (Like, int64, error) {
+	var r likeRow
+	var readErr error
+	first := func(b *pgx.Batch) {
+		if on.On(layers.Lock) {
+			b.Queue(sqlLockWait, strconv.FormatInt(LockWait.Milliseconds(), 10))
+			b.Queue(sqlLockLike, userID, postID)
+			b.Queue(sqlLockWaitDone)
+		}
+		b.Queue(sqlReadLike, postID, userID).QueryRow(func(row pgx.Row) error {
+			// Kept out of the batch's error: pgx drops a failed batch's
+			// statements from its cache, and a like of no post is only a 404.
+			readErr = row.Scan(&r.shards, &r.liked, &r.shard, &r.version)
+			return nil
+		})
+	}
+	var w *likeWrite
+	var ruled error // the read's or the rule's error: the transaction's, not the database's
+	err := postgres.InTxBatched(ctx, s.db, first, func(pgx.Tx) (*pgx.Batch, error) {
+		if ruled = r.check(postID, readErr); ruled != nil {
+			return nil, ruled
+		}
+		if w, ruled = decide(r, postID, userID, on, now, change); ruled != nil {
+			return nil, ruled
+		}
+		last := &pgx.Batch{}
+		last.Queue(w.sql, w.args...).QueryRow(func(row pgx.Row) error { return w.scan(row) })
+		return last, nil
+	})
+	switch {
+	case postgres.SQLState(err) == "55P03": // lock_not_available: LockWait ran out
+		return Like{}, 0, ErrLockBusy
+	case ruled != nil:
+		return Like{}, 0, ruled
+	case w == nil:
+		return Like{}, 0, fmt.Errorf("lock and read like of %s: %w", postID, err)
+	}
+	return w.result(err)
+}
+
+// likeWrite is what change made of a like read: the statement that
+// writes it with its counter row, or, when there is nothing to write,
+// the one that reads the post's count; and, once it ran, its answer.
+type likeWrite struct {
+	postID        string
+	before, after Like
+	write         bool // sql writes the like (else it reads the count)
+	sql           string
+	args          []any
+	rows          int    // like rows written: 0 means the version moved
+	count         *int64 // the post's count then; nil: no counter row
+}
+
+// decide lets change apply the rule to the like r read, and returns the
+// statement that carries out what it decided.
+func decide(r likeRow, postID, userID string, on layers.Set, now time.Time,
+	change func(*Like) (bool, error)) (*likeWrite, error) {
+	before := r.like(postID, userID)
+	w := &likeWrite{postID: postID, before: before, after: before}
+	changed, err := change(&w.after)
 	if err != nil {
-		return Like{}, 0, err
+		return nil, err
 	}
-	if !write {
-		n, err := s.Count(ctx, postID)
-		return before, n, err
+	if !changed {
+		w.sql, w.args = sqlCount, []any{postID}
+		return w, nil
 	}
-	delta := Delta(before.State, after.State)
+	w.write = true
+	delta := Delta(before.State, w.after.State)
 	if delta > 0 {
-		after.Shard = rand.IntN(shards)
+		w.after.Shard = rand.IntN(int(r.shards))
 	}
-	var row pgx.Row
-	liked := after.State == Liked
+	liked := w.after.State == Liked
 	switch {
 	case !before.Exists():
-		row = s.db.QueryRow(ctx, sqlInsertLike, postID, userID, liked, after.Shard, now, delta)
+		w.sql, w.args = sqlInsertLike, []any{postID, userID, liked, w.after.Shard, now, delta}
 	case on.On(layers.Version):
-		row = s.db.QueryRow(ctx, sqlUpdateLike, postID, userID, liked, after.Shard, now, delta, before.Version)
+		w.sql, w.args = sqlUpdateLike, []any{postID, userID, liked, w.after.Shard, now, delta, before.Version}
 	default:
-		row = s.db.QueryRow(ctx, sqlUpdateLikeUnversioned, postID, userID, liked, after.Shard, now, delta)
+		w.sql, w.args = sqlUpdateLikeUnversioned, []any{postID, userID, liked, w.after.Shard, now, delta}
 	}
-	var written int
-	var count *int64
-	err = row.Scan(&written, &count)
+	return w, nil
+}
+
+// scan reads the answer of w's statement.
+func (w *likeWrite) scan(row pgx.Row) error {
+	if !w.write {
+		return row.Scan(&w.count)
+	}
+	return row.Scan(&w.rows, &w.count)
+}
+
+// result is the like and its post's count after w's statement ran and
+// answered err.
+func (w *likeWrite) result(err error) (Like, int64, error) {
 	// The database's error stays wrapped: what is logged names the
 	// constraint that refused the write.
 	switch postgres.ConstraintViolated(err) {
@@ -212,41 +323,53 @@ func (s *Store) Update(ctx context.Context, postID, userID string, on layers.Set
 	case constraintCountNotBelow0:
 		return Like{}, 0, fmt.Errorf("%w: %w", ErrCountBelowZero, err)
 	}
-	if err != nil {
-		return Like{}, 0, fmt.Errorf("write like of %s: %w", postID, err)
-	}
-	if written == 0 {
+	switch {
+	case err != nil && !w.write:
+		return Like{}, 0, fmt.Errorf("count likes of %s: %w", w.postID, err)
+	case err != nil:
+		return Like{}, 0, fmt.Errorf("write like of %s: %w", w.postID, err)
+	case !w.write:
+		return w.before, *w.count, nil
+	case w.rows == 0:
 		return Like{}, 0, ErrVersionConflict
+	case w.count == nil:
+		return Like{}, 0, fmt.Errorf("write like of %s: the post has no counter row %d", w.postID, w.after.Shard)
 	}
-	if count == nil {
-		return Like{}, 0, fmt.Errorf("write like of %s: the post has no counter row %d", postID, after.Shard)
-	}
-	after.Version = before.Version + 1
-	return after, *count, nil
+	w.after.Version = w.before.Version + 1
+	return w.after, *w.count, nil
 }
 
-// read returns userID's like of postID (Version 0 if there is no row) and
-// how many counter rows the post has.
-func (s *Store) read(ctx context.Context, postID, userID string) (Like, int, error) {
-	var shards int16
-	var liked *bool
-	var shard *int16
-	var version *int64
-	err := s.db.QueryRow(ctx, sqlReadLike, postID, userID).Scan(&shards, &liked, &shard, &version)
+// likeRow is a like as sqlReadLike reads it: its post's number of
+// counter rows, and the like row's columns (nil when there is none).
+type likeRow struct {
+	shards  int16
+	liked   *bool
+	shard   *int16
+	version *int64
+	count   int64 // the post's count, from sqlReadLikeCounted only
+}
+
+// check turns the read's error into the store's: no row is no post.
+func (r likeRow) check(postID string, err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Like{}, 0, ErrNotFound
+		return ErrNotFound
 	}
 	if err != nil {
-		return Like{}, 0, fmt.Errorf("read like of %s: %w", postID, err)
+		return fmt.Errorf("read like of %s: %w", postID, err)
 	}
+	return nil
+}
+
+// like is the like r read (Version 0 if there is no row).
+func (r likeRow) like(postID, userID string) Like {
 	l := Like{PostID: postID, UserID: userID}
-	if version != nil {
-		l.Version, l.Shard = *version, int(*shard)
-		if *liked {
+	if r.version != nil {
+		l.Version, l.Shard = *r.version, int(*r.shard)
+		if *r.liked {
 			l.State = Liked
 		}
 	}
-	return l, int(shards), nil
+	return l
 }
 
 // Tally is what one post's count says against its likes.

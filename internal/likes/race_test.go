@@ -15,18 +15,27 @@ import (
 // docs/ABLATION.md), and so are the storms of many users; these are the
 // flow's own races, on the service.
 
-// Twenty clicks of one user liking one post at once, on two replicas:
-// exactly one writes (the row is at version 1), the count is 1, and every
-// click answers liked with count 1. With the lock off the database layers
-// alone hold: the first like's insert wins, the others lose on
-// likes_pkey, re-read, and find it liked.
+// Twenty clicks of one user liking one post at once, on two replicas,
+// with each strategy of the lock: exactly one writes (the row is at
+// version 1), the count is 1, and every click answers liked with count
+// 1. With the lock off the database layers alone hold: the first like's
+// insert wins, the others lose on likes_pkey, re-read, and find it
+// liked.
 func TestSet_OneUserManyClicks(t *testing.T) {
-	for _, on := range []layers.Set{{}, layers.Off(layers.Lock)} {
-		t.Run(on.String(), func(t *testing.T) {
+	for _, tt := range []struct {
+		lock likes.LockStrategy
+		on   layers.Set
+	}{
+		{likes.LockAdvisory, layers.Set{}},
+		{likes.LockRedsync, layers.Set{}},
+		{likes.LockAdvisory, layers.Off(layers.Lock)},
+		{likes.LockRedsync, layers.Off(layers.Lock)},
+	} {
+		t.Run(string(tt.lock)+"/"+tt.on.String(), func(t *testing.T) {
 			ctx := context.Background()
 			f := newFixture(t)
-			a, _ := f.service(t, on, 4)
-			b, _ := f.service(t, on, 4)
+			a, _ := f.serviceLocking(t, tt.lock, tt.on, 4)
+			b, _ := f.serviceLocking(t, tt.lock, tt.on, 4)
 			users := f.users(t, 1)
 			p := f.mustPost(t, a, users[0])
 			const clicks = 20

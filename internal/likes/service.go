@@ -22,12 +22,19 @@ import (
 //	layer           where                                        backed by
 //	0 idempotency   none: PUT and DELETE are idempotent by        —
 //	                meaning (the state is the request)
-//	1 lock          like:{user}:{post}: one user's clicks on one  Set
-//	                post, never the post (a hot post would queue
-//	                every user behind one key)
-//	2 state         unliked ⇄ liked; a move to where the like is  Like.Set
-//	                already changes nothing
-//	3 version       the like row written WHERE version = $read,   Store.Update: sqlUpdateLike
+//	2 state, first  the like as the database shows it: already    Set: Store.Read
+//	                where it is asked to be, it is answered at
+//	                once, with no lock and no write
+//	1 lock          one user's clicks on one post, never the      Store.UpdateLocked: sqlLockLike
+//	                post: pg_advisory_xact_lock on (user, post)
+//	                in the round trip that begins the like's
+//	                transaction (the default), or                 Service.lockRedis
+//	                like:{user}:{post} in Redis around it
+//	                (SHOP_LIKE_LOCK=redsync)
+//	2 state         unliked ⇄ liked, asked again of the like      Like.Set
+//	                read under the lock; a move to where the
+//	                like already is changes nothing
+//	3 version       the like row written WHERE version = $read,   decide: sqlUpdateLike
 //	                with its counter row in the same statement
 //	4 constraint    one like row per (post, user), ever; no       likes_pkey,
 //	                counter row below zero                        post_like_shards_n_nonnegative
@@ -40,6 +47,39 @@ import (
 type Locker interface {
 	Do(ctx context.Context, key string, fn func(ctx context.Context) error) error
 }
+
+// LockStrategy is where layer 1 serialises one user's clicks on one post
+// (SHOP_LIKE_LOCK).
+type LockStrategy string
+
+// The lock strategies.
+const (
+	// LockAdvisory takes pg_advisory_xact_lock on (user, post) inside the
+	// like's transaction, in the round trip that begins it (the default):
+	// no Redis, no round trip of its own. A waiter waits in PostgreSQL,
+	// on a connection of its own, for at most LockWait.
+	LockAdvisory LockStrategy = "advisory"
+	// LockRedsync takes a redsync lock on like:{user}:{post} over the
+	// Redis nodes, waiting at most LockWait, and writes under it without
+	// a transaction: two round trips to a quorum of nodes, and waiters
+	// that hold no connection.
+	LockRedsync LockStrategy = "redsync"
+)
+
+// ParseLockStrategy reads SHOP_LIKE_LOCK.
+func ParseLockStrategy(s string) (LockStrategy, error) {
+	switch l := LockStrategy(s); l {
+	case LockAdvisory, LockRedsync:
+		return l, nil
+	}
+	return "", fmt.Errorf("want advisory or redsync, got %q", s)
+}
+
+// LockWait bounds a like's wait for the lock on its (user, post), in
+// PostgreSQL or in Redis, before 409 resource_busy: only that user's own
+// earlier click on that post holds it, for a few milliseconds; a like is
+// worth less than a long wait.
+const LockWait = 500 * time.Millisecond
 
 // FlowLike names the like flow (like and unlike) in the conflict counter
 // and in docs/ABLATION.md.
@@ -61,7 +101,9 @@ const DefaultShards = 16
 
 // Config holds what the service is built from.
 type Config struct {
-	Store   *Store
+	Store *Store
+	// Locker is the Redis lock of LockRedsync; the other strategy needs
+	// none.
 	Locker  Locker
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
@@ -69,6 +111,8 @@ type Config struct {
 	// Shards is how many counter rows a new post gets; 0 means
 	// DefaultShards. The bench sets 1 for the single-row baseline.
 	Shards int
+	// Lock is the strategy of layer 1; "" means LockAdvisory.
+	Lock LockStrategy
 	// Layers are the defences on. The zero value is all of them; only the
 	// layer tests take some off.
 	Layers layers.Set
@@ -83,13 +127,20 @@ type Service struct {
 	logger  *slog.Logger
 	now     func() time.Time
 	shards  int
+	lock    LockStrategy
 	layers  layers.Set
 }
 
 // NewService returns the likes service.
 func NewService(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Locker == nil {
-		return nil, errors.New("likes: a store and a locker are required")
+	if cfg.Lock == "" {
+		cfg.Lock = LockAdvisory
+	}
+	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil {
+		return nil, fmt.Errorf("likes: lock: %w", err)
+	}
+	if cfg.Store == nil || (cfg.Locker == nil && cfg.Lock == LockRedsync) {
+		return nil, errors.New("likes: a store is required, and a locker for the redsync lock")
 	}
 	if cfg.Shards == 0 {
 		cfg.Shards = DefaultShards
@@ -108,7 +159,7 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{store: cfg.Store, locker: cfg.Locker, metrics: cfg.Metrics, counts: counts,
-		logger: cfg.Logger, now: cfg.Now, shards: cfg.Shards, layers: cfg.Layers}, nil
+		logger: cfg.Logger, now: cfg.Now, shards: cfg.Shards, lock: cfg.Lock, layers: cfg.Layers}, nil
 }
 
 // Set makes userID's like of postID what want says, and returns the like
@@ -118,22 +169,39 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 	if !ids.Valid(postID) {
 		return Result{}, ErrNotFound
 	}
+	// Layer 2, first on the like as the database shows it now: a like
+	// already where it is asked to be (a double click whose twin is done,
+	// a PUT sent again after a lost answer) is answered at once, in one
+	// round trip, with no lock and no write. The answer is true as of
+	// this read, which is all a later answer could say too.
+	if s.layers.On(layers.State) {
+		l, n, err := s.store.Read(ctx, postID, userID)
+		if err != nil {
+			return Result{}, err
+		}
+		if l.State == want {
+			s.metrics.Stopped(FlowLike, metrics.LayerState)
+			return Result{PostID: postID, State: l.State, LikeCount: n}, nil
+		}
+	}
 	var out Result
-	ran := false // whether the lock let the work run
+	ran := false // whether the Redis lock let the work run
 	// Layer 1: lock this user's like of this post, across replicas. A
-	// double click waits for the first (briefly: the locker's budget) and
-	// then finds it done; other users never wait on this key. The post
-	// itself is not locked: its counter rows serialise what must be.
-	err := s.lock(ctx, "like:"+userID+":"+postID, func(ctx context.Context) error {
+	// double click waits for the first (briefly: LockWait) and then finds
+	// it done; other users never wait on this key. The post itself is not
+	// locked: its counter rows serialise what must be. With the advisory
+	// lock (the default) the lock is taken by s.update, in the
+	// transaction; lockRedis takes the Redis one around it.
+	err := s.lockRedis(ctx, "like:"+userID+":"+postID, func(ctx context.Context) error {
 		ran = true
 		for attempt := 1; ; attempt++ {
 			var wrote bool
-			// Layers 3 and 4: Update writes the like only at the version
-			// read, or inserts the first one under likes_pkey, and moves
-			// the counter in the same statement.
-			l, n, err := s.store.Update(ctx, postID, userID, s.layers, s.stamp(), func(l *Like) (bool, error) {
-				// Layer 2: the state machine says whether there is
-				// anything to write.
+			// Layers 3 and 4: the write goes only at the version read, or
+			// inserts the first like under likes_pkey, and moves the
+			// counter in the same statement.
+			l, n, err := s.update(ctx, postID, userID, func(l *Like) (bool, error) {
+				// Layer 2 again, on the like read under the lock: the
+				// state machine says whether there is anything to write.
 				if !s.layers.On(layers.State) {
 					l.State, wrote = want, true
 					return true, nil
@@ -146,6 +214,8 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 			})
 			retry := attempt < maxConflictRetries
 			switch {
+			case errors.Is(err, ErrLockBusy):
+				return err
 			case errors.Is(err, ErrVersionConflict):
 				s.metrics.Stopped(FlowLike, metrics.LayerVersion)
 			case errors.Is(err, ErrDuplicateLike), errors.Is(err, ErrCountBelowZero):
@@ -172,6 +242,10 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 		}
 	})
 	switch {
+	case errors.Is(err, ErrLockBusy):
+		s.metrics.Stopped(FlowLike, metrics.LayerLock)
+		return Result{}, &problem.Error{Code: problem.ResourceBusy,
+			Detail: "another request is working on this like; retry shortly", RetryAfter: time.Second}
 	case problem.CodeOf(err) == problem.ResourceBusy && !ran:
 		s.metrics.Stopped(FlowLike, metrics.LayerLock)
 	case errors.Is(err, lock.ErrLockLost):
@@ -184,9 +258,20 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 	return out, err
 }
 
-// lock runs fn under the lock on key while layer 1 is on.
-func (s *Service) lock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	if !s.layers.On(layers.Lock) {
+// update is one try of the like's read and write: one transaction that
+// takes the advisory lock first (LockAdvisory), or the two statements
+// that the Redis lock around them serialises (LockRedsync).
+func (s *Service) update(ctx context.Context, postID, userID string, change func(*Like) (bool, error)) (Like, int64, error) {
+	if s.lock == LockAdvisory {
+		return s.store.UpdateLocked(ctx, postID, userID, s.layers, s.stamp(), change)
+	}
+	return s.store.Update(ctx, postID, userID, s.layers, s.stamp(), change)
+}
+
+// lockRedis runs fn under the Redis lock on key when that is layer 1's
+// strategy and layer 1 is on, else runs fn as it is.
+func (s *Service) lockRedis(ctx context.Context, key string, fn func(ctx context.Context) error) error {
+	if s.lock != LockRedsync || !s.layers.On(layers.Lock) {
 		return fn(ctx)
 	}
 	return s.locker.Do(ctx, key, fn)

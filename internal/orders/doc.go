@@ -6,9 +6,10 @@
 //
 //   - Layer 0, the Idempotency-Key. Create runs under
 //     platform/idempotency's atomic phases (Store.Atomic on the route): the
-//     order's transaction claims the key in its first round trip and
-//     completes it with the order's insert, so the order and the answer
-//     that replays it commit together.
+//     order's transaction claims the key in its first round trip (with
+//     BEGIN) and completes it in its last (with the order's insert and
+//     COMMIT), so the order and the answer that replays it commit
+//     together.
 //   - Layer 1, a lock keyed on the business request ("order:{user}:{key}")
 //     or on the order ("order:{id}"). It saves wasted work; it is not what
 //     makes the result correct. For create through HTTP, the claim's

@@ -96,29 +96,27 @@ func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
 // inventory.TakeConditional). With rec (layer 0) the transaction claims
 // the request's idempotency key first and completes it last with the
 // order's answer (idempotency.Record), so the order and the record commit
-// together: four round trips and one commit in all.
+// together: three round trips and one commit in all (postgres.InTxBatched).
 //
-//	BEGIN + claim          one round trip: a copy of the request is refused
-//	                       here, before it takes any product's row lock
-//	take stock             one round trip for every line (inventory.TakeStock)
-//	insert + complete      one round trip
-//	COMMIT
+//	BEGIN + claim               a copy of the request is refused here,
+//	                            before it takes any product's row lock
+//	take stock                  every line (inventory.TakeStock); the
+//	                            insert needs the prices it returns
+//	insert + complete + COMMIT  so the rows taken are held for one round
+//	                            trip and the commit
 func (s *Store) Create(ctx context.Context, o Order, lines []inventory.Line, take inventory.Take, rec *idempotency.Record) (Order, error) {
-	err := postgres.InTxFirst(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) error {
+	err := postgres.InTxBatched(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) (*pgx.Batch, error) {
 		prices, err := inventory.TakeStock(ctx, tx, lines, take)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		o.Items, o.TotalCents = priceItems(lines, prices)
-		b := &pgx.Batch{}
-		queueInsert(b, o)
-		if err := rec.QueueComplete(b, created(o)); err != nil {
-			return err
-		}
-		return insertError(tx.SendBatch(ctx, b).Close())
+		last := &pgx.Batch{}
+		queueInsert(last, o)
+		return last, rec.QueueComplete(last, created(o))
 	})
 	if err != nil {
-		return Order{}, err
+		return Order{}, insertError(err)
 	}
 	return o, nil
 }
@@ -135,7 +133,13 @@ func Insert(ctx context.Context, tx pgx.Tx, o Order) error {
 	}
 	_, err := tx.Exec(ctx, sqlInsertOrder, o.ID, o.UserID, o.RequestKey, o.TotalCents,
 		o.CreatedAt, o.ExpiresAt, skus, qtys, unit)
-	return insertError(err)
+	switch err := insertError(err); {
+	case errors.Is(err, ErrDuplicateRequest):
+		return err
+	case err != nil:
+		return fmt.Errorf("insert order: %w", err)
+	}
+	return nil
 }
 
 // queueInsert queues Insert's statement.
@@ -148,16 +152,13 @@ func queueInsert(b *pgx.Batch, o Order) {
 	b.Queue(sqlInsertOrder, o.ID, o.UserID, o.RequestKey, o.TotalCents, o.CreatedAt, o.ExpiresAt, skus, qtys, unit)
 }
 
-// insertError translates the error of a batch holding the insert:
-// orders_user_request_key means the request placed its order before.
+// insertError translates an error of the insert: orders_user_request_key
+// means the request placed its order before.
 func insertError(err error) error {
 	if postgres.ConstraintViolated(err) == constraintUserRequestKey {
 		return ErrDuplicateRequest
 	}
-	if err != nil {
-		return fmt.Errorf("insert order: %w", err)
-	}
-	return nil
+	return err
 }
 
 // Get returns an order, whoever owns it.

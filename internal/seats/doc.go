@@ -10,14 +10,23 @@
 // A hold (Service.Hold) reads top to bottom in service.go as its layers:
 //
 //   - Layer 0, the Idempotency-Key on POST …/holds and …/confirm: one
-//     request is one hold, however often it is sent.
-//   - Layer 1, a redsync lock per seat, seat:{event}:{seat}, taken in
-//     seat order (A1, A2, …, B1) and released in reverse, so two holds
-//     that overlap queue on their first common seat and cannot deadlock;
-//     holds of other seats never wait. SHOP_SEAT_LOCK=advisory takes
-//     pg_advisory_xact_lock per seat inside the transaction instead (same
-//     order), and none takes no lock; docs/DESIGN.md compares them, and a
-//     lock per section, measured by `shop bench seats`.
+//     request is one hold, however often it is sent. The key's record is
+//     claimed first and completed last in the hold's own transaction
+//     (idempotency.Store.Atomic), so the hold and the answer that replays
+//     it commit together.
+//   - First, one read outside any transaction (Store.Glance): a hold of
+//     seats the database already shows taken is refused at once, 409
+//     seat_unavailable, before it takes a lock or a transaction. It is
+//     layer 2 asked early, of a snapshot; the transaction asks again.
+//   - Layer 1, pg_advisory_xact_lock per seat, taken in seat order (A1,
+//     A2, …, B1) inside the hold's transaction, so two holds that overlap
+//     queue on their first common seat and cannot deadlock; holds of
+//     other seats never wait, and a waiter is woken by the holder's
+//     commit. SHOP_SEAT_LOCK=redsync takes a redsync lock per seat,
+//     seat:{event}:{seat}, in the same order before the transaction, and
+//     none takes no lock; docs/DESIGN.md says why the default is the
+//     first, from what `shop bench seats` and `shop bench strategies`
+//     measured (with a lock per section, too).
 //   - Layer 2, the states: a seat available → held → booked (held →
 //     available on release or expiry); a hold active → confirmed |
 //     released | expired (CheckAvailable, Hold.Confirm, Hold.Release).
@@ -34,6 +43,12 @@
 // hold, active holds and held seats. The hold's transaction counts the
 // user's active holds after taking pg_advisory_xact_lock on (user, event),
 // part of layer 1, so two holds by one user cannot both pass the count.
+//
+// The hold's transaction is three round trips to PostgreSQL (holdtx.go):
+// BEGIN with the claim, the locks, the reads and the hold's row; the
+// seats' write with the key's answer; COMMIT. A confirm or a release is
+// three too. Statements that do not wait on each other's answers travel
+// together (pgx.Batch); the rules run in Go between the round trips.
 //
 // Expiry (ExpireDue) runs in every replica: FOR UPDATE SKIP LOCKED shares
 // the due holds between them, the status check and version bump make a

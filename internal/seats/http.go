@@ -16,7 +16,8 @@ type Guards struct {
 	User  echo.MiddlewareFunc // a registered user's bearer token
 	Admin echo.MiddlewareFunc // the admin token
 	// Idempotency is the Idempotency-Key handling (layer 0) of a flow,
-	// FlowHold or FlowConfirm.
+	// FlowHold or FlowConfirm: idempotency.Store.Atomic, whose record the
+	// hold's (the confirm's) transaction claims and completes.
 	Idempotency func(flow string) echo.MiddlewareFunc
 	// PublicLimit is the per-address limit on the reads that need no
 	// token; WriteLimit the per-user limit on holds, confirms and
@@ -153,8 +154,21 @@ func (h handlers) hold(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	c.Response().Header().Set(echo.HeaderLocation, "/v1/holds/"+hold.ID)
-	return httpx.JSON(c, http.StatusCreated, toHold(hold))
+	// The bytes stored with the key in the hold's transaction, when it
+	// has one: a replay is the same.
+	return idempotency.Send(c, heldAnswer(hold))
+}
+
+// heldAnswer is the answer to a hold: 201 with its Location, the answer
+// its Idempotency-Key stores and replays.
+func heldAnswer(h Hold) idempotency.Answer {
+	return idempotency.Answer{Status: http.StatusCreated, Location: "/v1/holds/" + h.ID, Body: toHold(h)}
+}
+
+// bookedAnswer is the answer to a confirm: 201 with the booking's
+// Location, stored and replayed like heldAnswer.
+func bookedAnswer(b Booking) idempotency.Answer {
+	return idempotency.Answer{Status: http.StatusCreated, Location: "/v1/bookings/" + b.ID, Body: toBooking(b)}
 }
 
 func (h handlers) listHolds(c echo.Context) error {
@@ -212,8 +226,7 @@ func (h handlers) confirm(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	c.Response().Header().Set(echo.HeaderLocation, "/v1/bookings/"+b.ID)
-	return httpx.JSON(c, http.StatusCreated, toBooking(b))
+	return idempotency.Send(c, bookedAnswer(b))
 }
 
 func (h handlers) booking(c echo.Context) error {

@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/platform/keyset"
-	"github.com/shop-example/shop/internal/platform/layers"
-	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/platform/problem"
 )
 
 // Constraints that back this package's rules (migrations/000007_seats.up.sql,
@@ -25,9 +21,10 @@ const (
 	constraintHoldRequest   = "holds_user_request_key"         // one hold per (user, request key)
 )
 
-// advisoryLockTimeout bounds the wait for the advisory locks (SHOP_SEAT_LOCK=advisory),
-// as the redsync wait budget bounds the other strategy's.
-const advisoryLockTimeout = "2s"
+// lockTimeout bounds how long a hold's transaction waits for a lock in
+// PostgreSQL (the caps' lock, and the seats' with SHOP_SEAT_LOCK=advisory),
+// as the redsync wait budget bounds the wait for a Redis lock.
+const lockTimeout = "2s"
 
 const (
 	sqlInsertEvent = `WITH e AS (
@@ -46,16 +43,24 @@ const (
 		FROM events e JOIN seats s ON s.event_id = e.id
 		WHERE e.id = $1 GROUP BY e.id`
 
-	// An event's seat map dimensions alone: what a hold validates its
-	// seats against, without counting the seats.
-	sqlEventShape = `SELECT id, name, rows, seats_per_row, created_at FROM events WHERE id = $1`
+	// What a hold reads before any lock or transaction (Store.Glance):
+	// the event's seat map dimensions, which of the seats asked for are
+	// taken now, and whether the user has a hold under the request key.
+	sqlGlance = `SELECT e.id, e.name, e.rows, e.seats_per_row, e.created_at,
+			coalesce((SELECT array_agg(s.seat ORDER BY s.position) FROM seats s
+				WHERE s.event_id = e.id AND s.seat = ANY($2) AND s.status <> 'available'), '{}'),
+			EXISTS (SELECT 1 FROM holds h WHERE h.user_id = $3 AND h.request_key = $4)
+		FROM events e WHERE e.id = $1`
 
 	sqlSeatMap = `SELECT seat, status, coalesce(hold_id::text, ''), version FROM seats WHERE event_id = $1 ORDER BY position`
 
+	// The bound on every lock wait of a hold's transaction: the caps'
+	// lock, the seats' (SHOP_SEAT_LOCK=advisory) and their rows'.
+	sqlLockTimeout = `SET LOCAL lock_timeout = '` + lockTimeout + `'`
+
 	// The locks of SHOP_SEAT_LOCK=advisory: one per seat, inside the
 	// transaction, in the order of the (sorted) array; released at commit.
-	sqlAdvisoryLockTimeout = `SET LOCAL lock_timeout = '` + advisoryLockTimeout + `'`
-	sqlAdvisoryLocks       = `SELECT count(pg_advisory_xact_lock(hashtextextended($1 || ':' || s, 0)))
+	sqlAdvisoryLocks = `SELECT count(pg_advisory_xact_lock(hashtextextended($1 || ':' || s, 0)))
 		FROM unnest($2::text[]) AS s`
 
 	// The caps' lock: one per (user, event), inside the hold's
@@ -181,22 +186,6 @@ func (s *Store) Event(ctx context.Context, id string) (Event, error) {
 	return ev, nil
 }
 
-// EventShape returns an event without its counts: its name and seat map
-// dimensions.
-func (s *Store) EventShape(ctx context.Context, id string) (Event, error) {
-	var ev Event
-	var rows, perRow int16
-	err := s.db.QueryRow(ctx, sqlEventShape, id).Scan(&ev.ID, &ev.Name, &rows, &perRow, &ev.CreatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Event{}, ErrNotFound
-	}
-	if err != nil {
-		return Event{}, fmt.Errorf("get event %s: %w", id, err)
-	}
-	ev.Rows, ev.SeatsPerRow = int(rows), int(perRow)
-	return ev, nil
-}
-
 // SeatMap returns every seat of an event, in seat order.
 func (s *Store) SeatMap(ctx context.Context, eventID string) ([]Seat, error) {
 	rows, err := s.db.Query(ctx, sqlSeatMap, eventID)
@@ -208,248 +197,6 @@ func (s *Store) SeatMap(ctx context.Context, eventID string) ([]Seat, error) {
 		return nil, fmt.Errorf("seat map of %s: %w", eventID, err)
 	}
 	return out, nil
-}
-
-// HoldOptions say how Store.Hold guards its write.
-type HoldOptions struct {
-	// Layers are the defences on; a layer test takes some off.
-	Layers layers.Set
-	// Advisory takes pg_advisory_xact_lock on each seat, in order, before
-	// reading them (SHOP_SEAT_LOCK=advisory).
-	Advisory bool
-}
-
-// Hold creates h in one transaction: it reads what h's user holds of the
-// event, claims h's request key, reads h's seats, lets rule judge them
-// (the caps, and layer 2: all available), writes each seat at the version
-// read (layer 3), and records the seats as actively held under
-// hold_seats_one_active_per_seat (layer 4). A seat that moved since it was
-// read gives ErrVersionConflict; a second active hold on a seat gives
-// ErrSeatTaken. Either way nothing is written.
-//
-// When h's user already has a hold under h's request key, that hold is
-// the answer, whatever its state now, and nothing is written: the same
-// request, sent again after its first try committed. A hold under the
-// key for other seats gives idempotency_key_reused.
-//
-// With layer 1 on, the user's holds on the event are serialised first
-// (sqlCapLock), so two of them cannot both read a count under the caps
-// and both write. A count of rows cannot be a constraint, and locking the
-// rows counted does not stop a new row from joining them; an advisory
-// lock needs no table, is taken only by this user's holds on this event,
-// and is gone at commit or rollback. Releases and expiry take no such
-// lock: they only lower the count, and a hold that does not see one yet
-// errs towards refusing.
-func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOptions, rule func(mine Holding, read []Seat) error) (Hold, error) {
-	out := h
-	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		// The caps' lock comes before the seats': every hold takes the
-		// locks in that one order, so they cannot deadlock.
-		if opts.Layers.On(layers.Lock) {
-			if _, err := tx.Exec(ctx, sqlCapLock, h.UserID, h.EventID); err != nil {
-				return fmt.Errorf("cap lock: %w", err)
-			}
-		}
-		// Read before this hold's own row is written, so it does not
-		// count itself.
-		var mine Holding
-		if err := tx.QueryRow(ctx, sqlReadHolding, h.UserID, h.EventID, now).Scan(&mine.Holds, &mine.Seats); err != nil {
-			return fmt.Errorf("read holding: %w", err)
-		}
-		if opts.Advisory {
-			if err := advisoryLocks(ctx, tx, h.EventID, h.Seats); err != nil {
-				return err
-			}
-		}
-		tag, err := tx.Exec(ctx, sqlInsertHold, h.ID, h.EventID, h.UserID, h.RequestKey, h.Seats, h.ExpiresAt, now)
-		if err != nil {
-			return fmt.Errorf("insert hold: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			out, err = scanHold(tx.QueryRow(ctx, sqlReadHoldOfRequest, h.UserID, h.RequestKey))
-			if err != nil {
-				return fmt.Errorf("read hold of request: %w", err)
-			}
-			if out.EventID != h.EventID || !slices.Equal(out.Seats, h.Seats) {
-				return problem.New(problem.IdempotencyReused,
-					"this Idempotency-Key was used for a hold of other seats; send a new key for a new request")
-			}
-			return nil
-		}
-		rows, err := tx.Query(ctx, sqlReadSeats, h.EventID, h.Seats)
-		if err != nil {
-			return fmt.Errorf("read seats: %w", err)
-		}
-		read, err := pgx.CollectRows(rows, scanSeat)
-		if err != nil {
-			return fmt.Errorf("read seats: %w", err)
-		}
-		if len(read) != len(h.Seats) {
-			return fmt.Errorf("hold on %s: %d of %d seats exist", h.EventID, len(read), len(h.Seats))
-		}
-		if err := rule(mine, read); err != nil {
-			return err
-		}
-		versions := make([]int64, len(read))
-		for i, seat := range read {
-			versions[i] = seat.Version
-		}
-		tag, err = tx.Exec(ctx, holdSeatsSQL(opts.Layers), h.EventID, h.Seats, h.ID, versions)
-		if err != nil {
-			return fmt.Errorf("hold seats: %w", err)
-		}
-		if tag.RowsAffected() != int64(len(h.Seats)) {
-			return ErrVersionConflict
-		}
-		_, err = tx.Exec(ctx, sqlInsertHoldSeats, h.ID, h.EventID, h.Seats)
-		if postgres.ConstraintViolated(err) == constraintOneActiveHold {
-			return ErrSeatTaken
-		}
-		if err != nil {
-			return fmt.Errorf("insert hold seats: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return Hold{}, deadlock(err)
-	}
-	return out, nil
-}
-
-// holdSeatsSQL is the write of a hold's seats with the conditions of the
-// layers on: sqlHoldSeats in production.
-func holdSeatsSQL(on layers.Set) string {
-	switch state, version := on.On(layers.State), on.On(layers.Version); {
-	case state && version:
-		return sqlHoldSeats
-	case version:
-		return sqlHoldSeatsStateless
-	case state:
-		return sqlHoldSeatsUnversioned
-	default:
-		return sqlHoldSeatsAny
-	}
-}
-
-// deadlock turns PostgreSQL's deadlock refusal into ErrDeadlock.
-func deadlock(err error) error {
-	if postgres.SQLState(err) == "40P01" {
-		return ErrDeadlock
-	}
-	return err
-}
-
-// advisoryLocks waits, within advisoryLockTimeout, for the advisory lock
-// of each seat, in the order given (sorted, so overlapping holds cannot
-// deadlock). PostgreSQL releases them at commit or rollback.
-func advisoryLocks(ctx context.Context, tx pgx.Tx, eventID string, seats []string) error {
-	if _, err := tx.Exec(ctx, sqlAdvisoryLockTimeout); err != nil {
-		return fmt.Errorf("advisory lock timeout: %w", err)
-	}
-	_, err := tx.Exec(ctx, sqlAdvisoryLocks, eventID, seats)
-	if postgres.SQLState(err) == "55P03" { // lock_not_available: the wait budget ran out
-		return &problem.Error{Code: problem.ResourceBusy, Detail: "a seat is being held by another request; retry shortly", RetryAfter: time.Second}
-	}
-	if err != nil {
-		return fmt.Errorf("advisory locks: %w", err)
-	}
-	return nil
-}
-
-// Move is how Store.Update ends a hold: confirmed (with a booking) or
-// released.
-type Move struct {
-	// To is the hold's new status: Confirmed or Released.
-	To HoldStatus
-	// BookingID is the new booking's id when To is Confirmed.
-	BookingID string
-}
-
-// Update reads userID's hold, lets change apply the rule (layer 2), and
-// writes the move in one transaction: the hold at the version read
-// (layer 3), its seats (booked, or back to available), its hold_seats no
-// longer active, and for a confirm the booking and one ticket per seat
-// under tickets_one_per_seat (layer 4). change returning
-// ErrAlreadyConfirmed makes Update return the hold's booking. The hold is
-// read first, before anything else: a confirm that lost to the expiry job
-// finds its own row expired.
-func (s *Store) Update(ctx context.Context, holdID, userID string, now time.Time, on layers.Set,
-	change func(*Hold) (Move, error)) (Hold, Booking, error) {
-	var h Hold
-	var b Booking
-	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		var err error
-		h, err = scanHold(tx.QueryRow(ctx, sqlReadHold, holdID, userID))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return fmt.Errorf("read hold %s: %w", holdID, err)
-		}
-		read := h.Version
-		move, err := change(&h)
-		if errors.Is(err, ErrAlreadyConfirmed) {
-			b, err = scanBooking(tx.QueryRow(ctx, sqlGetBookingForHold, holdID))
-			if err != nil {
-				return fmt.Errorf("booking of hold %s: %w", holdID, err)
-			}
-			return nil
-		}
-		if err != nil || move.To == "" {
-			return err
-		}
-		sqlMove := sqlMoveHold
-		args := []any{h.ID, read, string(move.To), now}
-		if !on.On(layers.Version) {
-			sqlMove, args = sqlMoveHoldUnversioned, []any{h.ID, string(move.To), now}
-		}
-		tag, err := tx.Exec(ctx, sqlMove, args...)
-		if err != nil {
-			return fmt.Errorf("move hold %s: %w", holdID, err)
-		}
-		if tag.RowsAffected() != 1 {
-			return ErrVersionConflict
-		}
-		h.Version = read + 1
-		if _, err := tx.Exec(ctx, sqlEndHoldSeats, h.ID); err != nil {
-			return fmt.Errorf("end hold seats: %w", err)
-		}
-		if move.To != Confirmed {
-			if _, err := tx.Exec(ctx, sqlFreeSeats, h.ID); err != nil {
-				return fmt.Errorf("free seats: %w", err)
-			}
-			return nil
-		}
-		sqlBook := sqlBookSeats
-		if !on.On(layers.Version) {
-			sqlBook = sqlBookSeatsUnversioned
-		}
-		tag, err = tx.Exec(ctx, sqlBook, h.EventID, h.Seats, h.ID)
-		if err != nil {
-			return fmt.Errorf("book seats: %w", err)
-		}
-		if tag.RowsAffected() != int64(len(h.Seats)) {
-			// A seat is no longer this hold's: it expired and was held
-			// again in between. The re-read finds the hold expired.
-			return ErrVersionConflict
-		}
-		b = Booking{ID: move.BookingID, HoldID: h.ID, EventID: h.EventID, UserID: h.UserID, Seats: h.Seats, CreatedAt: now}
-		if _, err := tx.Exec(ctx, sqlInsertBooking, b.ID, b.HoldID, b.EventID, b.UserID, b.Seats, b.CreatedAt); err != nil {
-			if postgres.ConstraintViolated(err) == constraintOneBooking {
-				return ErrVersionConflict
-			}
-			return fmt.Errorf("insert booking: %w", err)
-		}
-		_, err = tx.Exec(ctx, sqlInsertTickets, b.ID, b.EventID, b.Seats)
-		if postgres.ConstraintViolated(err) == constraintOneTicket {
-			return ErrSeatTaken
-		}
-		if err != nil {
-			return fmt.Errorf("insert tickets: %w", err)
-		}
-		return nil
-	})
-	return h, b, deadlock(err)
 }
 
 // Booking returns userID's booking.

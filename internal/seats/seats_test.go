@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -163,15 +164,36 @@ func TestCheckAvailable(t *testing.T) {
 	}
 }
 
+// TestParseLockStrategy: SHOP_SEAT_LOCK's values are config.FromEnv's;
+// a lock per section is not one of them, though a Config may set it.
 func TestParseLockStrategy(t *testing.T) {
-	for _, ok := range []string{"redsync", "advisory", "none", "section"} {
+	for _, ok := range []string{"advisory", "redsync", "none"} {
 		if _, err := ParseLockStrategy(ok); err != nil {
 			t.Errorf("ParseLockStrategy(%q) = %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "Redsync", "pg"} {
+	for _, bad := range []string{"", "Redsync", "pg", "section"} {
 		if _, err := ParseLockStrategy(bad); err == nil {
 			t.Errorf("ParseLockStrategy(%q) = nil error", bad)
+		}
+	}
+	for _, tt := range []struct {
+		lock LockStrategy
+		want LockStrategy // "" when NewService refuses it
+	}{
+		{"", LockAdvisory}, {LockAdvisory, LockAdvisory}, {LockRedsync, LockRedsync}, {LockNone, LockNone},
+		{LockSection, LockSection}, {"pg", ""},
+	} {
+		svc, err := NewService(Config{Store: NewStore(nil), Locker: lock.None{}, Lock: tt.lock})
+		switch {
+		case tt.want == "":
+			if err == nil {
+				t.Errorf("NewService with lock %q: nil error", tt.lock)
+			}
+		case err != nil:
+			t.Errorf("NewService with lock %q: %v", tt.lock, err)
+		case svc.lock != tt.want:
+			t.Errorf("NewService with lock %q runs %q, want %q", tt.lock, svc.lock, tt.want)
 		}
 	}
 }

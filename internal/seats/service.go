@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
@@ -19,17 +20,22 @@ import (
 // The layers of the seat flows, where each one is:
 //
 //	layer           where                                         backed by
-//	0 idempotency   Idempotency-Key on POST holds and confirm      the route (http.go);
-//	                (user, key) on the hold's row                   holds_user_request_key
-//	1 lock          seat:{event}:{seat} per seat, sorted, nested   Service.lockSeats
-//	                (or pg_advisory_xact_lock per seat, sorted,     Store.Hold: advisoryLocks
-//	                SHOP_SEAT_LOCK=advisory); hold:{id} on confirm
-//	                and release; pg_advisory_xact_lock on (user,     Store.Hold: sqlCapLock
-//	                event) for the caps, whatever the strategy
-//	2 state         seat available → held → booked, asked of the    CheckAvailable and
-//	                seats read and again in their write (WHERE      Store.Hold: sqlHoldSeats,
-//	                status = 'available'); hold active →            Hold.Confirm, Hold.Release
-//	                confirmed | released | expired
+//	0 idempotency   Idempotency-Key on POST holds and confirm:     the route (http.go,
+//	                claimed first and completed last in the hold's  idempotency.Store.Atomic);
+//	                (the confirm's) transaction; (user, key) on     Store.Hold, Store.Update;
+//	                the hold's row                                  holds_user_request_key
+//	1 lock          pg_advisory_xact_lock per seat, sorted, in the  Store.Hold: sqlAdvisoryLocks
+//	                transaction (SHOP_SEAT_LOCK=advisory, the
+//	                default); or seat:{event}:{seat} in Redis per   Service.lockSeats
+//	                seat, sorted, nested, and hold:{id} on confirm
+//	                and release (SHOP_SEAT_LOCK=redsync);
+//	                pg_advisory_xact_lock on (user, event) for the  Store.Hold: sqlCapLock
+//	                caps, whatever the strategy
+//	2 state         seat available → held → booked, asked of a     Service.Hold (Glance),
+//	                snapshot before any lock, of the seats read,    CheckAvailable and
+//	                and again in their write (WHERE status =        Store.Hold: sqlHoldSeats,
+//	                'available'); hold active → confirmed |          Hold.Confirm, Hold.Release
+//	                released | expired
 //	3 version       seats written WHERE version = $read; the hold  Store.Hold: sqlHoldSeats,
 //	                moved WHERE version = $read                     Store.Update: sqlMoveHold
 //	4 constraint    one active hold per seat; one ticket per seat, hold_seats_one_active_per_seat,
@@ -49,35 +55,37 @@ const (
 )
 
 // LockStrategy is how layer 1 serialises holds on a seat
-// (SHOP_SEAT_LOCK).
+// (SHOP_SEAT_LOCK; docs/DESIGN.md, "Seats", says why the default).
 type LockStrategy string
 
 // The lock strategies.
 const (
-	// LockRedsync takes a redsync lock per seat, in seat order, before
-	// the transaction (the default).
-	LockRedsync LockStrategy = "redsync"
 	// LockAdvisory takes pg_advisory_xact_lock per seat, in seat order,
-	// inside the transaction: no Redis round trips, but a connection held
-	// while it waits.
+	// inside the transaction, in the round trip that begins it (the
+	// default): no Redis, no retry loop; a waiter sleeps in PostgreSQL,
+	// on its connection, until the holder commits.
 	LockAdvisory LockStrategy = "advisory"
+	// LockRedsync takes a redsync lock per seat, in seat order, before
+	// the transaction, and hold:{id} on confirm and release.
+	LockRedsync LockStrategy = "redsync"
 	// LockNone takes no lock: layers 2–4 alone.
 	LockNone LockStrategy = "none"
 	// LockSection takes one redsync lock per section (row) the hold
 	// touches, in row order: fewer Redis round trips than a lock per
 	// seat, but every hold in a row waits for every other. It is the
-	// alternative `shop bench seats` measures, not a setting of
-	// SHOP_SEAT_LOCK.
+	// alternative `shop bench seats` measures, not a value of
+	// SHOP_SEAT_LOCK: only code sets it (Config.Lock).
 	LockSection LockStrategy = "section"
 )
 
-// ParseLockStrategy reads SHOP_SEAT_LOCK.
+// ParseLockStrategy reads SHOP_SEAT_LOCK: advisory, redsync or none, as
+// config.FromEnv accepts them. LockSection is not one of them.
 func ParseLockStrategy(s string) (LockStrategy, error) {
 	switch l := LockStrategy(s); l {
-	case LockRedsync, LockAdvisory, LockNone, LockSection:
+	case LockAdvisory, LockRedsync, LockNone:
 		return l, nil
 	}
-	return "", fmt.Errorf("want redsync, advisory or none, got %q", s)
+	return "", fmt.Errorf("want advisory, redsync or none, got %q", s)
 }
 
 // DefaultHoldTTL is how long a hold lasts unless configured
@@ -96,7 +104,8 @@ type Config struct {
 	Logger  *slog.Logger
 	Now     func() time.Time
 	HoldTTL time.Duration // 0 means DefaultHoldTTL
-	// Lock is the strategy of layer 1; "" means LockRedsync.
+	// Lock is the strategy of layer 1: one of ParseLockStrategy's, or
+	// LockSection; "" means LockAdvisory.
 	Lock LockStrategy
 	// Caps bound what one user may hold of one event; a cap left zero is
 	// its default.
@@ -126,9 +135,9 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("seats: a store and a locker are required")
 	}
 	if cfg.Lock == "" {
-		cfg.Lock = LockRedsync
+		cfg.Lock = LockAdvisory
 	}
-	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil {
+	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil && cfg.Lock != LockSection {
 		return nil, fmt.Errorf("seats: lock strategy: %w", err)
 	}
 	cfg.Caps = cfg.Caps.orDefaults()
@@ -153,10 +162,11 @@ func NewService(cfg Config) (*Service, error) {
 }
 
 // Hold holds seats of eventID for userID, all or none. Any seat taken
-// gives seat_unavailable listing the seats taken as this request's
-// transaction read them. requestKey is the client's Idempotency-Key: the
-// same request sent again, after a first try that committed, answers the
-// hold that try made (its answer may have been lost on the way).
+// gives seat_unavailable listing the seats taken as this request read
+// them: in the one read before any lock, or in its transaction.
+// requestKey is the client's Idempotency-Key: the same request sent
+// again, after a first try that committed, answers the hold that try made
+// (its answer may have been lost on the way).
 func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, labels []string) (Hold, error) {
 	if requestKey == "" {
 		return Hold{}, problem.New(problem.IdempotencyRequired, "Idempotency-Key: required on this route")
@@ -164,12 +174,25 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	if !ids.Valid(eventID) {
 		return Hold{}, ErrNotFound
 	}
-	ev, err := s.store.EventShape(ctx, eventID)
+	// One read before any lock or transaction: the event's seat map, and
+	// which of the seats asked for are taken now.
+	g, err := s.store.Glance(ctx, eventID, userID, requestKey, labels)
 	if err != nil {
 		return Hold{}, err
 	}
-	sorted, err := ValidateHold(ev, labels, s.caps.SeatsPerHold)
+	sorted, err := ValidateHold(g.Event, labels, s.caps.SeatsPerHold)
 	if err != nil {
+		return Hold{}, err
+	}
+	// Layer 2, asked first of that snapshot: a hold of seats the database
+	// already shows taken is refused at once, before it waits for a lock
+	// that would only lead it to the same answer. A repeat of a request
+	// that made a hold goes on: its transaction answers with that hold,
+	// whose seats are the ones taken.
+	if len(g.Taken) > 0 && !g.Repeat && s.layers.On(layers.State) {
+		s.metrics.Stopped(FlowHold, metrics.LayerState)
+		err := Unavailable(g.Taken)
+		s.countHold(err, false)
 		return Hold{}, err
 	}
 	id, err := uuid.NewV7()
@@ -177,11 +200,17 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 		return Hold{}, fmt.Errorf("new hold id: %w", err)
 	}
 	h := Hold{ID: id.String(), EventID: eventID, UserID: userID, RequestKey: requestKey, Seats: sorted, Status: Active, Version: 1}
+	// Layer 0: the key's record, when the route has the layer (Atomic).
+	// The hold's transaction claims it first and completes it last, so
+	// the hold and the answer that replays it commit together or not at
+	// all.
+	rec := idempotency.RecordFrom(ctx)
 	var out Hold
 	ran := false
-	// Layer 1: a lock per seat, taken in seat order and released in
-	// reverse, so two holds that overlap queue on their first common seat
-	// and never deadlock; holds of other seats never wait.
+	// Layer 1: a lock per seat, taken in seat order (in the store's
+	// transaction by default; here, in Redis, with SHOP_SEAT_LOCK=redsync),
+	// so two holds that overlap queue on their first common seat and
+	// never deadlock; holds of other seats never wait.
 	err = s.lockSeats(ctx, eventID, sorted, func(ctx context.Context) error {
 		ran = true
 		for attempt := 1; ; attempt++ {
@@ -193,7 +222,7 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 			// request key: a try of this request that committed before is
 			// found there.
 			var err error
-			out, err = s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory)}, func(mine Holding, read []Seat) error {
+			out, err = s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory), Record: rec}, func(mine Holding, read []Seat) error {
 				// The caps: what this user holds of the event, read under
 				// the lock on (user, event) that layer 1 takes in the
 				// transaction, leaves room for this hold.
@@ -288,6 +317,9 @@ func (s *Service) Release(ctx context.Context, userID, holdID string) (Hold, err
 // lock, re-reading after a lost race at layer 3 or 4.
 func (s *Service) update(ctx context.Context, flow, userID, holdID string,
 	rule func(h *Hold, now time.Time) (Move, error), hold *Hold, booking *Booking) error {
+	// Layer 0 on a confirm: the key's record, claimed and completed in
+	// the move's transaction (a release has none).
+	rec := idempotency.RecordFrom(ctx)
 	ran := false
 	// Layer 1: the hold's lock, so a double click on confirm runs once
 	// and the second finds the first's booking.
@@ -295,7 +327,7 @@ func (s *Service) update(ctx context.Context, flow, userID, holdID string,
 		ran = true
 		for attempt := 1; ; attempt++ {
 			now := s.stamp()
-			h, b, err := s.store.Update(ctx, holdID, userID, now, s.layers, func(h *Hold) (Move, error) {
+			h, b, err := s.store.Update(ctx, holdID, userID, now, s.layers, rec, func(h *Hold) (Move, error) {
 				m, err := rule(h, now)
 				if err != nil && !errors.Is(err, ErrAlreadyConfirmed) {
 					s.metrics.Stopped(flow, metrics.LayerState)
@@ -389,8 +421,14 @@ func (s *Service) lockLost(err error) error {
 	return err
 }
 
-// countHold counts a hold's outcome, and a lock that stopped one.
+// countHold counts a hold's outcome, and a lock that stopped one. A
+// copy of a request its key refused is not a hold's outcome: the
+// idempotency layer counts it.
 func (s *Service) countHold(err error, ran bool) {
+	var refusal *idempotency.Refusal
+	if errors.As(err, &refusal) {
+		return
+	}
 	outcome := "held"
 	switch code := problem.CodeOf(err); {
 	case err == nil:

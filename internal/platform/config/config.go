@@ -58,12 +58,16 @@ type Config struct {
 	LockMode       string        // SHOP_LOCK_MODE: degrade | strict
 	OrderTTL       time.Duration // SHOP_ORDER_TTL
 	SeatHoldTTL    time.Duration // SHOP_SEAT_HOLD_TTL
-	// SeatLock is how holds lock their seats (SHOP_SEAT_LOCK): redsync (a
-	// Redis lock per seat), advisory (pg_advisory_xact_lock per seat) or
-	// none.
+	// SeatLock is how holds lock their seats (SHOP_SEAT_LOCK): advisory
+	// (pg_advisory_xact_lock per seat, the default), redsync (a Redis lock
+	// per seat) or none.
 	SeatLock string
 	// SeatCaps bound what one user may hold of one event.
 	SeatCaps SeatCaps
+	// LikeLock is how a like locks its (user, post) (SHOP_LIKE_LOCK):
+	// advisory (pg_advisory_xact_lock in the like's transaction) or
+	// redsync (a Redis lock around it).
+	LikeLock string
 	Migrate  bool // SHOP_MIGRATE: apply migrations when serve starts
 	// Demo makes `shop seed` add a demo user and print its token
 	// (SHOP_DEMO). The token is derived from the admin token, so it is
@@ -200,7 +204,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		PaymentBudget:    dur("SHOP_PAYMENT_BUDGET", 7*time.Second),
 		ReconcileAfter:   dur("SHOP_PAYMENT_RECONCILE_AFTER", 30*time.Second),
 		LockMode:         str("SHOP_LOCK_MODE", "degrade"),
-		SeatLock:         str("SHOP_SEAT_LOCK", "redsync"),
+		SeatLock:         str("SHOP_SEAT_LOCK", "advisory"),
+		LikeLock:         str("SHOP_LIKE_LOCK", "advisory"),
 		OrderTTL:         dur("SHOP_ORDER_TTL", 15*time.Minute),
 		SeatHoldTTL:      dur("SHOP_SEAT_HOLD_TTL", 5*time.Minute),
 		JobInterval:      dur("SHOP_JOB_INTERVAL", 5*time.Second),
@@ -312,8 +317,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.LockMode != "degrade" && c.LockMode != "strict" {
 		errs = append(errs, fmt.Errorf("SHOP_LOCK_MODE: want degrade or strict, got %q", c.LockMode))
 	}
-	if c.SeatLock != "redsync" && c.SeatLock != "advisory" && c.SeatLock != "none" {
-		errs = append(errs, fmt.Errorf("SHOP_SEAT_LOCK: want redsync, advisory or none, got %q", c.SeatLock))
+	if c.SeatLock != "advisory" && c.SeatLock != "redsync" && c.SeatLock != "none" {
+		errs = append(errs, fmt.Errorf("SHOP_SEAT_LOCK: want advisory, redsync or none, got %q", c.SeatLock))
+	}
+	if c.LikeLock != "advisory" && c.LikeLock != "redsync" {
+		errs = append(errs, fmt.Errorf("SHOP_LIKE_LOCK: want advisory or redsync, got %q", c.LikeLock))
 	}
 	if len(c.RedisAddrs) == 0 {
 		errs = append(errs, errors.New("SHOP_REDIS_ADDRS: need at least one Redis node"))
@@ -410,6 +418,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("order_ttl", c.OrderTTL),
 		slog.Duration("seat_hold_ttl", c.SeatHoldTTL),
 		slog.String("seat_lock", c.SeatLock),
+		slog.String("like_lock", c.LikeLock),
 		slog.Group("seat_caps",
 			slog.Int("per_hold", c.SeatCaps.PerHold),
 			slog.Int("holds", c.SeatCaps.Holds),

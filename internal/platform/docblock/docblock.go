@@ -9,6 +9,7 @@
 // reads the markers back: a block whose commit is not an ancestor of HEAD,
 // that names no command, or whose rows are not the rows the code would run
 // now, fails `make test`; so does a block deleted from a file that had it.
+// A block measured on a loaded box says so in its machine (LoadedMarker).
 //
 // In the file a block reads:
 //
@@ -26,7 +27,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 )
 
@@ -218,15 +221,70 @@ func git(dir string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// Machine describes the machine a measurement runs on: its cores, its
-// system, and its load average when the measurement began (Load).
-func Machine() string {
-	s := fmt.Sprintf("%d cores, %s/%s", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
-	if l, err := Load(); err == nil {
-		s += fmt.Sprintf(", load %.2f at the start", l)
+// LoadedMarker is in the machine of a block measured on a loaded box: one
+// whose one-minute load average was above its cores when the measurement
+// began, or could not be read. Its figures are the other work's as much
+// as the code's. `shop bench … -doc` refuses such a box unless -loaded
+// says to write anyway; docs/docs_test.go lists the blocks that carry it.
+const LoadedMarker = "LOADED BOX"
+
+// Box is a machine as a measurement finds it before it begins.
+type Box struct {
+	Cores   int
+	Load    float64 // the one-minute load average
+	LoadErr error   // why Load could not be read, or nil
+}
+
+// ReadBox reads the cores and the load average now.
+func ReadBox() Box {
+	l, err := Load()
+	return Box{Cores: runtime.NumCPU(), Load: l, LoadErr: err}
+}
+
+// Quiet says whether figures measured now would be the code's: the load
+// average is known and at most the cores, so every runnable task of the
+// last minute had a core. Above that, the measurement waits for cores as
+// well as for its own work.
+func (b Box) Quiet() bool { return b.LoadErr == nil && b.Load <= float64(b.Cores) }
+
+// String is the box as a block names its machine: its cores, its system,
+// its load average when the measurement began, and LoadedMarker unless
+// it was quiet.
+func (b Box) String() string {
+	s := fmt.Sprintf("%d cores, %s/%s", b.Cores, runtime.GOOS, runtime.GOARCH)
+	if b.LoadErr == nil {
+		s += fmt.Sprintf(", load %.2f at the start", b.Load)
+	} else {
+		s += ", load unknown"
+	}
+	if !b.Quiet() {
+		s += ", " + LoadedMarker
 	}
 	return s
 }
+
+// Machine describes the machine a measurement runs on: ReadBox, as a
+// block names it.
+func Machine() string { return ReadBox().String() }
+
+// Loaded says whether the block was measured on a loaded box: its machine
+// carries LoadedMarker, or (a block written before there was a marker)
+// names a load above its cores.
+func (b Block) Loaded() bool {
+	if strings.Contains(b.Machine, LoadedMarker) {
+		return true
+	}
+	m := machineLoadRE.FindStringSubmatch(b.Machine)
+	if m == nil {
+		return false
+	}
+	cores, err1 := strconv.Atoi(m[1])
+	load, err2 := strconv.ParseFloat(m[2], 64)
+	return err1 == nil && err2 == nil && load > float64(cores)
+}
+
+// machineLoadRE reads the cores and the load of Box.String.
+var machineLoadRE = regexp.MustCompile(`^(\d+) cores, .*\bload ([0-9.]+) at the start`)
 
 // Load returns the one-minute load average (Linux's /proc/loadavg).
 func Load() (float64, error) {

@@ -1,6 +1,7 @@
 package docblock_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -61,5 +62,46 @@ func TestRender_RefusesDashesInHeader(t *testing.T) {
 	b := docblock.Block{Name: "a", Command: "make a -- x", Commit: "x"}
 	if _, err := b.Render(); err == nil {
 		t.Error("a header with -- rendered; it would end the HTML comment")
+	}
+}
+
+// TestBox_MarksALoadedBox: a box busier than its cores, or whose load
+// cannot be read, is not quiet, and its machine carries the marker that
+// Block.Loaded finds; a quiet one carries none.
+func TestBox_MarksALoadedBox(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		box   docblock.Box
+		quiet bool
+		reads string
+	}{
+		{"idle", docblock.Box{Cores: 2, Load: 0.3}, true, "load 0.30 at the start"},
+		{"one task per core", docblock.Box{Cores: 2, Load: 2}, true, "load 2.00 at the start"},
+		{"busier than its cores", docblock.Box{Cores: 2, Load: 2.01}, false, "load 2.01 at the start, " + docblock.LoadedMarker},
+		{"load unknown", docblock.Box{Cores: 8, LoadErr: errors.New("no /proc/loadavg")}, false, "load unknown, " + docblock.LoadedMarker},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.box.Quiet(); got != tc.quiet {
+				t.Errorf("Quiet() = %t, want %t", got, tc.quiet)
+			}
+			machine := tc.box.String()
+			if !strings.HasSuffix(machine, tc.reads) {
+				t.Errorf("String() = %q, want it to end %q", machine, tc.reads)
+			}
+			if got := (docblock.Block{Machine: machine}).Loaded(); got == tc.quiet {
+				t.Errorf("a block measured on %q: Loaded() = %t", machine, got)
+			}
+		})
+	}
+	// Blocks written before the marker existed name their load only.
+	for machine, loaded := range map[string]bool{
+		"2 cores, linux/amd64, load 5.29 at the start, go1.26.8 GOMAXPROCS 2": true,
+		"2 cores, linux/amd64, load 1.11 at the start, go1.26.8 GOMAXPROCS 2": false,
+		"16 cores, linux/amd64, load 9.50 at the start":                       false,
+		"2 cores, linux/amd64": false,
+	} {
+		if got := (docblock.Block{Machine: machine}).Loaded(); got != loaded {
+			t.Errorf("a block measured on %q: Loaded() = %t, want %t", machine, got, loaded)
+		}
 	}
 }

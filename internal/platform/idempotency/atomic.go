@@ -114,7 +114,7 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 		// The flow stored its answer in its committed transaction.
 		s.counters.result(resultStored)
 		return held.flush(res)
-	case !storable(res.Status, err):
+	case !storable(res.Status, err) || held.buf.Len() > maxStoredBody:
 		if rec.claimed {
 			// A phase that committed may have left the claim: free it,
 			// so a retry runs again at once. Fenced by the owner token;
@@ -137,6 +137,9 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 			"request_id", httpx.RequestID(c), "key", rec.key, "err", err)
 		return held.flush(res)
 	case stored:
+		if !rec.claimed {
+			s.counters.outcome(outcomeClaimed) // claimed and completed in that one statement
+		}
 		s.counters.result(resultStored)
 		return held.flush(res)
 	}

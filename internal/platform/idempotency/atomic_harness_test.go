@@ -40,7 +40,7 @@ const (
 type atomicHarness struct {
 	*harness
 	flowDB *pgxpool.Pool
-	stale  atomic.Int64 // completions that reported the key taken over
+	stale  atomic.Int64 // second phases that found the key taken over
 }
 
 // newAtomicHarness builds it on one fresh database, whose pool is both the
@@ -85,8 +85,11 @@ func newAtomicHarnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *a
 //
 //	""             claim, effect, complete, in one transaction (Claim, Complete)
 //	"batched"      the same with the claim sent with BEGIN and the
-//	               completion with the effect (QueueClaim, QueueComplete)
-//	"two_phase"    claim and effect committed; the pause; then complete
+//	               completion with the effect and COMMIT (QueueClaim,
+//	               QueueComplete, postgres.InTxBatched)
+//	"two_phase"    claim and effect committed; the pause; then claim
+//	               again and complete
+//	"two_phase_complete_only"  the same, with no second claim
 //	"invalid"      400 before any transaction
 //	"out_of_stock" 409 out_of_stock after the claim: rolled back
 //	"fail"         500 after the claim: rolled back
@@ -113,16 +116,13 @@ func (h *atomicHarness) handleAtomic(c echo.Context) error {
 	case "invalid":
 		return problem.New(problem.Invalid, "quantity: required")
 	case "batched":
-		err = postgres.InTxFirst(ctx, h.flowDB, rec.QueueClaim, func(tx pgx.Tx) error {
+		err = postgres.InTxBatched(ctx, h.flowDB, rec.QueueClaim, func(pgx.Tx) (*pgx.Batch, error) {
 			h.pause(c)
-			b := &pgx.Batch{}
-			b.Queue(sqlEffect, p.Scope(), key, run)
-			if err := rec.QueueComplete(b, answer); err != nil {
-				return err
-			}
-			return tx.SendBatch(ctx, b).Close()
+			last := &pgx.Batch{}
+			last.Queue(sqlEffect, p.Scope(), key, run)
+			return last, rec.QueueComplete(last, answer)
 		})
-	case "two_phase":
+	case "two_phase", "two_phase_complete_only":
 		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
 			if err := rec.Claim(ctx, tx); err != nil {
 				return err
@@ -134,6 +134,13 @@ func (h *atomicHarness) handleAtomic(c echo.Context) error {
 		}
 		h.pause(c) // between the phases, in no transaction
 		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
+			if act == "two_phase" {
+				// The loser of a takeover asks its own key first.
+				if err := rec.Claim(ctx, tx); err != nil {
+					h.stale.Add(1)
+					return err
+				}
+			}
 			stored, err := rec.Complete(ctx, tx, answer)
 			if err == nil && !stored {
 				h.stale.Add(1)

@@ -231,49 +231,58 @@ func TestAtomic_LostCommit(t *testing.T) {
 // TestAtomic_TwoPhaseTakeover: a two-phase flow committed its claim and
 // its effect, then stalled before its second phase. Within the lease the
 // key is in progress; after it, the same request takes the key over and
-// runs; the stale owner's completion is fenced by the owner token, and its
-// client is answered with the key's one answer, the new owner's.
+// runs. The stale owner's second phase is fenced by the owner token: its
+// second claim is refused, or (without one) its completion stores
+// nothing; and its client is answered with the key's one answer, the new
+// owner's.
 func TestAtomic_TwoPhaseTakeover(t *testing.T) {
 	t.Parallel()
-	h := newAtomicHarness(t, Options{})
-	stale := start(t, h.harness, request{path: atomicPath, key: "k1", act: "two_phase", gate: "stale"})
+	for _, act := range []string{"two_phase", "two_phase_complete_only"} {
+		t.Run(act, func(t *testing.T) {
+			t.Parallel()
+			h := newAtomicHarness(t, Options{})
+			stale := start(t, h.harness, request{path: atomicPath, key: "k1", act: act, gate: "stale"})
 
-	if rep := h.mustSend(t, request{path: atomicPath, key: "k1", act: "two_phase"}); rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
-		t.Fatalf("within the lease: got %d %s, want 409 request_in_progress", rep.status, rep.body)
-	}
-	h.clock.Advance(DefaultLease + time.Second)
-	if rep := h.mustSend(t, request{path: atomicPath, key: "k1", act: "two_phase", body: `{"other":1}`}); rep.status != http.StatusUnprocessableEntity {
-		t.Fatalf("another request after the lease: got %d %s, want 422", rep.status, rep.body)
-	}
-	newOwner := h.mustSend(t, request{path: atomicPath, key: "k1", act: "two_phase"})
-	if newOwner.status != http.StatusCreated || newOwner.replayed() {
-		t.Fatalf("after the lease: got %d replayed=%v %s, want a fresh 201", newOwner.status, newOwner.replayed(), newOwner.body)
-	}
+			if rep := h.mustSend(t, request{path: atomicPath, key: "k1", act: act}); rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
+				t.Fatalf("within the lease: got %d %s, want 409 request_in_progress", rep.status, rep.body)
+			}
+			h.clock.Advance(DefaultLease + time.Second)
+			if rep := h.mustSend(t, request{path: atomicPath, key: "k1", act: act, body: `{"other":1}`}); rep.status != http.StatusUnprocessableEntity {
+				t.Fatalf("another request after the lease: got %d %s, want 422", rep.status, rep.body)
+			}
+			newOwner := h.mustSend(t, request{path: atomicPath, key: "k1", act: act})
+			if newOwner.status != http.StatusCreated || newOwner.replayed() {
+				t.Fatalf("after the lease: got %d replayed=%v %s, want a fresh 201", newOwner.status, newOwner.replayed(), newOwner.body)
+			}
 
-	h.gate("stale").release()
-	if rep := <-stale; rep.status != http.StatusCreated || !rep.replayed() || !bytes.Equal(rep.body, newOwner.body) {
-		t.Fatalf("stale owner: got %d replayed=%v %s; want the new owner's answer %s", rep.status, rep.replayed(), rep.body, newOwner.body)
-	}
-	wait(t, h.gate("stale").done, "the stale owner to finish")
-	if got := h.stale.Load(); got != 1 {
-		t.Fatalf("%d completions reported the key taken over, want 1", got)
-	}
-	assertStored(t, h.harness, "k1", newOwner.body, request{path: atomicPath, act: "two_phase"})
-	if got := counter(t, h.harness, "shop_idempotency_requests_total", "outcome", outcomeTakenOver); got != 1 {
-		t.Fatalf("takeovers counted: %v, want 1", got)
-	}
-	// Both owners ran the first phase: in a real flow its recovery point
-	// (the payment found by its request key) makes that one effect.
-	if got := h.effects(t, "alice", "k1"); got != 2 {
-		t.Fatalf("%d effects, want 2 (one per owner's first phase)", got)
+			h.gate("stale").release()
+			if rep := <-stale; rep.status != http.StatusCreated || !rep.replayed() || !bytes.Equal(rep.body, newOwner.body) {
+				t.Fatalf("stale owner: got %d replayed=%v %s; want the new owner's answer %s", rep.status, rep.replayed(), rep.body, newOwner.body)
+			}
+			wait(t, h.gate("stale").done, "the stale owner to finish")
+			if got := h.stale.Load(); got != 1 {
+				t.Fatalf("%d second phases found the key taken over, want 1", got)
+			}
+			assertStored(t, h.harness, "k1", newOwner.body, request{path: atomicPath, act: act})
+			if got := counter(t, h.harness, "shop_idempotency_requests_total", "outcome", outcomeTakenOver); got != 1 {
+				t.Fatalf("takeovers counted: %v, want 1", got)
+			}
+			// Both owners ran the first phase: in a real flow its recovery
+			// point (the payment found by its request key) makes that one
+			// effect.
+			if got := h.effects(t, "alice", "k1"); got != 2 {
+				t.Fatalf("%d effects, want 2 (one per owner's first phase)", got)
+			}
+		})
 	}
 }
 
 // TestAtomic_StaleOwnerFenced: the stale owner of a two-phase flow
-// finishes while the request that took its key over is still in its
-// transaction. Its completion is told at once that the key is not its own
-// (the advisory lock is the new owner's), stores nothing, and its client is
-// told the key is in progress; the new owner's answer is the key's.
+// begins its second phase while the request that took its key over is
+// still in its transaction. Its second claim is refused at once (the
+// key's advisory lock is the new owner's), it changes nothing, and its
+// client is told the key is in progress; the new owner's answer is the
+// key's.
 func TestAtomic_StaleOwnerFenced(t *testing.T) {
 	t.Parallel()
 	h := newAtomicHarness(t, Options{})

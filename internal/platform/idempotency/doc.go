@@ -32,7 +32,7 @@
 // batch that begins it) and completes it as its last statement
 // (Record.Complete, Record.QueueComplete):
 //
-//	BEGIN; claim; the flow's statements; complete; COMMIT
+//	BEGIN + claim; the flow's statements; complete + COMMIT
 //
 // The claim, the effect and the stored answer commit together or not at
 // all. A crash or a rollback leaves neither the claim nor the effect: the
@@ -76,11 +76,12 @@
 // into the same result. A slow owner that comes back after losing its lease
 // must not overwrite the new owner's answer: completion and release are
 // fenced by the random owner token written at claim time, so the stale
-// owner's UPDATE matches no row. Under Atomic that UPDATE (Record.Complete,
-// in a later phase) also tries the key's advisory lock, so while the new
-// owner's transaction runs the stale one is told at once that it lost the
-// key (Complete reports false) instead of waiting for the new owner's row
-// lock; its client is then answered with the key's state. The handler's
+// owner's UPDATE matches no row. Under Atomic a later phase of a
+// two-phase flow begins with Claim again, which finds this request's own
+// claim or refuses the phase when the key was taken over, so the stale phase
+// stops before it acts on anything (the loser asks its own row first);
+// Complete's fence stays behind it (it then reports false). Either way
+// the stale owner's client is answered with the key's state. The handler's
 // context is also bounded by the lease, so a live owner normally gives up
 // before it can be taken over.
 //
@@ -103,7 +104,8 @@
 //
 // Under Atomic a request makes one commit, its flow's own (two for a
 // two-phase flow): the key costs one statement in the first round trip of
-// the transaction and one in the last, no commit of its own. Only a
+// the transaction (with BEGIN) and one in the last (with COMMIT, through
+// postgres.InTxBatched), no round trip and no commit of its own. Only a
 // refusal stored after a rollback, and the release of a claim a committed
 // phase left, cost a statement of their own.
 //

@@ -163,18 +163,20 @@ SELECT lock.held, coalesce(claim.owner = $4, false), claim.fingerprint, claim.cr
 
 	// sqlCompleteInTx stores the answer in the flow's transaction, fenced
 	// by the owner token: a request whose key was taken over after its
-	// lease ran out matches no row. It takes the key's advisory lock too
-	// (its own already, in the transaction that claimed), so that in a
-	// later phase a stale owner is told at once that a request taking the
-	// key over is running, instead of waiting for that one's row lock.
+	// lease ran out matches no row. It holds the key's advisory lock to
+	// the end of the transaction (already, in the transaction that
+	// claimed; waiting for it in a later phase, behind a copy being
+	// refused or a request taking the key over, each a short transaction),
+	// so a copy arriving now is refused at once instead of waiting for
+	// this row.
 	sqlCompleteInTx = `
 WITH lock AS (
-	SELECT pg_try_advisory_xact_lock(hashtext($1), hashtext($2)) AS held
+	SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))
 )
 UPDATE idempotency_keys
    SET status_code = $4, headers = $5, body = $6, completed_at = $7
  WHERE principal = $1 AND key = $2 AND owner = $3 AND status_code IS NULL
-   AND (SELECT held FROM lock)`
+   AND EXISTS (SELECT 1 FROM lock)`
 
 	// sqlStoreAnswer stores an answer the flow did not store in its
 	// transaction (a refusal before the claim, or after a rollback), in
@@ -212,6 +214,12 @@ func (r *Record) claimArgs() []any {
 // the existing row when the key is taken. When the key is not this
 // request's it returns a *Refusal (use errors.As); the flow rolls back and
 // returns it unchanged (wrap only with %w), and the middleware answers it.
+//
+// A later phase of a two-phase flow calls Claim again as its first
+// statement: the key is still this request's own claim, and the phase
+// holds its lock (the lease stays the one the request began with, as does
+// the handler's deadline), or it was taken over after the lease ran out,
+// and the stale phase is refused before it acts on anything.
 func (r *Record) Claim(ctx context.Context, tx pgx.Tx) error {
 	if r == nil {
 		return nil

@@ -33,11 +33,15 @@ import (
 const IdleInTxTimeout = 5 * time.Second
 
 // Open connects a pool to url and checks that the server answers. Its
-// sessions end a transaction left idle for IdleInTxTimeout.
-func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+// sessions end a transaction left idle for IdleInTxTimeout. The service
+// opens its pool with no option; opts are for tools that watch the pool.
+func Open(ctx context.Context, url string, maxConns int32, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	for _, opt := range opts {
+		opt(cfg)
 	}
 	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTxTimeout.Milliseconds(), 10)
@@ -57,6 +61,19 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("ping database: %w", err)
 	}
 	return pool, nil
+}
+
+// Option changes the configuration Open builds the pool with.
+type Option func(*pgxpool.Config)
+
+// WithTracer has pgx report to t every statement the pool's connections
+// run, and every batch and connection too when t also implements
+// pgx.BatchTracer and pgx.ConnectTracer (pgx checks each on its own).
+// `shop bench strategies` counts round trips with it. AsyncCommitPool
+// copies the pool's configuration, so a pool derived from this one
+// reports to t as well.
+func WithTracer(t pgx.QueryTracer) Option {
+	return func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = t }
 }
 
 // Beginner starts transactions; *pgxpool.Pool satisfies it.
@@ -95,45 +112,80 @@ func InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) (err error) {
 	return nil
 }
 
-// BatchSender sends batches; *pgxpool.Pool satisfies it.
-type BatchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
 // InTxFirst is InTx whose BEGIN travels with the transaction's first
 // statements, in one round trip (pgx.Batch.BeginTx): first queues them,
 // their callbacks run, and an error of theirs (the first one) rolls the
 // transaction back and is returned as it is, before fn runs. Otherwise fn
 // continues the transaction, and InTxFirst commits or rolls back exactly
 // as InTx does.
-func InTxFirst(ctx context.Context, db BatchSender, first func(*pgx.Batch), fn func(pgx.Tx) error) (err error) {
+func InTxFirst(ctx context.Context, db *pgxpool.Pool, first func(*pgx.Batch), fn func(pgx.Tx) error) error {
+	return InTxBatched(ctx, db, first, func(tx pgx.Tx) (*pgx.Batch, error) { return nil, fn(tx) })
+}
+
+// InTxBatched is InTxFirst whose COMMIT travels with the transaction's
+// last statements too: fn returns them as a batch, and COMMIT is queued
+// after them, so a transaction of three steps that each need the answer
+// of the one before costs three round trips, not five:
+//
+//	BEGIN + first     one round trip; their callbacks run
+//	fn                the statements that need those answers, on tx
+//	last + COMMIT     one round trip: the batch fn returns
+//
+// An error of the last batch (the first one; a statement's, whose failure
+// leaves COMMIT unrun, or the COMMIT's own) rolls back if the transaction
+// is still open and is returned as it is: a caller maps its statements'
+// errors itself, and a cut connection is Unavailable either way. A nil
+// batch from fn commits as InTx does. Like InTx, it never retries.
+func InTxBatched(ctx context.Context, db *pgxpool.Pool, first func(*pgx.Batch), fn func(pgx.Tx) (*pgx.Batch, error)) (err error) {
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	// Release hands the connection back idle, or destroys it when it is
+	// left inside a transaction.
+	defer conn.Release()
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	first(b)
-	results := db.SendBatch(ctx, b)
+	results := conn.SendBatch(ctx, b)
 	tx := results.Tx()
 	defer func() {
-		// A transaction that never began is closed already; its Rollback
-		// only hands the pool's connection back.
-		if p := recover(); p != nil {
+		p := recover()
+		// A transaction that never began, or whose COMMIT ran, is over;
+		// pgx's tx does not know of a COMMIT sent in a batch.
+		if (p != nil || err != nil) && conn.Conn().PgConn().TxStatus() != 'I' {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
-			panic(p)
 		}
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+		if p != nil {
+			panic(p)
 		}
 	}()
 	if err = results.Close(); err != nil {
 		return err
 	}
-	if err = fn(tx); err != nil {
+	last, err := fn(tx)
+	if err != nil {
 		return err
 	}
-	if err = tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
+	if last == nil {
+		if err = tx.Commit(ctx); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
 	}
-	return nil
+	// A transaction that an ignored error aborted answers COMMIT with
+	// ROLLBACK, and no error: that is no commit.
+	last.Queue(sqlCommit).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() == "ROLLBACK" {
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	return tx.SendBatch(ctx, last).Close()
 }
+
+// sqlCommit ends a transaction from inside a batch.
+const sqlCommit = "commit"
 
 // ConstraintViolated returns the name of the constraint err violated, or ""
 // when err is not a unique, check, foreign-key or exclusion violation.

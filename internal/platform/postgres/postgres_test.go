@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	neturl "net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -374,6 +375,69 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// statementCounter is a pgx.QueryTracer that counts the statements it is
+// told of.
+type statementCounter struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sql = append(c.sql, d.SQL)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) seen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sql)
+}
+
+// WithTracer reports every statement of the pool to the tracer, and of a
+// pool AsyncCommitPool derives from it (the service's bookkeeping pool);
+// without it, Open sets no tracer at all, as the service runs.
+func TestOpen_WithTracer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t)
+	plain, err := postgres.Open(ctx, url, 2)
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	defer plain.Close()
+	if tr := plain.Config().ConnConfig.Tracer; tr != nil {
+		t.Errorf("Open without options: tracer %T, want none", tr)
+	}
+
+	var c statementCounter
+	pool, err := postgres.Open(ctx, url, 2, postgres.WithTracer(&c))
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	defer pool.Close()
+	async, err := postgres.AsyncCommitPool(ctx, pool, 2)
+	if err != nil {
+		t.Fatalf("AsyncCommitPool: %v", err)
+	}
+	defer async.Close()
+	if err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT 1")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := async.Exec(ctx, "SELECT 2"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.seen(), []string{"begin", "SELECT 1", "commit", "SELECT 2"}; !slices.Equal(got, want) {
+		t.Errorf("statements traced = %q, want %q", got, want)
+	}
+}
+
 // A transaction whose process stopped between two statements (a replica
 // paused, its host frozen) holds its row locks. The pool's sessions end
 // such a transaction after IdleInTxTimeout: the rows are free for the
@@ -666,4 +730,135 @@ func cuttable(t *testing.T, url string, cut func(net.Conn)) (string, func()) {
 			}
 		}
 	}
+}
+
+// InTxBatched: BEGIN goes with the first statements and COMMIT with the
+// last ones; what fn returns is committed, and the connection goes back
+// to the pool clean, not thrown away as one left inside a transaction.
+func TestInTxBatched_Commit(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	var firstID, pid uint32
+	err := postgres.InTxBatched(ctx, pool, func(b *pgx.Batch) {
+		b.Queue("INSERT INTO things (id) VALUES (1) RETURNING id").QueryRow(func(row pgx.Row) error {
+			return row.Scan(&firstID)
+		})
+	}, func(tx pgx.Tx) (*pgx.Batch, error) {
+		pid = tx.Conn().PgConn().PID()
+		if _, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES ($1 + 1)", firstID); err != nil {
+			return nil, err
+		}
+		last := &pgx.Batch{}
+		last.Queue("INSERT INTO things (id) VALUES (3)")
+		return last, nil
+	})
+	if err != nil {
+		t.Fatalf("InTxBatched = %v", err)
+	}
+	if n := countRows(t, pool, "things"); n != 3 {
+		t.Errorf("things has %d rows, want 3 committed", n)
+	}
+	var next uint32
+	if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&next); err != nil || next != pid {
+		t.Errorf("next query ran on backend %d (%v), want the transaction's %d back in the pool", next, err, pid)
+	}
+	assertReleased(t, pool)
+}
+
+// Every way the batched transaction can fail leaves no row and frees the
+// connection: an error of the first statements (fn does not run), of fn,
+// of the last batch, a COMMIT that the server turns into ROLLBACK, and a
+// panic.
+func TestInTxBatched_RollsBack(t *testing.T) {
+	t.Parallel()
+	errRefused := errors.New("refused")
+	insert := func(b *pgx.Batch) { b.Queue("INSERT INTO things (id) VALUES (1)") }
+	for _, tt := range []struct {
+		name  string
+		first func(*pgx.Batch)
+		fn    func(tx pgx.Tx) (*pgx.Batch, error)
+		want  func(error) bool
+	}{
+		{"FirstFails", func(b *pgx.Batch) {
+			insert(b)
+			b.Queue("SELECT 1").QueryRow(func(pgx.Row) error { return errRefused })
+		}, func(pgx.Tx) (*pgx.Batch, error) {
+			t.Error("fn ran after its first statements failed")
+			return nil, nil
+		}, func(err error) bool { return errors.Is(err, errRefused) }},
+		{"FnFails", insert, func(pgx.Tx) (*pgx.Batch, error) { return nil, errRefused },
+			func(err error) bool { return errors.Is(err, errRefused) }},
+		{"LastFails", insert, func(pgx.Tx) (*pgx.Batch, error) {
+			last := &pgx.Batch{}
+			last.Queue("INSERT INTO things (id, qty) VALUES (2, -1)")
+			return last, nil
+		}, func(err error) bool { return postgres.ConstraintViolated(err) == "things_qty_nonnegative" }},
+		{"CommitFails", insert, func(pgx.Tx) (*pgx.Batch, error) {
+			last := &pgx.Batch{}
+			last.Queue("INSERT INTO deferred (id) VALUES (1), (1)")
+			return last, nil
+		}, func(err error) bool { return postgres.ConstraintViolated(err) == "deferred_id_key" }},
+		{"CommitOfAbortedTransaction", insert, func(tx pgx.Tx) (*pgx.Batch, error) {
+			_, _ = tx.Exec(context.Background(), "INSERT INTO things (id, qty) VALUES (2, -1)") // error ignored on purpose
+			return &pgx.Batch{}, nil
+		}, func(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := mustScratch(t)
+			err := postgres.InTxBatched(context.Background(), pool, tt.first, tt.fn)
+			if !tt.want(err) {
+				t.Errorf("InTxBatched = %v", err)
+			}
+			if n := countRows(t, pool, "things") + countRows(t, pool, "deferred"); n != 0 {
+				t.Errorf("%d rows after a failed transaction, want 0", n)
+			}
+			assertReleased(t, pool)
+		})
+	}
+	t.Run("Panic", func(t *testing.T) {
+		t.Parallel()
+		pool := mustScratch(t)
+		var recovered any
+		func() {
+			defer func() { recovered = recover() }()
+			_ = postgres.InTxBatched(context.Background(), pool, insert, func(pgx.Tx) (*pgx.Batch, error) { panic("mid-transaction") })
+		}()
+		if recovered != "mid-transaction" {
+			t.Fatalf("recovered %v, want the panic re-raised", recovered)
+		}
+		if n := countRows(t, pool, "things"); n != 0 {
+			t.Errorf("things has %d rows after a panic, want 0", n)
+		}
+		assertReleased(t, pool)
+	})
+}
+
+// InTxFirst: the first statements go with BEGIN, fn continues, and the
+// commit is InTx's; an error of the first statements stops fn.
+func TestInTxFirst(t *testing.T) {
+	t.Parallel()
+	pool := mustScratch(t)
+	ctx := context.Background()
+	err := postgres.InTxFirst(ctx, pool, func(b *pgx.Batch) {
+		b.Queue("INSERT INTO things (id) VALUES (1)")
+	}, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO things (id) VALUES (2)")
+		return err
+	})
+	if err != nil || countRows(t, pool, "things") != 2 {
+		t.Fatalf("InTxFirst = %v with %d rows, want nil and 2", err, countRows(t, pool, "things"))
+	}
+	err = postgres.InTxFirst(ctx, pool, func(b *pgx.Batch) {
+		b.Queue("INSERT INTO things (id) VALUES (3)")
+		b.Queue("INSERT INTO things (id) VALUES (1)")
+	}, func(pgx.Tx) error {
+		t.Error("fn ran after its first statements failed")
+		return nil
+	})
+	if postgres.ConstraintViolated(err) != "things_pkey" || countRows(t, pool, "things") != 2 {
+		t.Fatalf("InTxFirst = %v with %d rows, want things_pkey and 2", err, countRows(t, pool, "things"))
+	}
+	assertReleased(t, pool)
 }

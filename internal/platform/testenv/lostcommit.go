@@ -226,6 +226,10 @@ func (c *CommitCutter) watch(s *session, typ byte, body []byte) {
 		return
 	}
 	switch verb := strings.ToLower(strings.TrimSpace(q)); {
+	case verb == "begin" || strings.HasPrefix(verb, "begin ") || strings.HasPrefix(verb, "start transaction"):
+		// The statements sent with it in one pipeline (pgx.Batch.BeginTx)
+		// run in the transaction before any ReadyForQuery says so.
+		s.txStatus = 'T'
 	case verb == "commit" || verb == "end":
 		if s.marked {
 			s.drop, s.dropTag = true, "COMMIT"

@@ -57,4 +57,18 @@ func TestCommitCutter_LosesOneCommitAnswer(t *testing.T) {
 	if err := insertTx(4); err != nil || count(4) != 1 || cutter.Lost() != 2 {
 		t.Fatalf("disarmed again: insert = %v, %d rows, %d lost; want nil, 1 and 2", err, count(4), cutter.Lost())
 	}
+	// The statement sent with BEGIN in one batch, COMMIT with the last:
+	// it is inside the transaction, and the COMMIT's answer is the one lost.
+	cutter.LoseCommitOf("INSERT INTO cut")
+	err := postgres.InTxBatched(ctx, through, func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO cut (n) VALUES (5)`)
+	}, func(pgx.Tx) (*pgx.Batch, error) {
+		last := &pgx.Batch{}
+		last.Queue(`INSERT INTO cut (n) VALUES (6)`)
+		return last, nil
+	})
+	if err == nil || !postgres.Unavailable(err) || count(5) != 1 || count(6) != 1 || cutter.Lost() != 3 {
+		t.Fatalf("armed, batched: insert = %v, rows %d and %d, %d lost; want the connection cut after both committed and 3 lost",
+			err, count(5), count(6), cutter.Lost())
+	}
 }

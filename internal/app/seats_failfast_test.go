@@ -1,0 +1,64 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/platform/layers"
+)
+
+// TestSeats_TakenSeatsFailFast: while another transaction holds the seat
+// locks of A1 and A2 (as a hold in flight would), a hold of A1, which the
+// database shows taken, is refused 409 seat_unavailable from the one read
+// before any lock: it does not wait for A1's lock. A hold of the free A2
+// waits for its lock in PostgreSQL (the lock is held) and is granted once
+// it is released. With the state rule off the read refuses nothing, and
+// the hold of A1 waits for the lock too, until its wait budget runs out.
+func TestSeats_TakenSeatsFailFast(t *testing.T) {
+	t.Run("StateOn", func(t *testing.T) {
+		e := newEnv(t, 1, nil)
+		r := e.r(0)
+		ev, bob, unlock := takenUnderLock(t, e)
+		defer unlock()
+
+		wantProblem(t, holdSeats(t, r, bob.Token, ev.ID, newKey(), "A1"), http.StatusConflict, "seat_unavailable")
+
+		done := make(chan response, 1)
+		go func() { done <- holdSeats(t, r, bob.Token, ev.ID, newKey(), "A2") }()
+		waitFor(t, "the hold of A2 waiting on its seat's lock", func() bool {
+			return e.count(t, `SELECT count(*)::int FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`) >= 1
+		})
+		unlock()
+		wantStatus(t, <-done, http.StatusCreated)
+	})
+	t.Run("StateOff", func(t *testing.T) {
+		e := newEnvWith(t, 1, nil, app.Deps{Layers: layers.Off(layers.State)})
+		ev, bob, unlock := takenUnderLock(t, e)
+		defer unlock()
+		wantProblem(t, holdSeats(t, e.r(0), bob.Token, ev.ID, newKey(), "A1"), http.StatusConflict, "resource_busy")
+	})
+}
+
+// takenUnderLock makes an event whose A1 alice holds, and bob, and takes
+// the seat locks of A1 and A2 in a transaction of its own, as
+// seats.Store.Hold takes them (sqlAdvisoryLocks), until unlock.
+func takenUnderLock(t *testing.T, e *env) (event, user, func()) {
+	t.Helper()
+	ctx := context.Background()
+	r := e.r(0)
+	alice, bob := mustCreateUser(t, r, "alice"), mustCreateUser(t, r, "bob")
+	ev := mustCreateEvent(t, r, "fail fast", 1, 5)
+	wantStatus(t, holdSeats(t, r, alice.Token, ev.ID, newKey(), "A1"), http.StatusCreated)
+	blocker, err := e.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Exec(ctx, `SELECT count(pg_advisory_xact_lock(hashtextextended($1 || ':' || s, 0)))
+		FROM unnest($2::text[]) AS s`, ev.ID, []string{"A1", "A2"}); err != nil {
+		t.Fatal(err)
+	}
+	return ev, bob, func() { _ = blocker.Rollback(ctx) }
+}
