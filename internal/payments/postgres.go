@@ -31,11 +31,6 @@ const (
 	sqlInsertPayment = `INSERT INTO payments (id, order_id, request_key, status, amount_cents, payment_method, version, created_at, updated_at)
 		VALUES ($1, $2, $3, 'processing', $4, $5, 1, $6, $6)`
 
-	// The discarder's first question, before it looks at the order: is
-	// the payment still as it read it? The row lock makes every settler of
-	// this payment wait for the answer.
-	sqlLockPayment = `SELECT version FROM payments WHERE id = $1 FOR UPDATE`
-
 	// Layer 3: the version check, the settler's first statement, before it
 	// looks at the order: the write takes the payment's row lock, so every
 	// other settler of it waits for this one's answer and then finds the
@@ -53,8 +48,12 @@ const (
 		WHERE id = $1 AND $2::bigint IS NOT NULL`
 
 	// A payment the gateway refused as invalid never charged anything:
-	// it is removed, if no settler has recorded an outcome meanwhile.
-	sqlDiscardPayment = `DELETE FROM payments WHERE id = $1 AND status = 'processing'`
+	// it is removed, if no settler has recorded an outcome meanwhile (at
+	// its version, layer 3), before the order is looked at.
+	sqlDiscardPayment = `DELETE FROM payments WHERE id = $1 AND status = 'processing' AND version = $2`
+
+	// The same without the version check. Only the layer tests use it.
+	sqlDiscardPaymentUnversioned = `DELETE FROM payments WHERE id = $1 AND status = 'processing' AND $2::bigint IS NOT NULL`
 
 	sqlGetPayment    = `SELECT ` + paymentColumns + ` FROM payments WHERE id = $1`
 	sqlPaymentExists = `SELECT EXISTS (SELECT 1 FROM payments WHERE id = $1)`
@@ -88,37 +87,35 @@ func NewStore(db *pgxpool.Pool) *Store {
 // the version read (orders.UpdateTx), so a cancel that got in between
 // makes Begin return orders.ErrVersionConflict. p's amount is the order's
 // total as read before: an order's total is fixed when it is placed.
-// Four round trips, one commit:
+// Four round trips, one commit (postgres.InTxBatched):
 //
-//	BEGIN + claim + insert p   a copy of the request is refused here (the
-//	                           claim's *idempotency.Refusal); layer 4 refuses
-//	                           a second active payment of the order
-//	read the order             orders.UpdateTx
-//	write it paying            at the version read
-//	COMMIT
+//	BEGIN + claim            a copy of the request is refused here (the
+//	                         claim's *idempotency.Refusal), before it
+//	                         touches the order
+//	read the order           orders.UpdateTx, move
+//	write it paying          at the version read
+//	insert p + COMMIT        layer 4 refuses a second active payment
 //
-// The insert travels with the claim, so it runs even when the claim is
-// refused (and is rolled back then). It can wait only on another
-// transaction inserting a payment of the same order, which the order's
-// lock (layer 1) keeps from running at the same time; without the lock,
-// for the few milliseconds of that transaction, which holds no network
-// call. It returns ErrActivePayment when the order already has a payment
+// It returns ErrActivePayment when the order already has a payment
 // processing or succeeded, and ErrDuplicateRequest when it has a payment
 // begun with p's request key.
 //
-// Locks are taken payment index entries, then order row; Settle and
-// Discard take the row of a payment that exists, then the order row. An
-// insert waits only on another uncommitted insert, never on a settler, so
-// no two of them each hold what the other waits for.
+// Locks are taken order row, then payment index entries; Settle and
+// Discard lock the row of a payment that exists, then the order row. The
+// insert's unique checks wait only on another uncommitted insert, never on
+// a settler's row lock, so no two of them each hold what the other waits
+// for.
 func (s *Store) Begin(ctx context.Context, p Payment, rec *idempotency.Record, on layers.Set, move func(*orders.Order) error) (Payment, error) {
-	err := postgres.InTxFirst(ctx, s.db, func(b *pgx.Batch) {
-		rec.QueueClaim(b)
-		b.Queue(sqlInsertPayment, p.ID, p.OrderID, p.RequestKey, p.AmountCents, p.Method, p.CreatedAt)
-	}, func(tx pgx.Tx) error {
+	err := postgres.InTxBatched(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) (*pgx.Batch, error) {
 		_, err := orders.UpdateTx(ctx, tx, p.OrderID, on, func(o *orders.Order) (bool, error) {
 			return true, move(o)
 		})
-		return err
+		if err != nil {
+			return nil, err
+		}
+		last := &pgx.Batch{}
+		last.Queue(sqlInsertPayment, p.ID, p.OrderID, p.RequestKey, p.AmountCents, p.Method, p.CreatedAt)
+		return last, nil
 	})
 	switch postgres.ConstraintViolated(err) {
 	case constraintOneActive:
@@ -138,24 +135,23 @@ func (s *Store) Begin(ctx context.Context, p Payment, rec *idempotency.Record, o
 // owner, or is refused (*idempotency.Refusal) while another request of
 // the key runs, or gets the key's stored answer. When answer gives one
 // for the payment as read (it has succeeded meanwhile), the record is
-// completed with it in the same transaction. Two round trips, three with
-// the answer.
+// completed with it in the same transaction. Two round trips.
 func (s *Store) Resume(ctx context.Context, id string, rec *idempotency.Record, answer func(Payment) (idempotency.Answer, bool)) (Payment, error) {
 	var p Payment
-	err := postgres.InTxFirst(ctx, s.db, func(b *pgx.Batch) {
+	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
 		rec.QueueClaim(b)
 		b.Queue(sqlGetPayment, id).QueryRow(func(row pgx.Row) error {
 			var err error
 			p, err = scanPayment(row)
 			return err
 		})
-	}, func(tx pgx.Tx) error {
+	}, func(pgx.Tx) (*pgx.Batch, error) {
 		a, ok := answer(p)
 		if !ok {
-			return nil
+			return nil, nil
 		}
-		_, err := rec.Complete(ctx, tx, a)
-		return err
+		last := &pgx.Batch{}
+		return last, rec.QueueComplete(last, a)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payment{}, ErrNotFound
@@ -169,11 +165,15 @@ func (s *Store) Resume(ctx context.Context, id string, rec *idempotency.Record, 
 // Settle records p's outcome if the payment is still at p.Version, and,
 // when moveOrder is not nil, applies it to the order in the same
 // transaction (orders.UpdateTx, version-checked). Either both are written
-// or neither. When answer is not nil, the transaction completes the
-// request's idempotency record (rec) with the answer of the payment as
-// written, as its last statement. It returns the payment as written.
+// or neither. It returns the payment as written.
 //
-// The payment's own row decides first. Its version-checked write travels
+// With rec (layer 0) the transaction claims the request's key again
+// first: it is still this request's own claim, or it was taken over after
+// its lease ran out, and the stale settlement is refused before it writes
+// anything. When answer is not nil, the transaction completes the record
+// with the answer of the payment as written, with its COMMIT.
+//
+// The payment's own row decides next. Its version-checked write travels
 // with BEGIN, and Settle returns ErrVersionConflict, before moveOrder sees
 // the order, if another settler (the request, a reconciler on another
 // replica, one whose lock lapsed) has recorded an outcome since p was
@@ -182,20 +182,20 @@ func (s *Store) Resume(ctx context.Context, id string, rec *idempotency.Record, 
 // processing asks the order anything, so when moveOrder finds the order no
 // longer being paid, it was cancelled for a reason other than this
 // payment: the payment and its order move together, in one transaction.
-// Five round trips with the order and the answer, one commit:
+// Four round trips with the order and the answer, one commit:
 //
-//	BEGIN + settle p            at its version: the payment's row first
-//	read the order              orders.UpdateTx, moveOrder
-//	write it, at its version
-//	complete the record         the answer that a retry replays
-//	COMMIT
+//	BEGIN + claim + settle p     at its version: the payment's row first
+//	read the order               orders.UpdateTx, moveOrder
+//	write it                     at the version read
+//	complete + COMMIT            the answer that a retry replays
 //
 // With layer 3 off (on), neither row is checked against the version read.
 func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error),
 	rec *idempotency.Record, answer func(Payment) idempotency.Answer) (Payment, error) {
 	written := p
 	written.Version++
-	err := postgres.InTxFirst(ctx, s.db, func(b *pgx.Batch) {
+	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
+		rec.QueueClaim(b)
 		query := sqlSettlePayment
 		if !on.On(layers.Version) {
 			query = sqlSettlePaymentUnversioned
@@ -207,17 +207,17 @@ func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, moveOrder 
 				}
 				return nil
 			})
-	}, func(tx pgx.Tx) error {
+	}, func(tx pgx.Tx) (*pgx.Batch, error) {
 		if moveOrder != nil {
 			if _, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if answer == nil {
-			return nil
+			return nil, nil
 		}
-		_, err := rec.Complete(ctx, tx, answer(written))
-		return err
+		last := &pgx.Batch{}
+		return last, rec.QueueComplete(last, answer(written))
 	})
 	switch {
 	case errors.Is(err, errNotSettled):
@@ -247,45 +247,33 @@ func (s *Store) notSettled(ctx context.Context, id string) error {
 	return ErrVersionConflict
 }
 
-// lockAtVersion locks p's row and, with layer 3 on, returns
-// ErrVersionConflict unless the row is still at p.Version.
-func lockAtVersion(ctx context.Context, tx pgx.Tx, p Payment, on layers.Set) error {
-	var version int64
-	err := tx.QueryRow(ctx, sqlLockPayment, p.ID).Scan(&version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	if err != nil {
-		return fmt.Errorf("lock payment %s: %w", p.ID, err)
-	}
-	if on.On(layers.Version) && version != p.Version {
-		return ErrVersionConflict
-	}
-	return nil
-}
-
 // Discard removes a processing payment at p.Version, one whose request
 // the gateway refused as invalid, so that nothing of it remains, and
 // applies moveOrder to its order (back to pending) in the same
-// transaction. It returns ErrVersionConflict when another settler got
-// there first.
-func (s *Store) Discard(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error)) error {
-	return postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		if err := lockAtVersion(ctx, tx, p, on); err != nil {
-			return err
+// transaction. Like Settle, it claims the request's key (rec) again
+// first, and the payment's own row decides before the order: it returns
+// ErrVersionConflict when another settler got there first.
+func (s *Store) Discard(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error), rec *idempotency.Record) error {
+	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
+		rec.QueueClaim(b)
+		query := sqlDiscardPayment
+		if !on.On(layers.Version) {
+			query = sqlDiscardPaymentUnversioned
 		}
-		if _, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, sqlDiscardPayment, p.ID)
-		if err != nil {
-			return fmt.Errorf("discard payment %s: %w", p.ID, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return ErrVersionConflict
-		}
-		return nil
+		b.Queue(query, p.ID, p.Version).Exec(func(tag pgconn.CommandTag) error {
+			if tag.RowsAffected() == 0 {
+				return errNotSettled
+			}
+			return nil
+		})
+	}, func(tx pgx.Tx) (*pgx.Batch, error) {
+		_, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder)
+		return nil, err
 	})
+	if errors.Is(err, errNotSettled) {
+		return s.notSettled(ctx, p.ID)
+	}
+	return err
 }
 
 // Get returns one payment.

@@ -41,9 +41,10 @@ import (
 //
 //	read the order                      1 round trip     orders.Service.Get (admit)
 //	lock payment:{order}                Redis: SET NX on each node, and the release
-//	begin: claim + payment + order      4, one commit    Store.Begin
+//	begin: claim, order, payment        4, one commit    Store.Begin
 //	charge                              the gateway, no transaction open
-//	settle: payment + order + answer    5, one commit    Store.Settle
+//	settle: claim, payment, order,      4, one commit    Store.Settle
+//	answer
 //
 // A loser costs the order's read and, when the order cannot begin a
 // payment, the read of the payments (one statement), or one lock
@@ -411,7 +412,7 @@ func (s *Service) charge(ctx context.Context, p Payment, rec *idempotency.Record
 	var refused *RefusedError
 	switch {
 	case errors.As(err, &refused):
-		return s.discard(ctx, p, refused)
+		return s.discard(ctx, p, refused, rec)
 	case errors.As(err, &declined):
 		failed := p
 		now := s.stamp()
@@ -457,7 +458,7 @@ func (s *Service) charge(ctx context.Context, p Payment, rec *idempotency.Record
 			// and never comes here. The customer must not be charged for
 			// an order that stopped waiting.
 			s.metrics.Stopped(FlowPay, metrics.LayerState)
-			return s.refund(ctx, p, c)
+			return s.refund(ctx, p, c, rec)
 		case errors.Is(err, orders.ErrVersionConflict):
 			s.counts.outcome(outcomeUnknown)
 			return p, fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
@@ -482,8 +483,8 @@ func (s *Service) paymentEnded(now time.Time) func(*orders.Order) (bool, error) 
 // discard removes a payment whose request the gateway refused as invalid:
 // nothing was charged, so nothing is kept, and the client is told what
 // was wrong with its request.
-func (s *Service) discard(ctx context.Context, p Payment, refused *RefusedError) (Payment, error) {
-	err := s.store.Discard(ctx, p, s.layers, s.paymentEnded(s.stamp()))
+func (s *Service) discard(ctx context.Context, p Payment, refused *RefusedError, rec *idempotency.Record) (Payment, error) {
+	err := s.store.Discard(ctx, p, s.layers, s.paymentEnded(s.stamp()), rec)
 	if errors.Is(err, ErrVersionConflict) {
 		return s.recorded(ctx, p)
 	}
@@ -499,7 +500,7 @@ func (s *Service) discard(ctx context.Context, p Payment, refused *RefusedError)
 // The refund is keyed by the payment, so it too happens once. If the
 // gateway does not answer, the payment stays processing and the
 // reconciler comes back to it.
-func (s *Service) refund(ctx context.Context, p Payment, c Charge) (Payment, error) {
+func (s *Service) refund(ctx context.Context, p Payment, c Charge, rec *idempotency.Record) (Payment, error) {
 	r, err := s.gateway.Refund(ctx, "refund-"+p.ID, c.ID)
 	if err != nil {
 		s.counts.outcome(outcomeUnknown)
@@ -511,13 +512,14 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge) (Payment, err
 	if err := refunded.Refund(c.ID, r.ID, s.stamp()); err != nil {
 		return p, err
 	}
-	return s.record(ctx, p, refunded, nil, outcomeRefunded, nil) // a problem, stored by the key's middleware
+	return s.record(ctx, p, refunded, nil, outcomeRefunded, rec)
 }
 
 // record writes settled, the outcome of the processing payment p (and
-// moves its order, if moveOrder is set); a success completes the
-// request's key (rec) with its answer in the same transaction, and the
-// other outcomes, problems, are stored by the key's middleware. When
+// moves its order, if moveOrder is set), claiming the request's key (rec)
+// again first; a success completes the key with its answer in the same
+// transaction, and the other outcomes, problems, are stored by the key's
+// middleware. When
 // another settler got there first, the version check stops this one, and
 // the payment as that one left it is the answer. When the database does
 // not answer (within the budget), nothing is recorded: p stays processing
