@@ -17,12 +17,13 @@ import (
 )
 
 // The transactions of a hold: its making (Store.Hold) and its end
-// (Store.Update). Each is three round trips to PostgreSQL: BEGIN with
-// the reads and locks, the writes, COMMIT. Statements that do not depend
-// on each other's answers travel together in a pgx.Batch; the rule that
-// judges what was read (caps, layer 2) runs in Go between the two
-// batches, and COMMIT waits for the checks on what the writes reached
-// (layer 3).
+// (Store.Update). Statements that do not need each other's answers travel
+// together in a pgx.Batch, BEGIN with the first of them and COMMIT with
+// the last (postgres.InTxBatched); the rules that judge what was read
+// (the caps, layer 2) run in Go between the round trips. COMMIT can
+// travel with the writes because every check on what a write reached is
+// made by the statement itself: a write that reached too little fails
+// (a NOT NULL refuses the row it could not fill), and COMMIT does not run.
 
 // Glance is what a hold reads before it takes any lock or opens a
 // transaction.
@@ -91,17 +92,14 @@ type HoldOptions struct {
 // first and completes it last with the hold's answer, so the hold and the
 // answer that replays it commit together or not at all. A refused claim
 // (a copy of the request in flight, or one that completed) comes back as
-// the record's *idempotency.Refusal, and nothing is written.
+// the record's *idempotency.Refusal, and nothing is written. The claim
+// travels alone with BEGIN: a copy of a request in flight is refused
+// there, before it waits for a lock the first copy holds, with a pool
+// connection in hand.
 //
-//	BEGIN, claim, locks, reads, hold row   one round trip
-//	seats, hold_seats, complete            one round trip
-//	COMMIT
-//
-// A copy of the request in flight is refused by its claim, but the
-// statements after the claim in its round trip still run: it waits, like
-// any hold, for the first copy's locks (at most lockTimeout, usually that
-// transaction's milliseconds) before it rolls back. A copy is rare; a
-// round trip of its own for the claim would cost every hold.
+//	BEGIN, claim                           one round trip (with a record)
+//	locks, reads, hold row                 one round trip (BEGIN's, without)
+//	seats, hold_seats, complete, COMMIT    one round trip
 //
 // With layer 1 on, the user's holds on the event are serialised first
 // (sqlCapLock), so two of them cannot both read a count under the caps
@@ -119,10 +117,8 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 		inserted bool
 		read     []Seat
 	)
-	// The first round trip: BEGIN, the claim, the locks, then the reads
-	// and the hold's row, in this order.
-	first := func(b *pgx.Batch) {
-		opts.Record.QueueClaim(b)
+	// The locks, then the reads and the hold's row, in this order.
+	lockAndRead := func(b *pgx.Batch) {
 		if opts.Layers.On(layers.Lock) {
 			// The caps' lock comes before the seats': every hold takes
 			// the locks in that one order, so they cannot deadlock.
@@ -147,58 +143,59 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 			return err
 		})
 	}
-	err := postgres.InTxFirst(ctx, s.db, first, func(tx pgx.Tx) error {
+	first := lockAndRead
+	if opts.Record != nil {
+		first = opts.Record.QueueClaim
+	}
+	err := postgres.InTxBatched(ctx, s.db, first, func(tx pgx.Tx) (*pgx.Batch, error) {
+		if opts.Record != nil {
+			b := &pgx.Batch{}
+			lockAndRead(b)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return nil, err
+			}
+		}
 		if !inserted {
 			// An earlier request with the key made its hold: one whose
 			// record is gone (swept), or that ran without layer 0.
 			var err error
 			out, err = scanHold(tx.QueryRow(ctx, sqlReadHoldOfRequest, h.UserID, h.RequestKey))
 			if err != nil {
-				return fmt.Errorf("read hold of request: %w", err)
+				return nil, fmt.Errorf("read hold of request: %w", err)
 			}
 			if out.EventID != h.EventID || !slices.Equal(out.Seats, h.Seats) {
-				return problem.New(problem.IdempotencyReused,
+				return nil, problem.New(problem.IdempotencyReused,
 					"this Idempotency-Key was used for a hold of other seats; send a new key for a new request")
 			}
 			_, err = opts.Record.Complete(ctx, tx, heldAnswer(out))
-			return err
+			return nil, err
 		}
 		if len(read) != len(h.Seats) {
-			return fmt.Errorf("hold on %s: %d of %d seats exist", h.EventID, len(read), len(h.Seats))
+			return nil, fmt.Errorf("hold on %s: %d of %d seats exist", h.EventID, len(read), len(h.Seats))
 		}
 		if err := rule(mine, read); err != nil {
-			return err
+			return nil, err
 		}
 		versions := make([]int64, len(read))
 		for i, seat := range read {
 			versions[i] = seat.Version
 		}
-		// The second round trip: the seats' write, their hold_seats rows,
-		// and the key's answer.
-		held := int64(-1)
-		writes := &pgx.Batch{}
-		writes.Queue(holdSeatsSQL(opts.Layers), h.EventID, h.Seats, h.ID, versions).Exec(func(tag pgconn.CommandTag) error {
-			held = tag.RowsAffected()
-			return nil
-		})
-		writes.Queue(sqlInsertHoldSeats, h.ID, h.EventID, h.Seats)
-		if err := opts.Record.QueueComplete(writes, heldAnswer(h)); err != nil {
-			return err
+		// The last round trip: the seats' write with their hold_seats
+		// rows, the key's answer, and COMMIT.
+		last := &pgx.Batch{}
+		last.Queue(holdSeatsSQL(opts.Layers), h.EventID, h.Seats, h.ID, versions)
+		if err := opts.Record.QueueComplete(last, heldAnswer(h)); err != nil {
+			return nil, err
 		}
-		err := tx.SendBatch(ctx, writes).Close()
-		switch {
-		case held >= 0 && held != int64(len(h.Seats)):
-			// A seat moved since it was read: the write reached fewer
-			// seats than the hold has, whatever came after it.
-			return ErrVersionConflict
-		case postgres.ConstraintViolated(err) == constraintOneActiveHold:
-			return ErrSeatTaken
-		case err != nil:
-			return fmt.Errorf("hold seats: %w", err)
-		}
-		return nil
+		return last, nil
 	})
-	if err != nil {
+	switch {
+	case notNull(err, "hold_seats", "seat"):
+		// A seat moved since it was read: the write did not reach it.
+		return Hold{}, ErrVersionConflict
+	case postgres.ConstraintViolated(err) == constraintOneActiveHold:
+		return Hold{}, ErrSeatTaken
+	case err != nil:
 		return Hold{}, txError(err)
 	}
 	return out, nil
@@ -252,8 +249,11 @@ type Move struct {
 // finds its own row expired.
 //
 // With rec (a confirm's idempotency key, layer 0), the key is claimed
-// with the read and completed with the booking's answer in the writes'
-// round trip, as in Hold.
+// with the read and completed with the booking's answer, as in Hold; the
+// read waits for no lock, so it travels with the claim.
+//
+//	BEGIN, claim, read hold             one round trip
+//	the move's writes, complete, COMMIT one round trip
 func (s *Store) Update(ctx context.Context, holdID, userID string, now time.Time, on layers.Set, rec *idempotency.Record,
 	change func(*Hold) (Move, error)) (Hold, Booking, error) {
 	var h Hold
@@ -271,73 +271,71 @@ func (s *Store) Update(ctx context.Context, holdID, userID string, now time.Time
 			return err
 		})
 	}
-	err := postgres.InTxFirst(ctx, s.db, first, func(tx pgx.Tx) error {
+	moved := int64(-1)
+	err := postgres.InTxBatched(ctx, s.db, first, func(tx pgx.Tx) (*pgx.Batch, error) {
 		if !found {
-			return ErrNotFound
+			return nil, ErrNotFound
 		}
 		read := h.Version
 		move, err := change(&h)
 		if errors.Is(err, ErrAlreadyConfirmed) {
 			b, err = scanBooking(tx.QueryRow(ctx, sqlGetBookingForHold, holdID))
 			if err != nil {
-				return fmt.Errorf("booking of hold %s: %w", holdID, err)
+				return nil, fmt.Errorf("booking of hold %s: %w", holdID, err)
 			}
 			_, err = rec.Complete(ctx, tx, bookedAnswer(b))
-			return err
+			return nil, err
 		}
 		if err != nil || move.To == "" {
-			return err
-		}
-		// The second round trip: every write of the move. Those after a
-		// write that reached too few rows still run, and roll back with
-		// it.
-		moved, booked := int64(-1), int64(-1)
-		writes := &pgx.Batch{}
-		sqlMove, args := sqlMoveHold, []any{h.ID, read, string(move.To), now}
-		if !on.On(layers.Version) {
-			sqlMove, args = sqlMoveHoldUnversioned, []any{h.ID, string(move.To), now}
-		}
-		writes.Queue(sqlMove, args...).Exec(func(tag pgconn.CommandTag) error {
-			moved = tag.RowsAffected()
-			return nil
-		})
-		writes.Queue(sqlEndHoldSeats, h.ID)
-		if move.To == Confirmed {
-			sqlBook := sqlBookSeats
-			if !on.On(layers.Version) {
-				sqlBook = sqlBookSeatsUnversioned
-			}
-			writes.Queue(sqlBook, h.EventID, h.Seats, h.ID).Exec(func(tag pgconn.CommandTag) error {
-				booked = tag.RowsAffected()
-				return nil
-			})
-			b = Booking{ID: move.BookingID, HoldID: h.ID, EventID: h.EventID, UserID: h.UserID, Seats: h.Seats, CreatedAt: now}
-			writes.Queue(sqlInsertBooking, b.ID, b.HoldID, b.EventID, b.UserID, b.Seats, b.CreatedAt)
-			writes.Queue(sqlInsertTickets, b.ID, b.EventID, b.Seats)
-			if err := rec.QueueComplete(writes, bookedAnswer(b)); err != nil {
-				return err
-			}
-		} else {
-			writes.Queue(sqlFreeSeats, h.ID)
-		}
-		err = tx.SendBatch(ctx, writes).Close()
-		switch violated := postgres.ConstraintViolated(err); {
-		case moved >= 0 && moved != 1:
-			// Someone else moved the hold since it was read.
-			return ErrVersionConflict
-		case booked >= 0 && booked != int64(len(h.Seats)):
-			// A seat is no longer this hold's: it expired and was held
-			// again in between. The re-read finds the hold expired.
-			return ErrVersionConflict
-		case violated == constraintOneBooking:
-			return ErrVersionConflict
-		case violated == constraintOneTicket:
-			return ErrSeatTaken
-		case err != nil:
-			return fmt.Errorf("%s hold %s: %w", move.To, holdID, err)
+			return nil, err
 		}
 		h.Version = read + 1
-		return nil
+		last := &pgx.Batch{}
+		if move.To != Confirmed {
+			sqlRelease, args := sqlReleaseHold, []any{h.ID, now, read}
+			if !on.On(layers.Version) {
+				sqlRelease, args = sqlReleaseHoldUnversioned, []any{h.ID, now}
+			}
+			last.Queue(sqlRelease, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&moved) })
+			return last, nil
+		}
+		b = Booking{ID: move.BookingID, HoldID: h.ID, EventID: h.EventID, UserID: h.UserID, Seats: h.Seats, CreatedAt: now}
+		sqlConfirm, args := sqlConfirmHold, []any{h.ID, b.ID, now, h.EventID, h.Seats, read}
+		if !on.On(layers.Version) {
+			sqlConfirm, args = sqlConfirmHoldUnversioned, []any{h.ID, b.ID, now, h.EventID, h.Seats}
+		}
+		last.Queue(sqlConfirm, args...)
+		if err := rec.QueueComplete(last, bookedAnswer(b)); err != nil {
+			return nil, err
+		}
+		return last, nil
 	})
-	return h, b, txError(err)
+	switch violated := postgres.ConstraintViolated(err); {
+	case err == nil && moved == 0:
+		// Someone else released, confirmed or expired the hold since it
+		// was read; the release wrote nothing.
+		return Hold{}, Booking{}, ErrVersionConflict
+	case notNull(err, "tickets", "booking_id"):
+		// Someone else moved the hold since it was read: no booking.
+		return Hold{}, Booking{}, ErrVersionConflict
+	case notNull(err, "tickets", "seat"):
+		// A seat is no longer this hold's: it expired and was held
+		// again in between. The re-read finds the hold expired.
+		return Hold{}, Booking{}, ErrVersionConflict
+	case violated == constraintOneBooking:
+		return Hold{}, Booking{}, ErrVersionConflict
+	case violated == constraintOneTicket:
+		return Hold{}, Booking{}, ErrSeatTaken
+	case err != nil:
+		return Hold{}, Booking{}, txError(err)
+	}
+	return h, b, nil
+}
+
+// notNull reports whether err is PostgreSQL's refusal of a NULL in
+// table's column: a write that reached fewer rows than the statement
+// that follows it needs.
+func notNull(err error, table, column string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23502" && pgErr.TableName == table && pgErr.ColumnName == column
 }

@@ -86,21 +86,28 @@ const (
 		ON CONFLICT ON CONSTRAINT ` + constraintHoldRequest + ` DO NOTHING`
 
 	// Layers 2 and 3: each seat is written only if it is available
-	// (layer 2, asked again in the write) at the version read (layer 3).
-	// A seat that moved since is not written (a stale holder's write
-	// lands on zero rows), and the hold rolls back.
-	sqlHoldSeats = sqlHoldSeatsAny + ` AND s.status = 'available' AND s.version = r.version`
+	// (layer 2, asked again in the write) at the version read (layer 3),
+	// and layer 4 behind it: each seat the write reached gets its
+	// hold_seats row, which hold_seats_one_active_per_seat admits once
+	// per seat while active. A seat the write did not reach (it moved
+	// since it was read) gives its row a NULL seat, which hold_seats
+	// refuses (NOT NULL): the write and its check are one statement, so
+	// COMMIT can travel with it, and a hold that lost a seat rolls back.
+	sqlHoldSeats = holdSeatsWrite + ` AND s.status = 'available' AND s.version = r.version` + holdSeatsRows
 	// The same with a layer taken off, as a naive implementation writes
 	// it; only the layer tests use them (holdSeatsSQL).
-	sqlHoldSeatsStateless   = sqlHoldSeatsAny + ` AND s.version = r.version`
-	sqlHoldSeatsUnversioned = sqlHoldSeatsAny + ` AND s.status = 'available'`
-	sqlHoldSeatsAny         = `UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
-		FROM unnest($2::text[], $4::bigint[]) AS r (seat, version)
-		WHERE s.event_id = $1 AND s.seat = r.seat`
-
-	// Layer 4 behind it: hold_seats_one_active_per_seat.
-	sqlInsertHoldSeats = `INSERT INTO hold_seats (hold_id, event_id, seat, active)
-		SELECT $1, $2, s, true FROM unnest($3::text[]) AS s`
+	sqlHoldSeatsStateless   = holdSeatsWrite + ` AND s.version = r.version` + holdSeatsRows
+	sqlHoldSeatsUnversioned = holdSeatsWrite + ` AND s.status = 'available'` + holdSeatsRows
+	sqlHoldSeatsAny         = holdSeatsWrite + holdSeatsRows
+	holdSeatsWrite          = `WITH written AS (
+			UPDATE seats s SET status = 'held', hold_id = $3, version = s.version + 1
+			FROM unnest($2::text[], $4::bigint[]) AS r (seat, version)
+			WHERE s.event_id = $1 AND s.seat = r.seat`
+	holdSeatsRows = `
+			RETURNING s.seat)
+		INSERT INTO hold_seats (hold_id, event_id, seat, active)
+		SELECT $3, $1, written.seat, true
+		FROM unnest($2::text[]) AS asked (seat) LEFT JOIN written ON written.seat = asked.seat`
 
 	holdSelect           = `SELECT id, event_id, user_id, coalesce(request_key, ''), seats, status, expires_at, version, created_at FROM holds `
 	sqlReadHold          = holdSelect + `WHERE id = $1 AND user_id = $2`
@@ -108,29 +115,60 @@ const (
 	sqlListActiveForUser = holdSelect + `WHERE user_id = $1 AND status = 'active' AND expires_at > $2
 		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
 
-	// Layer 3 on the hold: its move is written only at the version read,
-	// so of a confirm, a release and the expiry job, one moves it.
-	sqlMoveHold = `UPDATE holds SET status = $3, version = version + 1, updated_at = $4
-		WHERE id = $1 AND version = $2`
-	sqlMoveHoldUnversioned = `UPDATE holds SET status = $2, version = version + 1, updated_at = $3
-		WHERE id = $1`
+	// A confirm's writes, in one statement: the hold moved at the version
+	// read (layer 3; of a confirm, a release and the expiry job, one
+	// moves it), its hold_seats no longer active, its seats booked (those
+	// this hold holds: its fence on the seats), the booking (layer 4:
+	// bookings_one_per_hold) and a ticket per seat (tickets_one_per_seat).
+	// A ticket's booking and seat come from what the writes before it
+	// reached: a hold that someone else moved leaves no booking, a seat
+	// that is no longer this hold's is not booked, and either gives a
+	// ticket a NULL, which tickets refuses (NOT NULL). So the confirm is
+	// all of it or none, and COMMIT can travel with it.
+	sqlConfirmHold = confirmMove + ` AND version = $6` + confirmBook + ` AND seats.hold_id = moved.id AND seats.status = 'held'` + confirmRest
+	// The same without layer 3: the hold moved and its seats booked
+	// whatever they are now (the layer tests).
+	sqlConfirmHoldUnversioned = confirmMove + confirmBook + confirmRest
+	confirmMove               = `WITH moved AS (
+			UPDATE holds SET status = 'confirmed', version = version + 1, updated_at = $3
+			WHERE id = $1`
+	confirmBook = `
+			RETURNING id, event_id, user_id, seats),
+		ended AS (
+			UPDATE hold_seats SET active = false FROM moved
+			WHERE hold_seats.hold_id = moved.id AND hold_seats.active),
+		booked AS (
+			UPDATE seats SET status = 'booked', hold_id = moved.id, version = seats.version + 1 FROM moved
+			WHERE seats.event_id = moved.event_id AND seats.seat = ANY(moved.seats)`
+	confirmRest = `
+			RETURNING seats.seat),
+		booking AS (
+			INSERT INTO bookings (id, hold_id, event_id, user_id, seats, created_at)
+			SELECT $2, id, event_id, user_id, seats, $3 FROM moved RETURNING id)
+		INSERT INTO tickets (booking_id, event_id, seat)
+		SELECT booking.id, $4, booked.seat
+		FROM unnest($5::text[]) AS asked (seat) LEFT JOIN booking ON true LEFT JOIN booked ON booked.seat = asked.seat`
 
-	// A confirmed hold's seats are booked: those this hold holds (its
-	// fence on the seats), all of them or the confirm rolls back.
-	sqlBookSeats = `UPDATE seats SET status = 'booked', version = version + 1
-		WHERE event_id = $1 AND seat = ANY($2) AND hold_id = $3 AND status = 'held'`
-	sqlBookSeatsUnversioned = `UPDATE seats SET status = 'booked', hold_id = $3, version = version + 1
-		WHERE event_id = $1 AND seat = ANY($2)`
-
-	// A released or expired hold's seats go back: those still held by it.
-	sqlFreeSeats = `UPDATE seats SET status = 'available', hold_id = NULL, version = version + 1
-		WHERE hold_id = $1 AND status = 'held'`
-
-	sqlEndHoldSeats = `UPDATE hold_seats SET active = false WHERE hold_id = $1 AND active`
-
-	sqlInsertBooking = `INSERT INTO bookings (id, hold_id, event_id, user_id, seats, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6)`
-	sqlInsertTickets = `INSERT INTO tickets (booking_id, event_id, seat) SELECT $1, $2, s FROM unnest($3::text[]) AS s`
+	// A release's writes, in one statement: the hold moved at the version
+	// read (layer 3), its hold_seats no longer active, and its seats back
+	// to available (those still held by it). It answers how many holds it
+	// moved: none when someone else moved the hold first, and then
+	// nothing else was written either.
+	sqlReleaseHold = releaseMove + ` AND version = $3` + releaseRest
+	// The same without layer 3 (the layer tests).
+	sqlReleaseHoldUnversioned = releaseMove + releaseRest
+	releaseMove               = `WITH moved AS (
+			UPDATE holds SET status = 'released', version = version + 1, updated_at = $2
+			WHERE id = $1`
+	releaseRest = `
+			RETURNING id),
+		ended AS (
+			UPDATE hold_seats SET active = false FROM moved
+			WHERE hold_seats.hold_id = moved.id AND hold_seats.active),
+		freed AS (
+			UPDATE seats SET status = 'available', hold_id = NULL, version = seats.version + 1 FROM moved
+			WHERE seats.hold_id = moved.id AND seats.status = 'held')
+		SELECT count(*)::int FROM moved`
 
 	bookingSelect        = `SELECT id, hold_id, event_id, user_id, seats, created_at FROM bookings `
 	sqlGetBooking        = bookingSelect + `WHERE id = $1 AND user_id = $2`
