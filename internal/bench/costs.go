@@ -161,8 +161,7 @@ func (m *costMeter) sample() costSample {
 	if m == nil {
 		return costSample{}
 	}
-	s := costSample{trips: m.trips.Load(), commits: m.commits.Load(), cmds: m.cmds.Load(), process: processCPU(), box: boxBusy()}
-	return s
+	return costSample{trips: m.trips.Load(), commits: m.commits.Load(), cmds: m.cmds.Load(), process: processCPU(), box: boxBusy()}
 }
 
 // since is what was used from earlier to s.

@@ -92,8 +92,6 @@ func (r cellResult) costs() perOp {
 	return p
 }
 
-func (c cellRun) rate() float64 { return c.result.rate() }
-
 // median is the median of f over xs (the mean of the middle two of an
 // even count), 0 for none.
 func median[T any](xs []T, f func(T) float64) float64 {
