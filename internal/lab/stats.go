@@ -22,6 +22,7 @@ var shown = map[string]bool{
 	"shop_lock_extensions_total":    true,
 	"shop_lock_unlock_errors_total": true,
 	"shop_lock_wait_seconds":        true,
+	"shop_lock_tries":               true,
 }
 
 // gather reads the shown families of m as flat series, "name{k=v,…}" →
