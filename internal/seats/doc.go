@@ -45,10 +45,12 @@
 // part of layer 1, so two holds by one user cannot both pass the count.
 //
 // The hold's transaction is three round trips to PostgreSQL (holdtx.go):
-// BEGIN with the claim, the locks, the reads and the hold's row; the
-// seats' write with the key's answer; COMMIT. A confirm or a release is
-// three too. Statements that do not wait on each other's answers travel
-// together (pgx.Batch); the rules run in Go between the round trips.
+// BEGIN with the idempotency claim; the locks, the reads and the hold's
+// row; the seats' write with the key's answer and COMMIT. A confirm or a
+// release is two. Statements that do not wait on each other's answers
+// travel together (pgx.Batch); the rules run in Go between the round
+// trips, and each write checks in its own statement what it reached, so
+// COMMIT can travel with it.
 //
 // Expiry (ExpireDue) runs in every replica: FOR UPDATE SKIP LOCKED shares
 // the due holds between them, the status check and version bump make a

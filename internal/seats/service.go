@@ -34,10 +34,11 @@ import (
 //	2 state         seat available → held → booked, asked of a     Service.Hold (Glance),
 //	                snapshot before any lock, of the seats read,    CheckAvailable and
 //	                and again in their write (WHERE status =        Store.Hold: sqlHoldSeats,
-//	                'available'); hold active → confirmed |          Hold.Confirm, Hold.Release
+//	                'available'); hold active → confirmed |         Hold.Confirm, Hold.Release
 //	                released | expired
 //	3 version       seats written WHERE version = $read; the hold  Store.Hold: sqlHoldSeats,
-//	                moved WHERE version = $read                     Store.Update: sqlMoveHold
+//	                moved WHERE version = $read                     Store.Update: sqlConfirmHold,
+//	                                                                sqlReleaseHold
 //	4 constraint    one active hold per seat; one ticket per seat, hold_seats_one_active_per_seat,
 //	                ever; one booking per hold                      tickets_one_per_seat, bookings_one_per_hold
 
@@ -61,7 +62,7 @@ type LockStrategy string
 // The lock strategies.
 const (
 	// LockAdvisory takes pg_advisory_xact_lock per seat, in seat order,
-	// inside the transaction, in the round trip that begins it (the
+	// inside the transaction, in the round trip of its reads (the
 	// default): no Redis, no retry loop; a waiter sleeps in PostgreSQL,
 	// on its connection, until the holder commits.
 	LockAdvisory LockStrategy = "advisory"
