@@ -26,7 +26,7 @@ func TestExpiry_RecordsSuccess(t *testing.T) {
 	}
 	f.mustCreateProduct(t, "SKU-1", 10)
 	user := f.mustCreateUsers(t, 1)[0]
-	if _, err := svc.Create(context.Background(), user, key(1), line("SKU-1", 1), orders.NoClaim); err != nil {
+	if _, err := svc.Create(context.Background(), user, key(1), line("SKU-1", 1)); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 

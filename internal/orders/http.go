@@ -106,7 +106,7 @@ func (h handlers) create(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	p, _ := auth.PrincipalFrom(ctx)
-	o, err := h.svc.Create(ctx, p.UserID, key, lines, NoClaim)
+	o, err := h.svc.Create(ctx, p.UserID, key, lines)
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func TestExpiry_ConcurrentJobsAndCancels(t *testing.T) {
 	placed := make([]orders.Order, n)
 	for i := range n {
 		o, err := replicas[i%3].Create(context.Background(), users[i], key(i),
-			[]inventory.Line{{SKU: "SKU-1", Quantity: 1 + i%3}, {SKU: "SKU-2", Quantity: 2}}, orders.NoClaim)
+			[]inventory.Line{{SKU: "SKU-1", Quantity: 1 + i%3}, {SKU: "SKU-2", Quantity: 2}})
 		if err != nil {
 			t.Fatalf("create %d: %v", i, err)
 		}
@@ -89,7 +89,7 @@ func TestCancel_Refusals(t *testing.T) {
 	f.mustCreateProduct(t, "SKU-1", 10)
 	svc := f.service(t, layers.Set{})
 	users := f.mustCreateUsers(t, 2)
-	o, err := svc.Create(context.Background(), users[0], "k", line("SKU-1", 1), orders.NoClaim)
+	o, err := svc.Create(context.Background(), users[0], "k", line("SKU-1", 1))
 	if err != nil {
 		t.Fatal(err)
 	}

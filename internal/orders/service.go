@@ -102,21 +102,10 @@ func NewService(cfg Config) (*Service, error) {
 		ttl: cfg.OrderTTL, now: cfg.Now, layers: cfg.Layers, naiveStock: cfg.NaiveStock}, nil
 }
 
-// Claim was how a caller said that the idempotency layer serialised its
-// (user, key); the request's record says it now (idempotency.RecordFrom).
-//
-// Deprecated: Create ignores it.
-type Claim uint8
-
-// NoClaim is the one Claim.
-//
-// Deprecated: Create ignores it.
-const NoClaim Claim = 0
-
 // Create places an order for userID: every line's stock is reserved, or
 // none is. requestKey is the client's Idempotency-Key; placing the same
 // request twice returns the first order.
-func (s *Service) Create(ctx context.Context, userID, requestKey string, lines []inventory.Line, _ Claim) (Order, error) {
+func (s *Service) Create(ctx context.Context, userID, requestKey string, lines []inventory.Line) (Order, error) {
 	if err := ValidateLines(lines); err != nil {
 		return Order{}, err
 	}

@@ -147,7 +147,7 @@ func (f *fixture) mustCreateBuyers(t *testing.T, n int) []string {
 // mustPlaceOrder places an order of one unit of SKU-PAY for user.
 func (f *fixture) mustPlaceOrder(t *testing.T, user string) string {
 	t.Helper()
-	o, err := f.orders.Create(context.Background(), user, "order-"+user, []inventory.Line{{SKU: "SKU-PAY", Quantity: 1}}, orders.NoClaim)
+	o, err := f.orders.Create(context.Background(), user, "order-"+user, []inventory.Line{{SKU: "SKU-PAY", Quantity: 1}})
 	if err != nil {
 		t.Fatalf("create order: %v", err)
 	}
