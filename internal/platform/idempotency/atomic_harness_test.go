@@ -88,7 +88,7 @@ func newAtomicHarnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *a
 //	               completion with the effect and COMMIT (QueueClaim,
 //	               QueueComplete, postgres.InTxBatched)
 //	"two_phase"    claim and effect committed; the pause; then claim
-//	               again and complete
+//	               again, a second effect, and complete
 //	"two_phase_complete_only"  the same, with no second claim
 //	"invalid"      400 before any transaction
 //	"out_of_stock" 409 out_of_stock after the claim: rolled back
@@ -140,6 +140,9 @@ func (h *atomicHarness) handleAtomic(c echo.Context) error {
 					h.stale.Add(1)
 					return err
 				}
+			}
+			if err := effect(tx); err != nil {
+				return err
 			}
 			stored, err := rec.Complete(ctx, tx, answer)
 			if err == nil && !stored {

@@ -269,9 +269,15 @@ func TestAtomic_TwoPhaseTakeover(t *testing.T) {
 			}
 			// Both owners ran the first phase: in a real flow its recovery
 			// point (the payment found by its request key) makes that one
-			// effect.
-			if got := h.effects(t, "alice", "k1"); got != 2 {
-				t.Fatalf("%d effects, want 2 (one per owner's first phase)", got)
+			// effect. The new owner ran the second phase too; the stale
+			// owner's second claim refuses its second phase before it acts,
+			// where the completion's fence alone stops only its answer.
+			want := 3
+			if act == "two_phase_complete_only" {
+				want = 4
+			}
+			if got := h.effects(t, "alice", "k1"); got != want {
+				t.Fatalf("%d effects, want %d (one per owner's first phase, and the second phases that ran)", got, want)
 			}
 		})
 	}

@@ -157,6 +157,32 @@ SELECT lock.held, coalesce(claim.owner = $4, false), claim.fingerprint, claim.cr
 
 	claimLock = `pg_try_advisory_xact_lock(hashtext($1), hashtext($2))`
 
+	// sqlReclaimInTx and sqlReclaimedRow claim the key again in a later
+	// transaction of the request that claimed it (a payment's second
+	// phase, or a try after its first rolled back): two statements, sent
+	// together, that write nothing while the claim is there. The first
+	// takes the key's try-lock and, with it, inserts the claim only if
+	// the row is gone (the earlier transaction rolled back); a claim that
+	// exists is left as it is. The second reads the row under the lock,
+	// with a snapshot taken after the first statement, so it sees a
+	// takeover that committed before the lock was taken: the key is still
+	// this request's, or it was taken over after its lease ran out (or, its
+	// claim rolled back, claimed by another request), and the stale phase
+	// is refused before it acts on anything.
+	sqlReclaimInTx = `
+WITH lock AS (
+	SELECT ` + claimLock + ` AS held
+), claim AS (
+	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at)
+	SELECT $1, $2, $3, $4, $5, $6 FROM lock WHERE lock.held
+	ON CONFLICT (principal, key) DO NOTHING
+)
+SELECT held FROM lock`
+
+	sqlReclaimedRow = `
+SELECT owner = $3, fingerprint, created_at, status_code, headers, body
+  FROM idempotency_keys WHERE principal = $1 AND key = $2`
+
 	takeable = `(idempotency_keys.status_code IS NULL
 	     AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
 	     AND (idempotency_keys.locked_until < EXCLUDED.created_at OR idempotency_keys.owner = EXCLUDED.owner))`
@@ -215,43 +241,68 @@ func (r *Record) claimArgs() []any {
 // request's it returns a *Refusal (use errors.As); the flow rolls back and
 // returns it unchanged (wrap only with %w), and the middleware answers it.
 //
-// A later phase of a two-phase flow calls Claim again as its first
-// statement: the key is still this request's own claim, and the phase
-// holds its lock (the lease stays the one the request began with, as does
-// the handler's deadline), or it was taken over after the lease ran out,
-// and the stale phase is refused before it acts on anything.
+// A later transaction of the same request (a two-phase flow's second
+// phase, or a try after a rollback) calls Claim again as its first
+// statement, and claims again without writing (sqlReclaimInTx): the key is
+// still this request's own claim, and the phase holds its lock (the lease
+// stays the one the request began with, as does the handler's deadline),
+// or it was taken over after the lease ran out, and the stale phase is
+// refused before it acts on anything.
 func (r *Record) Claim(ctx context.Context, tx pgx.Tx) error {
 	if r == nil {
 		return nil
 	}
-	return r.settle(tx.QueryRow(ctx, r.store.claimSQL, r.claimArgs()...))
+	b := &pgx.Batch{}
+	r.QueueClaim(b)
+	return tx.SendBatch(ctx, b).Close()
 }
 
-// QueueClaim queues the same statement in a pgx.Batch so that it travels
-// with the transaction's next statements in one round trip; the refusal
-// comes back as the error of BatchResults.Close. The statements queued
-// after it run even when the claim is refused (then they are rolled back):
-// queue there only what cannot wait for a lock that another request of
-// the key holds, or send them in the next round trip.
+// QueueClaim queues the same statements in a pgx.Batch so that they
+// travel with the transaction's next statements in one round trip; the
+// refusal comes back as the error of BatchResults.Close. The statements
+// queued after them run even when the claim is refused (then they are
+// rolled back): queue there only what cannot wait for a lock that another
+// request of the key holds, or send them in the next round trip.
 func (r *Record) QueueClaim(b *pgx.Batch) {
 	if r == nil {
 		return
 	}
-	b.Queue(r.store.claimSQL, r.claimArgs()...).QueryRow(r.settle)
+	if !r.claimed {
+		b.Queue(r.store.claimSQL, r.claimArgs()...).QueryRow(func(row pgx.Row) error { return r.decide(false, row) })
+		return
+	}
+	var held bool
+	b.Queue(r.store.reclaimSQL, r.claimArgs()...).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&held); err != nil {
+			return fmt.Errorf("claim idempotency key %q again: %w", r.key, err)
+		}
+		return nil
+	})
+	b.Queue(sqlReclaimedRow, r.principal, r.key, r.owner).QueryRow(func(row pgx.Row) error {
+		if !held {
+			return &Refusal{}
+		}
+		return r.decide(true, row)
+	})
 }
 
-// settle reads the claim statement's row: this request's claim, or the
-// refusal.
-func (r *Record) settle(row pgx.Row) error {
+// decide reads a claim's row: this request's claim, or the refusal. The
+// row begins with the answer of the key's try-lock unless held says that
+// it was taken by an earlier statement.
+func (r *Record) decide(held bool, row pgx.Row) error {
 	var (
-		held, mine bool
-		fp         []byte
-		firstSeen  *time.Time
-		status     *int
-		headers    []byte
-		body       []byte
+		mine      bool
+		fp        []byte
+		firstSeen *time.Time
+		status    *int
+		headers   []byte
+		body      []byte
 	)
-	if err := row.Scan(&held, &mine, &fp, &firstSeen, &status, &headers, &body); err != nil {
+	dest := []any{&mine, &fp, &firstSeen, &status, &headers, &body}
+	if !held {
+		dest = append([]any{&held}, dest...)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return fmt.Errorf("claim idempotency key %q: %w", r.key, err)
 	}
 	if !held {

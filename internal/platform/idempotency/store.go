@@ -70,6 +70,7 @@ type Store struct {
 	finishTimeout time.Duration
 	secondTries   sync.WaitGroup // completions and releases tried again after the answer
 	claimSQL      string         // sqlClaimInTx
+	reclaimSQL    string         // sqlReclaimInTx
 }
 
 // NewStore returns a store over db. Each claim, completion and release is
@@ -97,9 +98,10 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 	if opts.finishTimeout <= 0 {
 		opts.finishTimeout = FinishTimeout
 	}
-	claimSQL := sqlClaimInTx
+	claimSQL, reclaimSQL := sqlClaimInTx, sqlReclaimInTx
 	if opts.claimWaits {
 		claimSQL = strings.Replace(sqlClaimInTx, claimLock, "true", 1)
+		reclaimSQL = strings.Replace(sqlReclaimInTx, claimLock, "true", 1)
 	}
 	return &Store{
 		db:        db,
@@ -112,6 +114,7 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 
 		finishTimeout: opts.finishTimeout,
 		claimSQL:      claimSQL,
+		reclaimSQL:    reclaimSQL,
 	}
 }
 
