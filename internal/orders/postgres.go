@@ -265,6 +265,30 @@ func UpdateTx(ctx context.Context, tx pgx.Tx, id string, on layers.Set, change f
 	return o, inventory.ReturnStock(ctx, tx, o.Lines())
 }
 
+// QueueWrite queues in b the write of o's new status, checked against the
+// version o was read at (layer 3): for a flow that read the order before
+// its transaction and applied its rule to that copy, so that the write
+// travels with the transaction's other statements instead of a read and a
+// write of their own. Once b's results are read, *moved says whether the
+// order had moved since it was read (zero rows): the caller then reads it
+// in the transaction and decides again (UpdateTx). Without the version
+// check (on has Version off) a copy read earlier proves nothing, so it
+// returns ErrVersionConflict at once and the caller takes that path.
+// Moves that return stock (cancelled, expired) go through UpdateTx only.
+func QueueWrite(b *pgx.Batch, o Order, on layers.Set, moved *bool) error {
+	if !on.On(layers.Version) {
+		return ErrVersionConflict
+	}
+	if o.Status.ReleasesStock() {
+		return fmt.Errorf("queue the write of order %s: %s returns stock", o.ID, o.Status)
+	}
+	b.Queue(sqlUpdateStatus, o.ID, o.Version, o.Status, o.UpdatedAt).Exec(func(tag pgconn.CommandTag) error {
+		*moved = tag.RowsAffected() == 0
+		return nil
+	})
+	return nil
+}
+
 // ExpireDue expires up to limit pending orders whose time is up and returns
 // their stock, in one transaction. It returns how many it expired. The
 // state rule (pending only, never paying) holds unless on has State off.

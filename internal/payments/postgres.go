@@ -81,37 +81,67 @@ func NewStore(db *pgxpool.Pool) *Store {
 
 // Begin opens the processing payment p of its order and moves the order
 // to paying, in one transaction that also claims the request's
-// idempotency key (rec, layer 0; nil without the layer). move, given the
-// order as it stands in the transaction, applies the order's rules
+// idempotency key (rec, layer 0; nil without the layer). read is the order
+// as the caller read it before the transaction (the read that let the
+// request go for the lock), and move applies the order's rules to it
 // (orders.Order.BeginPayment moves it to paying); the order is written at
-// the version read (orders.UpdateTx), so a cancel that got in between
-// makes Begin return orders.ErrVersionConflict. p's amount is the order's
-// total as read before: an order's total is fixed when it is placed.
-// Four round trips, one commit (postgres.InTxBatched):
+// the version read (layer 3, orders.QueueWrite), so anything that moved
+// it since (a cancel, another payment whose lock lapsed) makes Begin
+// return orders.ErrVersionConflict. The caller then tries again with a
+// zero read, and Begin reads the order in the transaction
+// (orders.UpdateTx), as it always does with layer 3 off. p's amount is
+// the order's total as read: an order's total is fixed when it is placed.
+// Two round trips and one commit with the order read
+// (postgres.InTxBatched), four without:
 //
-//	BEGIN + claim            a copy of the request is refused here (the
-//	                         claim's *idempotency.Refusal), before it
-//	                         touches the order
-//	read the order           orders.UpdateTx, move
-//	write it paying          at the version read
-//	insert p + COMMIT        layer 4 refuses a second active payment
+//	BEGIN + claim + write the order     the claim and the order's row lock;
+//	                                    a copy of the request refused by
+//	                                    the claim is rolled back
+//	insert p + COMMIT                   layer 4 refuses a second active
+//	                                    payment
 //
-// It returns ErrActivePayment when the order already has a payment
-// processing or succeeded, and ErrDuplicateRequest when it has a payment
-// begun with p's request key.
+// It returns the order as written. It returns ErrActivePayment when the
+// order already has a payment processing or succeeded, and
+// ErrDuplicateRequest when it has a payment begun with p's request key.
 //
 // Locks are taken order row, then payment index entries; Settle and
 // Discard lock the row of a payment that exists, then the order row. The
 // insert's unique checks wait only on another uncommitted insert, never on
 // a settler's row lock, so no two of them each hold what the other waits
 // for.
-func (s *Store) Begin(ctx context.Context, p Payment, rec *idempotency.Record, on layers.Set, move func(*orders.Order) error) (Payment, error) {
-	err := postgres.InTxBatched(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) (*pgx.Batch, error) {
-		_, err := orders.UpdateTx(ctx, tx, p.OrderID, on, func(o *orders.Order) (bool, error) {
-			return true, move(o)
-		})
-		if err != nil {
-			return nil, err
+func (s *Store) Begin(ctx context.Context, p Payment, rec *idempotency.Record, on layers.Set, read orders.Order,
+	move func(*orders.Order) error) (Payment, orders.Order, error) {
+	// With the version check, the order as read is written at its version
+	// in the first round trip; without it, it is read in the transaction.
+	asRead := read.ID != "" && on.On(layers.Version)
+	written, moved := read, false
+	if asRead {
+		if err := move(&written); err != nil {
+			return Payment{}, orders.Order{}, err
+		}
+	}
+	var queued error
+	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
+		rec.QueueClaim(b)
+		if asRead {
+			queued = orders.QueueWrite(b, written, on, &moved)
+		}
+	}, func(tx pgx.Tx) (*pgx.Batch, error) {
+		switch {
+		case queued != nil:
+			return nil, queued
+		case asRead && moved:
+			return nil, orders.ErrVersionConflict
+		case asRead:
+			written.Version++
+		default:
+			var err error
+			written, err = orders.UpdateTx(ctx, tx, p.OrderID, on, func(o *orders.Order) (bool, error) {
+				return true, move(o)
+			})
+			if err != nil {
+				return nil, err
+			}
 		}
 		last := &pgx.Batch{}
 		last.Queue(sqlInsertPayment, p.ID, p.OrderID, p.RequestKey, p.AmountCents, p.Method, p.CreatedAt)
@@ -119,14 +149,14 @@ func (s *Store) Begin(ctx context.Context, p Payment, rec *idempotency.Record, o
 	})
 	switch postgres.ConstraintViolated(err) {
 	case constraintOneActive:
-		return Payment{}, ErrActivePayment
+		return Payment{}, orders.Order{}, ErrActivePayment
 	case constraintRequestKey:
-		return Payment{}, ErrDuplicateRequest
+		return Payment{}, orders.Order{}, ErrDuplicateRequest
 	}
 	if err != nil {
-		return Payment{}, err
+		return Payment{}, orders.Order{}, err
 	}
-	return p, nil
+	return p, written, nil
 }
 
 // Resume reads payment id again in a transaction whose first statements
@@ -164,8 +194,8 @@ func (s *Store) Resume(ctx context.Context, id string, rec *idempotency.Record, 
 
 // Settle records p's outcome if the payment is still at p.Version, and,
 // when moveOrder is not nil, applies it to the order in the same
-// transaction (orders.UpdateTx, version-checked). Either both are written
-// or neither. It returns the payment as written.
+// transaction (version-checked). Either both are written or neither. It
+// returns the payment as written.
 //
 // With rec (layer 0) the transaction claims the request's key again
 // first: it is still this request's own claim, or it was taken over after
@@ -174,26 +204,41 @@ func (s *Store) Resume(ctx context.Context, id string, rec *idempotency.Record, 
 // with the answer of the payment as written, with its COMMIT.
 //
 // The payment's own row decides next. Its version-checked write travels
-// with BEGIN, and Settle returns ErrVersionConflict, before moveOrder sees
-// the order, if another settler (the request, a reconciler on another
+// with BEGIN, and Settle returns ErrVersionConflict, before moveOrder's
+// write counts, if another settler (the request, a reconciler on another
 // replica, one whose lock lapsed) has recorded an outcome since p was
 // read; the write's row lock makes every other settler of the payment
 // wait for this one's answer. Only a settler whose payment was still
-// processing asks the order anything, so when moveOrder finds the order no
-// longer being paid, it was cancelled for a reason other than this
-// payment: the payment and its order move together, in one transaction.
-// Four round trips with the order and the answer, one commit:
+// processing moves the order, so when moveOrder finds the order no longer
+// being paid, it was cancelled for a reason other than this payment: the
+// payment and its order move together, in one transaction.
 //
-//	BEGIN + claim + settle p     at its version: the payment's row first
-//	read the order               orders.UpdateTx, moveOrder
-//	write it                     at the version read
-//	complete + COMMIT            the answer that a retry replays
+// order is the order as this payment's begin left it (Begin's answer), or
+// the zero Order when the caller does not know it (a request carrying its
+// payment on, the reconciler). Known, moveOrder is applied to it and its
+// write, at its version, travels with the payment's (orders.QueueWrite):
+// two round trips and one commit,
 //
-// With layer 3 off (on), neither row is checked against the version read.
-func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error),
+//	BEGIN + claim + settle p +     the payment's row first, then the
+//	write the order                order's, each at its version
+//	complete + COMMIT              the answer that a retry replays
+//
+// and when the order moved since (or moveOrder returns stock, or layer 3
+// is off), it is read in the transaction and moveOrder decides on it as
+// it is (orders.UpdateTx), two round trips more.
+func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, order orders.Order, moveOrder func(*orders.Order) (bool, error),
 	rec *idempotency.Record, answer func(Payment) idempotency.Answer) (Payment, error) {
 	written := p
 	written.Version++
+	// The order as begun, moved: written with the payment's row, or, if
+	// that cannot be, read in the transaction.
+	asKnown, moved := false, false
+	if moveOrder != nil && order.ID != "" && on.On(layers.Version) {
+		next := order
+		write, err := moveOrder(&next)
+		asKnown = err == nil && write && !next.Status.ReleasesStock()
+		order = next
+	}
 	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
 		rec.QueueClaim(b)
 		query := sqlSettlePayment
@@ -207,8 +252,11 @@ func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, moveOrder 
 				}
 				return nil
 			})
+		if asKnown {
+			_ = orders.QueueWrite(b, order, on, &moved) // asKnown: versioned, and no stock returned
+		}
 	}, func(tx pgx.Tx) (*pgx.Batch, error) {
-		if moveOrder != nil {
+		if moveOrder != nil && (!asKnown || moved) {
 			if _, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder); err != nil {
 				return nil, err
 			}

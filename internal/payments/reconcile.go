@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/jobs"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -77,7 +78,7 @@ func (s *Service) reconcileOne(ctx context.Context, due Payment) string {
 			result = "gone"
 			return nil
 		}
-		p, err = s.charge(ctx, p, nil) // the reconciler answers no request
+		p, err = s.charge(ctx, p, orders.Order{}, nil) // the reconciler answers no request
 		switch {
 		case problem.CodeOf(err) == problem.Invalid:
 			result = outcomeRejected // refused by the gateway, and discarded

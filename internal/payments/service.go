@@ -191,13 +191,14 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	err = s.lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
 		ran = true
 		var p Payment
+		var begun orders.Order // the order as this request's begin left it
 		var err error
 		if mine.ID != "" {
 			// The request's own payment first, as it stands now that no
 			// one else works on it: a reconciler may have settled it.
 			p, err = s.resume(ctx, mine.ID, rec)
 		} else {
-			p, err = s.begin(ctx, userID, requestKey, o, method, rec)
+			p, begun, err = s.begin(ctx, userID, requestKey, o, method, rec)
 		}
 		if errors.Is(err, ErrDuplicateRequest) {
 			// An earlier try of this request began one (and it ended
@@ -213,7 +214,7 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 			out = p
 			return Outcome(p)
 		}
-		out, err = s.charge(ctx, p, rec)
+		out, err = s.charge(ctx, p, begun, rec)
 		return err
 	})
 	if !ran && problem.CodeOf(err) == problem.ResourceBusy {
@@ -300,18 +301,21 @@ func (s *Service) ofRequest(ctx context.Context, userID, requestKey, orderID, me
 }
 
 // begin opens the processing payment that the charge will settle, and
-// moves its order (o, as read) to paying, in one transaction that claims
-// the request's key (rec).
-func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders.Order, method string, rec *idempotency.Record) (Payment, error) {
+// moves its order (o, as read before the lock) to paying, in one
+// transaction that claims the request's key (rec). It returns the payment
+// and the order as written.
+func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders.Order, method string, rec *idempotency.Record) (Payment, orders.Order, error) {
+	read := o
 	for attempt := 1; ; attempt++ {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return Payment{}, fmt.Errorf("new payment id: %w", err)
+			return Payment{}, orders.Order{}, fmt.Errorf("new payment id: %w", err)
 		}
 		now := s.stamp()
 		p := Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing, AmountCents: o.TotalCents,
 			Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}
-		p, err = s.store.Begin(ctx, p, rec, s.layers, func(o *orders.Order) error {
+		var begun orders.Order
+		p, begun, err = s.store.Begin(ctx, p, rec, s.layers, read, func(o *orders.Order) error {
 			if o.UserID != userID {
 				return ErrNotFound // someone else's order does not exist for this user
 			}
@@ -326,23 +330,25 @@ func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders
 		})
 		switch {
 		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
-			// Layer 3: the order moved between read and write (a cancel).
+			// Layer 3: the order moved between read and write (a cancel):
+			// it is read again, in the transaction, and decided on as it is.
 			s.metrics.Stopped(FlowPay, metrics.LayerVersion)
+			read = orders.Order{}
 			continue
 		case errors.Is(err, ErrActivePayment):
 			// Layer 4: the partial unique index admits one processing-or-
 			// succeeded payment per order; whatever got past the lock and
 			// the state stops here.
 			s.metrics.Stopped(FlowPay, metrics.LayerConstraint)
-			return Payment{}, s.inFlight(ctx, o.ID)
+			return Payment{}, orders.Order{}, s.inFlight(ctx, o.ID)
 		case errors.Is(err, orders.ErrPaymentInFlight):
-			return Payment{}, s.inFlight(ctx, o.ID)
+			return Payment{}, orders.Order{}, s.inFlight(ctx, o.ID)
 		case errors.Is(err, orders.ErrVersionConflict):
-			return Payment{}, &problem.Error{Code: problem.ResourceBusy, RetryAfter: time.Second, Detail: "the order keeps changing; try again"}
+			return Payment{}, orders.Order{}, &problem.Error{Code: problem.ResourceBusy, RetryAfter: time.Second, Detail: "the order keeps changing; try again"}
 		case err == nil:
 			s.counts.attempts.Inc()
 		}
-		return p, err
+		return p, begun, err
 	}
 }
 
@@ -406,7 +412,7 @@ func (s *Service) busy(orderID string, active Payment) error {
 // outcome or leaves the payment processing with ErrOutcomeUnknown (202 to
 // the client, and the reconciler finishes the work): a charge that may
 // have been made is never answered with a failure.
-func (s *Service) charge(ctx context.Context, p Payment, rec *idempotency.Record) (Payment, error) {
+func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec *idempotency.Record) (Payment, error) {
 	c, err := s.gateway.Charge(ctx, p.ID, ChargeRequest{AmountCents: p.AmountCents, PaymentMethod: p.Method, Reference: p.OrderID})
 	var declined *DeclinedError
 	var refused *RefusedError
@@ -420,7 +426,7 @@ func (s *Service) charge(ctx context.Context, p Payment, rec *idempotency.Record
 			return p, err
 		}
 		// The order can be paid again.
-		return s.record(ctx, p, failed, s.paymentEnded(now), outcomeFailed, rec)
+		return s.record(ctx, p, failed, begun, s.paymentEnded(now), outcomeFailed, rec)
 	case err != nil:
 		s.counts.outcome(outcomeUnknown)
 		s.logger.WarnContext(ctx, "payment outcome unknown; the reconciler will settle it", "payment", p.ID, "err", err)
@@ -438,7 +444,7 @@ func (s *Service) charge(ctx context.Context, p Payment, rec *idempotency.Record
 		if err := paid.Succeed(c.ID, now); err != nil {
 			return p, err
 		}
-		out, err := s.record(ctx, p, paid, func(o *orders.Order) (bool, error) {
+		out, err := s.record(ctx, p, paid, begun, func(o *orders.Order) (bool, error) {
 			// Layer 2: the order must still be waiting for this payment.
 			if !s.layers.On(layers.State) {
 				o.Status, o.UpdatedAt = orders.StatusPaid, now
@@ -449,6 +455,7 @@ func (s *Service) charge(ctx context.Context, p Payment, rec *idempotency.Record
 		switch {
 		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
 			s.metrics.Stopped(FlowPay, metrics.LayerVersion)
+			begun = orders.Order{} // read it in the transaction
 			continue
 		case problem.CodeOf(err) == problem.InvalidState:
 			// The order was cancelled or expired while the charge was in
@@ -512,7 +519,7 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge, rec *idempote
 	if err := refunded.Refund(c.ID, r.ID, s.stamp()); err != nil {
 		return p, err
 	}
-	return s.record(ctx, p, refunded, nil, outcomeRefunded, rec)
+	return s.record(ctx, p, refunded, orders.Order{}, nil, outcomeRefunded, rec)
 }
 
 // record writes settled, the outcome of the processing payment p (and
@@ -524,12 +531,12 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge, rec *idempote
 // the payment as that one left it is the answer. When the database does
 // not answer (within the budget), nothing is recorded: p stays processing
 // for the reconciler.
-func (s *Service) record(ctx context.Context, p, settled Payment, moveOrder func(*orders.Order) (bool, error), outcome string, rec *idempotency.Record) (Payment, error) {
+func (s *Service) record(ctx context.Context, p, settled Payment, begun orders.Order, moveOrder func(*orders.Order) (bool, error), outcome string, rec *idempotency.Record) (Payment, error) {
 	var answer func(Payment) idempotency.Answer
 	if settled.Status == StatusSucceeded {
 		answer = paid
 	}
-	out, err := s.store.Settle(ctx, settled, s.layers, moveOrder, rec, answer)
+	out, err := s.store.Settle(ctx, settled, s.layers, begun, moveOrder, rec, answer)
 	switch {
 	case errors.Is(err, ErrVersionConflict):
 		s.metrics.Stopped(FlowPay, metrics.LayerVersion)
