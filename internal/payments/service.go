@@ -41,11 +41,14 @@ import (
 //
 //	read the order                      1 round trip     orders.Service.Get (admit)
 //	lock payment:{order}                Redis: SET NX on each node, and the release
-//	begin: claim, order, payment        4, one commit    Store.Begin
+//	begin: claim, order at the version  2, one commit    Store.Begin
+//	read, payment
 //	charge                              the gateway, no transaction open
-//	settle: claim, payment, order,      4, one commit    Store.Settle
-//	answer
+//	settle: claim, payment, order at    2, one commit    Store.Settle
+//	the version begun, answer
 //
+// An order that moved since it was read costs a read in the transaction
+// (two round trips more), and its move is decided on the order as it is.
 // A loser costs the order's read and, when the order cannot begin a
 // payment, the read of the payments (one statement), or one lock
 // attempt; and, for an answer that is stored (invalid_state), the key
