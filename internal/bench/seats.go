@@ -181,28 +181,30 @@ const (
 // errRawTaken rolls the baseline's hold back when a seat was taken.
 var errRawTaken = errors.New("a seat is taken")
 
-// hold holds the seats named by key ("A1,A2"), or 1–4 random seats
-// without one.
+// hold holds the seats named by key ("A1,A2", see seatKey), or 1–4
+// random seats without one, then releases them.
 func (f rawSeatFlow) hold(ctx context.Context, client int, key string) string {
-	want := splitSeats(key)
+	return runSteps(ctx, client, withHoldID(key), f.take, f.release)
+}
+
+// take is the hold: the seats named by key (seatKey) under the hold id it
+// names.
+func (f rawSeatFlow) take(ctx context.Context, client int, key string) string {
+	want, id := parseSeatKey(key)
 	if len(want) == 0 {
 		want = pickSeats(f.shape)
 		seats.SortSeats(want)
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return "uuid"
-	}
 	now := time.Now().UTC()
-	err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sqlRawHoldSeats, f.event, want, id.String())
+	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlRawHoldSeats, f.event, want, id)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() != int64(len(want)) {
 			return errRawTaken
 		}
-		_, err = tx.Exec(ctx, sqlRawInsertHold, id.String(), f.event, f.users[client], want, now.Add(seats.DefaultHoldTTL), now)
+		_, err = tx.Exec(ctx, sqlRawInsertHold, id, f.event, f.users[client], want, now.Add(seats.DefaultHoldTTL), now)
 		return err
 	})
 	switch {
@@ -213,7 +215,13 @@ func (f rawSeatFlow) hold(ctx context.Context, client int, key string) string {
 	case err != nil:
 		return "sql error"
 	}
-	if _, err := f.pool.Exec(ctx, sqlRawRelease, id.String()); err != nil {
+	return ""
+}
+
+// release ends the hold that key names.
+func (f rawSeatFlow) release(ctx context.Context, _ int, key string) string {
+	_, id := parseSeatKey(key)
+	if _, err := f.pool.Exec(ctx, sqlRawRelease, id); err != nil {
 		return "release"
 	}
 	return ""
@@ -229,7 +237,7 @@ type layeredSeatFlow struct {
 // hold holds the seats named by key ("A1,A2"), or 1–4 random seats
 // without one, then releases them.
 func (f layeredSeatFlow) hold(ctx context.Context, client int, key string) string {
-	want := splitSeats(key)
+	want, _ := parseSeatKey(key)
 	if len(want) == 0 {
 		want = pickSeats(f.shape)
 	}

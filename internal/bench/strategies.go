@@ -100,8 +100,12 @@ type strategy struct {
 // key pick chose from one of keys (at random), the successes told, and
 // the audit to run after.
 type cell struct {
-	op   orderFunc // one operation, in process
-	keys []string
+	op orderFunc // one operation, in process
+	// steps, when the operation is more than one request through HTTP
+	// (a hold, then its release), are its parts, which op runs in turn;
+	// nil: one request runs op.
+	steps []orderFunc
+	keys  []string
 	// pick turns the key measure chose into the operation's: the order to
 	// pay, the seats to hold; or it fails ("out of orders"). nil: measure's
 	// key is the operation's.
@@ -390,8 +394,12 @@ func runOnce(ctx context.Context, a *arena, f flowSpec, name string, s strategy,
 	}
 	op := c.op
 	if column == viaHTTP && name != "layered" {
-		defer a.router.serve(f.name, name, c.op)()
-		op = a.router.client(f.name, name)
+		steps := c.steps
+		if steps == nil {
+			steps = []orderFunc{c.op}
+		}
+		defer a.router.serve(f.name, name, steps)()
+		op = a.router.client(f.name, name, len(steps))
 	}
 	sc := scenario{name: f.name + "/" + name + "/" + shape, skus: c.keys, order: c.client(op), layered: name == "layered", meter: a.o.meter}
 	o := a.o

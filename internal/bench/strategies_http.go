@@ -53,14 +53,17 @@ type baselineRouter struct {
 	turns []sync.Mutex
 }
 
-// baselineSlot holds the operation of the cell running on a route, if any.
+// baselineSlot holds the steps of the operation of the cell running on a
+// route, if any.
 type baselineSlot struct {
-	op atomic.Pointer[orderFunc]
+	steps atomic.Pointer[[]orderFunc]
 }
 
-// baselineRequest is the body of every baseline request.
+// baselineRequest is the body of every baseline request: the key, and
+// which step of the operation to run (0 for an operation of one).
 type baselineRequest struct {
-	Key string `json:"key"`
+	Key  string `json:"key"`
+	Step int    `json:"step,omitempty"`
 }
 
 // baselineAnswer is the body of a success.
@@ -126,12 +129,15 @@ func (r *baselineRouter) handle(f flowSpec, strategy string, slot *baselineSlot)
 		if !ok {
 			return problem.New(problem.Forbidden, "not one of the bench's clients")
 		}
-		op := slot.op.Load()
-		if op == nil {
+		steps := slot.steps.Load()
+		if steps == nil {
 			return problem.New(problem.NotFound, "no cell of "+f.name+"/"+strategy+" is running")
 		}
+		if req.Step < 0 || req.Step >= len(*steps) {
+			return problem.Errorf(problem.Invalid, "step: %d, the operation has %d", req.Step, len(*steps))
+		}
 		r.turns[client].Lock()
-		failure := (*op)(ctx, client, req.Key)
+		failure := (*steps)[req.Step](ctx, client, req.Key)
 		r.turns[client].Unlock()
 		if failure != "" {
 			return refusalOf(failure)
@@ -163,35 +169,46 @@ func refusalOf(failure string) error {
 	return errors.New(failure)
 }
 
-// serve puts op in the route of flow's strategy until the returned
-// function is called.
-func (r *baselineRouter) serve(flow, strategy string, op orderFunc) (stop func()) {
+// serve puts the steps of an operation in the route of flow's strategy
+// until the returned function is called.
+func (r *baselineRouter) serve(flow, strategy string, steps []orderFunc) (stop func()) {
 	slot := r.slots[baselinePath(flow, strategy)]
-	slot.op.Store(&op)
-	return func() { slot.op.Store(nil) }
+	slot.steps.Store(&steps)
+	return func() { slot.steps.Store(nil) }
 }
 
-// client is the operation as a client runs it: POST the key to the route
-// of flow's strategy, with the client's token. A 201 is a success; a
-// refusal is the failure its detail names, as in process.
-func (r *baselineRouter) client(flow, strategy string) orderFunc {
+// client is the operation as a client runs it: for each of its steps in
+// turn, POST the key and the step to the route of flow's strategy, with
+// the client's token. A 201 is a success; a refusal is the failure its
+// detail names, as in process, and ends the operation.
+func (r *baselineRouter) client(flow, strategy string, steps int) orderFunc {
 	path := baselinePath(flow, strategy)
 	return func(ctx context.Context, client int, key string) string {
-		body, err := json.Marshal(baselineRequest{Key: key})
-		if err != nil {
-			return "request"
-		}
-		a := r.svc.post(ctx, r.svc.tokens[client], path, string(body), "")
-		if a.status == http.StatusConflict || a.status == http.StatusPaymentRequired {
-			var p struct {
-				Detail string `json:"detail"`
-			}
-			if json.Unmarshal(a.body, &p) == nil && p.Detail != "" {
-				return p.Detail
+		for step := range steps {
+			if failure := r.send(ctx, path, client, baselineRequest{Key: key, Step: step}); failure != "" {
+				return failure
 			}
 		}
-		return a.failure()
+		return ""
 	}
+}
+
+// send POSTs one step and returns its failure, or "".
+func (r *baselineRouter) send(ctx context.Context, path string, client int, req baselineRequest) string {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return "request"
+	}
+	a := r.svc.post(ctx, r.svc.tokens[client], path, string(body), "")
+	if a.status == http.StatusConflict || a.status == http.StatusPaymentRequired {
+		var p struct {
+			Detail string `json:"detail"`
+		}
+		if json.Unmarshal(a.body, &p) == nil && p.Detail != "" {
+			return p.Detail
+		}
+	}
+	return a.failure()
 }
 
 func (r *baselineRouter) stop() { r.svc.stop() }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -37,13 +38,13 @@ func TestBaselineRouter_Answers(t *testing.T) {
 	var ran atomic.Int32
 	var answer atomic.Value // the failure the operation returns
 	answer.Store("")
-	stop := r.serve("orders", "naive", func(_ context.Context, client int, key string) string {
+	stop := r.serve("orders", "naive", []orderFunc{func(_ context.Context, client int, key string) string {
 		ran.Add(1)
 		if client != 1 || key != "SKU-1" {
 			return "wrong client or key"
 		}
 		return answer.Load().(string)
-	})
+	}})
 	defer stop()
 
 	path := baselinePath("orders", "naive")
@@ -69,7 +70,7 @@ func TestBaselineRouter_Answers(t *testing.T) {
 		t.Fatalf("the operation ran %d times for requests refused at the edge", n)
 	}
 
-	client := r.client("orders", "naive")
+	client := r.client("orders", "naive", 1)
 	a := r.svc.post(ctx, tokens[1], path, `{"key":"SKU-1"}`, "")
 	var done baselineAnswer
 	if err := json.Unmarshal(a.body, &done); a.status != http.StatusCreated || err != nil ||
@@ -97,5 +98,32 @@ func TestBaselineRouter_Answers(t *testing.T) {
 	stop()
 	if failure := client(ctx, 1, "SKU-1"); failure != "http 404" {
 		t.Errorf("client with no cell running = %q, want http 404", failure)
+	}
+
+	// An operation of two steps is two requests, in order; a refusal of
+	// the first ends it.
+	var steps []string
+	var mu sync.Mutex
+	step := func(name string) orderFunc {
+		return func(context.Context, int, string) string {
+			mu.Lock()
+			defer mu.Unlock()
+			steps = append(steps, name)
+			return answer.Load().(string)
+		}
+	}
+	defer r.serve("orders", "naive", []orderFunc{step("hold"), step("release")})()
+	two := r.client("orders", "naive", 2)
+	answer.Store("")
+	if failure := two(ctx, 1, "SKU-1"); failure != "" || strings.Join(steps, ",") != "hold,release" {
+		t.Errorf("two steps = %q, ran %v; want both, in order", failure, steps)
+	}
+	steps = nil
+	answer.Store("out of stock")
+	if failure := two(ctx, 1, "SKU-1"); failure != "out of stock" || strings.Join(steps, ",") != "hold" {
+		t.Errorf("two steps, the first refused = %q, ran %v; want the refusal, and the first only", failure, steps)
+	}
+	if a := r.svc.post(ctx, tokens[1], path, `{"key":"SKU-1","step":2}`, ""); a.status != http.StatusBadRequest {
+		t.Errorf("a step past the operation's = %d %s, want 400", a.status, a.body)
 	}
 }

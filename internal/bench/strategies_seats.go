@@ -56,7 +56,7 @@ var errSeatTaken = errors.New("a seat is not available")
 
 func seatsFlow() flowSpec {
 	base := func(how func(a *arena) seatTake) func(ctx context.Context, a *arena, shape string) (cell, error) {
-		return seatCell(func(a *arena, ev string, sh seatShape) orderFunc { return a.holdSeats(ev, sh, how(a)) })
+		return seatCell(func(a *arena, ev string, sh seatShape) []orderFunc { return a.holdSeats(ev, sh, how(a)) })
 	}
 	return flowSpec{
 		name:     "seats",
@@ -78,27 +78,33 @@ func seatsFlow() flowSpec {
 			"advisory": {how: "pg_advisory_xact_lock per seat, in seat order, then the naive hold",
 				cell: base(func(*arena) seatTake { return takeSeatsAdvisory })},
 			"redsync only": {how: "the naive hold inside a Redlock per seat, taken in seat order, over the three nodes",
-				cell: seatCell(func(a *arena, ev string, sh seatShape) orderFunc {
-					naive := a.holdSeats(ev, sh, takeSeatsNaive(sqlSeatsRead, false))
-					return func(ctx context.Context, client int, key string) string {
-						return underLocks(ctx, a, ev, splitSeats(key), func(ctx context.Context) string { return naive(ctx, client, key) })
+				cell: seatCell(func(a *arena, ev string, sh seatShape) []orderFunc {
+					steps := a.holdSeats(ev, sh, takeSeatsNaive(sqlSeatsRead, false))
+					hold := steps[0]
+					steps[0] = func(ctx context.Context, client int, key string) string {
+						want, _ := parseSeatKey(key)
+						return underLocks(ctx, a, ev, want, func(ctx context.Context) string { return hold(ctx, client, key) })
 					}
+					return steps
 				})},
 			"conditional": {how: "one conditional UPDATE … WHERE status = 'available' over the seats, all or none (bench seats' raw baseline)",
-				cell: seatCell(func(a *arena, ev string, sh seatShape) orderFunc {
-					return rawSeatFlow{pool: a.pool, users: a.users, event: ev, shape: sh}.hold
+				cell: seatCell(func(a *arena, ev string, sh seatShape) []orderFunc {
+					f := rawSeatFlow{pool: a.pool, users: a.users, event: ev, shape: sh}
+					return []orderFunc{f.take, f.release}
 				})},
 			"layered": {how: "POST /v1/events/{id}/holds through the service (its default seat lock), then DELETE /v1/holds/{id}",
-				cell: seatCell(func(a *arena, ev string, sh seatShape) orderFunc {
-					return layeredSeatFlow{svc: a.svc, event: ev, shape: sh}.hold
+				cell: seatCell(func(a *arena, ev string, sh seatShape) []orderFunc {
+					return []orderFunc{layeredSeatFlow{svc: a.svc, event: ev, shape: sh}.hold}
 				})},
 		},
 	}
 }
 
 // seatCell seeds an event of the case's shape (spread: -seat-rows rows)
-// and audits it afterwards.
-func seatCell(op func(a *arena, event string, sh seatShape) orderFunc) func(ctx context.Context, a *arena, shape string) (cell, error) {
+// and audits it afterwards. Its unit is the steps op returns: a baseline's
+// hold and its release, each a request of its own through HTTP as the
+// layered flow's are (the layered flow's one step sends both).
+func seatCell(op func(a *arena, event string, sh seatShape) []orderFunc) func(ctx context.Context, a *arena, shape string) (cell, error) {
 	return func(ctx context.Context, a *arena, shape string) (cell, error) {
 		sh := seatShapes[0]
 		for _, s := range seatShapes {
@@ -123,40 +129,40 @@ func seatCell(op func(a *arena, event string, sh seatShape) orderFunc) func(ctx 
 			return found, err
 		}
 		// Each hold's seats are picked before it is sent, and named by its
-		// key: "A1,A2", in seat order.
+		// key with the hold's id (seatKey).
 		pick := func(string) (string, string) {
 			want := pickSeats(sh)
 			seats.SortSeats(want)
-			return joinSeats(want), ""
+			return withHoldID(joinSeats(want)), ""
 		}
-		return cell{op: op(a, ev, sh), pick: pick, told: newTold(), audit: audit}, nil
+		steps := op(a, ev, sh)
+		unit := func(ctx context.Context, client int, key string) string {
+			return runSteps(ctx, client, key, steps...)
+		}
+		return cell{op: unit, steps: steps, pick: pick, told: newTold(), audit: audit}, nil
 	}
 }
 
 // seatTake takes the seats for hold inside tx, or returns errSeatTaken.
 type seatTake func(ctx context.Context, tx pgx.Tx, event, hold string, want []string) error
 
-// holdSeats is one unit: a hold of the seats named by key ("A1,A2"), or
-// of 1–4 random seats without one, inserted and its seats taken with take
-// in one transaction, then released in a second.
-func (a *arena) holdSeats(event string, sh seatShape, take seatTake) orderFunc {
-	return func(ctx context.Context, client int, key string) string {
-		want := splitSeats(key)
+// holdSeats is one unit in two steps: a hold of the seats named by key
+// (seatKey), or of 1–4 random seats without any, inserted and its seats
+// taken with take in one transaction; then its release, in a second.
+func (a *arena) holdSeats(event string, sh seatShape, take seatTake) []orderFunc {
+	hold := func(ctx context.Context, client int, key string) string {
+		want, id := parseSeatKey(key)
 		if len(want) == 0 {
 			want = pickSeats(sh)
 			seats.SortSeats(want)
 		}
-		id, err := uuid.NewV7()
-		if err != nil {
-			return "uuid"
-		}
 		now := time.Now().UTC()
-		err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 			// The hold first: hold_seats rows (unique only) refer to it.
-			if _, err := tx.Exec(ctx, sqlRawInsertHold, id.String(), event, a.users[client], want, now.Add(seats.DefaultHoldTTL), now); err != nil {
+			if _, err := tx.Exec(ctx, sqlRawInsertHold, id, event, a.users[client], want, now.Add(seats.DefaultHoldTTL), now); err != nil {
 				return err
 			}
-			return take(ctx, tx, event, id.String(), want)
+			return take(ctx, tx, event, id, want)
 		})
 		switch {
 		case errors.Is(err, errSeatTaken), errors.Is(err, errVersionConflict), postgres.SQLState(err) == "23505":
@@ -164,11 +170,15 @@ func (a *arena) holdSeats(event string, sh seatShape, take seatTake) orderFunc {
 		case err != nil:
 			return failureOf(ctx, err)
 		}
-		err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, sqlHoldSeatsRelease, id.String()); err != nil {
+		return ""
+	}
+	release := func(ctx context.Context, _ int, key string) string {
+		_, id := parseSeatKey(key)
+		err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, sqlHoldSeatsRelease, id); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, sqlRawRelease, id.String())
+			_, err := tx.Exec(ctx, sqlRawRelease, id)
 			return err
 		})
 		if err != nil {
@@ -176,6 +186,7 @@ func (a *arena) holdSeats(event string, sh seatShape, take seatTake) orderFunc {
 		}
 		return ""
 	}
+	return []orderFunc{hold, release}
 }
 
 // takeSeatsNaive reads the seats with readSQL (which may lock them),
@@ -265,9 +276,38 @@ func underLocks(ctx context.Context, a *arena, event string, want []string, fn f
 
 func joinSeats(s []string) string { return strings.Join(s, ",") }
 
-func splitSeats(key string) []string {
-	if key == "" {
-		return nil
+// A seat key names a hold's seats and its id: "A1,A2/0193…". The
+// client picks both, so that a unit's two steps, each a request of its
+// own, name the same hold; the layered flow sends the seats and lets the
+// service pick the id.
+func withHoldID(seatList string) string {
+	if strings.Contains(seatList, "/") {
+		return seatList
 	}
-	return strings.Split(key, ",")
+	id, err := uuid.NewV7()
+	if err != nil {
+		return seatList // no id: the hold's insert refuses it
+	}
+	return seatList + "/" + id.String()
+}
+
+// parseSeatKey splits a seat key into its seats (none for "") and its
+// hold id.
+func parseSeatKey(key string) ([]string, string) {
+	list, id, _ := strings.Cut(key, "/")
+	if list == "" {
+		return nil, id
+	}
+	return strings.Split(list, ","), id
+}
+
+// runSteps runs a unit's steps in order, and stops at the first that
+// fails.
+func runSteps(ctx context.Context, client int, key string, steps ...orderFunc) string {
+	for _, step := range steps {
+		if failure := step(ctx, client, key); failure != "" {
+			return failure
+		}
+	}
+	return ""
 }
