@@ -99,8 +99,12 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
-	// Idempotency bookkeeping commits without waiting for the WAL flush;
-	// see package idempotency for why that is safe.
+	// The keyed flows claim and complete their keys in their own
+	// transactions, on deps.Pool. What the idempotency store runs apart
+	// from them (a refusal stored after a rollback, the release of a claim
+	// a committed phase left, the sweep) commits on this pool without
+	// waiting for the WAL flush, so a stored 409 out_of_stock costs no
+	// durable flush; package idempotency says why losing one is safe.
 	bookkeeping, err := postgres.AsyncCommitPool(context.Background(), deps.Pool, max(deps.Pool.Config().MaxConns/2, 2))
 	if err != nil {
 		return nil, err
@@ -367,7 +371,7 @@ func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 
 // Close releases the connections New opened (not those in Deps). Call it
 // once the server has drained: it first waits for the idempotency keys
-// still being finished in the background.
+// still being released in the background.
 func (a *App) Close() {
 	a.live.close()
 	a.sandboxes.close()

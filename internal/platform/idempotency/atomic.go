@@ -33,8 +33,10 @@ import (
 // Idempotent-Replayed: true), 409 request_in_progress with Retry-After,
 // 422 idempotency_key_reused.
 //
-// It must run after the auth middleware, like Middleware. Conflicts it
-// stops are counted under flow.
+// It must run after the auth middleware: keys are scoped by
+// auth.PrincipalFrom(ctx).Scope(). Conflicts it stops are counted under
+// flow, the name the domain service uses for the same flow, so one flow's
+// conflicts read as one series whichever layer stopped them.
 //
 //	g.POST("/orders", h.create, authMW.User, idem.Atomic("create_order"))
 func (s *Store) Atomic(flow string) echo.MiddlewareFunc {
@@ -164,17 +166,51 @@ func (s *Store) answerRefusal(c echo.Context, flow string, prev *stored, fp []by
 // free deletes a claim of rec's that a committed phase may have left, so
 // that a retry runs at once instead of waiting for the lease. Whether a
 // row was there is no news: a one-transaction flow's claim rolled back
-// with it. Like a release, it runs detached and is tried again once.
+// with it. The delete runs on a context detached from the request (a
+// client that hung up must not leave its key claimed) and bounded by
+// FinishTimeout, since the answer waits for it.
+//
+// If it fails (the database slow, its pool exhausted, a connection cut),
+// the answer goes out without it, and it is tried once more in the
+// background within FinishRetryTimeout; otherwise every retry of the
+// request would be told request_in_progress until the lease ends (30 s).
+// The late try is fenced by the owner token like the first: if the key
+// was taken over or completed meanwhile, it deletes nothing.
 func (s *Store) free(c echo.Context, rec *Record, why string) {
-	cl := &claim{principal: rec.principal, key: rec.key, owner: rec.owner}
+	detached := context.WithoutCancel(c.Request().Context())
+	requestID := httpx.RequestID(c) // c is not to be used once the handler has returned
+	principal, key, owner := rec.principal, rec.key, rec.owner
 	if why != "" {
-		s.logger.WarnContext(c.Request().Context(), "idempotency key released", "request_id", httpx.RequestID(c), "key", cl.key, "why", why)
+		s.logger.WarnContext(detached, "idempotency key released", "request_id", requestID, "key", key, "why", why)
 	}
-	s.finish(c, cl, resultReleased, func(ctx context.Context) (bool, error) {
-		_, err := s.releaseClaim(ctx, cl)
-		return true, err
+	release := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(detached, timeout)
+		defer cancel()
+		return s.release(ctx, principal, key, owner)
+	}
+	err := release(s.finishTimeout)
+	if err == nil {
+		s.counters.result(resultReleased)
+		return
+	}
+	s.logger.WarnContext(detached, "idempotency key not released; trying again after the answer",
+		"request_id", requestID, "key", key, "err", err)
+	s.secondTries.Go(func() {
+		if err := release(FinishRetryTimeout); err != nil {
+			// The answer has been sent; the key frees itself when the lease ends.
+			s.counters.result(resultError)
+			s.logger.ErrorContext(detached, "idempotency key left claimed", "request_id", requestID, "key", key, "err", err)
+			return
+		}
+		s.counters.result(resultReleased)
 	})
 }
+
+// Wait returns when every second try of a release has ended, each within
+// FinishRetryTimeout. A replica that stops calls it after its server has
+// drained and before it closes the store's pool, so that a key whose first
+// release failed is not left claimed for the rest of its lease.
+func (s *Store) Wait() { s.secondTries.Wait() }
 
 // storeAnswer stores resp as the answer of rec's key, unless another
 // request holds the key or completed it: then it returns the row that

@@ -45,10 +45,10 @@ func TestAtomic_DuplicatesDoNotStallThePool(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(flowDB.Close)
-			h := newAtomicHarnessOn(t, testenv.PoolFor(t, url), flowDB, Options{claimWaits: tt.claimWaits})
+			h := newHarnessOn(t, testenv.PoolFor(t, url), flowDB, Options{claimWaits: tt.claimWaits})
 			waiting := sampleWaits(t, h)
 
-			first := start(t, h.harness, request{path: atomicPath, key: "hot", gate: "first"})
+			first := start(t, h, request{path: atomicPath, key: "hot", gate: "first"})
 			var (
 				copyReplies  = make([]reply, tt.copies)
 				otherLatency = make([]time.Duration, others)
@@ -153,7 +153,7 @@ func (w *waits) stop() int64 {
 // the flow's), until stopped: the sessions waiting for a lock another
 // transaction holds. A relation's extension lock, which concurrent inserts
 // take in turn to add a page, is no wait for another request.
-func sampleWaits(t *testing.T, h *atomicHarness) *waits {
+func sampleWaits(t *testing.T, h *harness) *waits {
 	t.Helper()
 	w := &waits{stopped: make(chan struct{}), done: make(chan struct{})}
 	go func() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,15 +26,34 @@ const atomicPath = "/v1/atomic/1"
 func TestAtomic_Race(t *testing.T) {
 	t.Parallel()
 	const n = 20
+
+	// Without the layer the same crowd writes the effect once per copy:
+	// the invariant checked below is one Atomic must make true. Fewer
+	// copies than the pool's connections, since each holds one while it
+	// waits for the others.
+	t.Run("WithoutTheLayer", func(t *testing.T) {
+		t.Parallel()
+		const copies = 8
+		h := newHarness(t, Options{})
+		for _, rep := range race(t, h, copies, request{path: "/v1/plain/1", key: "k1", act: "wait_for_crowd"}) {
+			if rep.status != http.StatusCreated {
+				t.Fatalf("got %d %s, want 201", rep.status, rep.body)
+			}
+		}
+		if got := h.effects(t, "alice", "k1"); got != copies {
+			t.Fatalf("%d effects with no idempotency layer, want %d: the race is not racing", got, copies)
+		}
+	})
+
 	for _, act := range []string{"", "batched"} {
 		t.Run("Act="+act, func(t *testing.T) {
 			t.Parallel()
-			h := newAtomicHarness(t, Options{})
+			h := newHarness(t, Options{})
 			var replies []reply
 			if act == "batched" {
 				replies = raceBatched(t, h, n, request{path: atomicPath, key: "k1", act: act, body: `{"quantity":1}`})
 			} else {
-				replies = race(t, h.harness, n, request{path: atomicPath, key: "k1", act: "wait_for_crowd", body: `{"quantity":1}`})
+				replies = race(t, h, n, request{path: atomicPath, key: "k1", act: "wait_for_crowd", body: `{"quantity":1}`})
 			}
 			var fresh []byte
 			inProgress := 0
@@ -60,8 +80,8 @@ func TestAtomic_Race(t *testing.T) {
 			if got := h.effects(t, "alice", "k1"); got != 1 {
 				t.Fatalf("%d effects, want 1", got)
 			}
-			assertStored(t, h.harness, "k1", fresh, request{path: atomicPath, body: `{"quantity":1}`})
-			if got := counter(t, h.harness, "shop_conflicts_stopped_total", "flow", atomicFlow, "layer", "idempotency"); got < float64(inProgress) {
+			assertStored(t, h, "k1", fresh, request{path: atomicPath, body: `{"quantity":1}`})
+			if got := counter(t, h, "shop_conflicts_stopped_total", "flow", atomicFlow, "layer", "idempotency"); got < float64(inProgress) {
 				t.Fatalf("conflicts stopped = %v, want at least %d", got, inProgress)
 			}
 		})
@@ -71,11 +91,11 @@ func TestAtomic_Race(t *testing.T) {
 // raceBatched is race for the batched flow, which pauses at a gate: the
 // first copy is sent alone and held after its claim, the others go at
 // once, and the gate opens when they are all answered.
-func raceBatched(t *testing.T, h *atomicHarness, n int, r request) []reply {
+func raceBatched(t *testing.T, h *harness, n int, r request) []reply {
 	t.Helper()
 	first := r
 	first.gate = "first"
-	answered := start(t, h.harness, first)
+	answered := start(t, h, first)
 	rest := make([]reply, n-1)
 	testenv.Together(n-1, func(i int) {
 		rep, err := h.send(r)
@@ -92,12 +112,16 @@ func raceBatched(t *testing.T, h *atomicHarness, n int, r request) []reply {
 // commit together, and the replay is the first answer byte for byte.
 func TestAtomic_OneTransaction(t *testing.T) {
 	t.Parallel()
-	h := newAtomicHarness(t, Options{})
+	h := newHarness(t, Options{})
 	for _, act := range []string{"", "batched"} {
 		key := "k-" + act
 		first := h.mustSend(t, request{path: atomicPath, key: key, act: act, body: `{"a":1}`})
 		if first.status != http.StatusCreated || first.replayed() {
 			t.Fatalf("%s: got %d replayed=%v %s", act, first.status, first.replayed(), first.body)
+		}
+		// The flow read the body the middleware had read before it.
+		if !strings.Contains(string(first.body), `"body":"{\"a\":1}"`) {
+			t.Fatalf("%s: the flow did not see the body: %s", act, first.body)
 		}
 		again := h.mustSend(t, request{path: atomicPath, key: key, act: act, body: `{ "a": 1 }`})
 		if !again.replayed() || !bytes.Equal(again.body, first.body) || again.status != first.status {
@@ -112,25 +136,34 @@ func TestAtomic_OneTransaction(t *testing.T) {
 			t.Fatalf("%s: %d effects, want 1", act, got)
 		}
 	}
-	if got := counter(t, h.harness, "shop_idempotency_results_total", "result", resultStored); got != 2 {
+	if got := counter(t, h, "shop_idempotency_results_total", "result", resultStored); got != 2 {
 		t.Fatalf("results{stored} = %v, want 2", got)
 	}
 }
 
-// TestAtomic_RolledBack: a flow that fails after its claim rolls the claim
-// back with its work; no record is left, and a retry runs afresh.
+// TestAtomic_RolledBack: a flow that fails after its claim, or answers
+// "try again" (409 resource_busy, 429), rolls the claim back with its
+// work; no record is left and nothing is stored, and a retry runs afresh.
 func TestAtomic_RolledBack(t *testing.T) {
 	t.Parallel()
-	for _, act := range []string{"fail", "panic"} {
-		t.Run(act, func(t *testing.T) {
+	for _, tt := range []struct {
+		act    string
+		status int
+	}{
+		{"fail", http.StatusInternalServerError},
+		{"panic", http.StatusInternalServerError},
+		{"busy", http.StatusConflict},
+		{"rate_limited", http.StatusTooManyRequests},
+	} {
+		t.Run(tt.act, func(t *testing.T) {
 			t.Parallel()
-			h := newAtomicHarness(t, Options{})
-			failed := h.mustSend(t, request{path: atomicPath, key: "k1", act: act})
-			if failed.status != http.StatusInternalServerError {
-				t.Fatalf("got %d %s, want 500", failed.status, failed.body)
+			h := newHarness(t, Options{})
+			failed := h.mustSend(t, request{path: atomicPath, key: "k1", act: tt.act})
+			if failed.status != tt.status {
+				t.Fatalf("got %d %s, want %d", failed.status, failed.body, tt.status)
 			}
 			if rows := h.rows(t); len(rows) != 0 {
-				t.Fatalf("a rolled-back flow left keys: %v", rows)
+				t.Fatalf("a %d answer left keys: %v", tt.status, rows)
 			}
 			retry := h.mustSend(t, request{path: atomicPath, key: "k1"})
 			if retry.status != http.StatusCreated || retry.replayed() {
@@ -157,7 +190,7 @@ func TestAtomic_StoresRefusal(t *testing.T) {
 	} {
 		t.Run(tt.act, func(t *testing.T) {
 			t.Parallel()
-			h := newAtomicHarness(t, Options{})
+			h := newHarness(t, Options{})
 			first := h.mustSend(t, request{path: atomicPath, key: "k1", act: tt.act})
 			if first.status != tt.status || first.code() != tt.code || first.replayed() {
 				t.Fatalf("got %d %s, want %d %s", first.status, first.body, tt.status, tt.code)
@@ -177,16 +210,20 @@ func TestAtomic_StoresRefusal(t *testing.T) {
 }
 
 // TestAtomic_KeyReused: the same key for another body, path or method is
-// 422, whether the first was completed by its flow or stored afterwards.
+// 422, whether the first was completed by its flow or stored afterwards,
+// and whatever the second would have done.
 func TestAtomic_KeyReused(t *testing.T) {
 	t.Parallel()
-	h := newAtomicHarness(t, Options{})
+	h := newHarness(t, Options{})
 	h.mustSend(t, request{path: atomicPath, key: "k1", body: `{"quantity":1}`})
 	h.mustSend(t, request{path: atomicPath, key: "k2", act: "invalid", body: `{"quantity":1}`})
 	for _, key := range []string{"k1", "k2"} {
 		for _, r := range []request{
 			{path: atomicPath, key: key, body: `{"quantity":2}`},
 			{path: "/v1/atomic/2", key: key, body: `{"quantity":1}`},
+			{method: http.MethodPut, path: atomicPath, key: key, body: `{"quantity":1}`},
+			// A duplicated member does not pass for its last value.
+			{path: atomicPath, key: key, body: `{"quantity":0,"quantity":1}`},
 			{path: atomicPath, key: key, act: "invalid", body: `{"quantity":2}`},
 		} {
 			rep := h.mustSend(t, r)
@@ -211,7 +248,7 @@ func TestAtomic_LostCommit(t *testing.T) {
 			t.Parallel()
 			url := testenv.DatabaseURL(t)
 			cutter := testenv.NewCommitCutter(t)
-			h := newAtomicHarnessOn(t, testenv.PoolFor(t, url), testenv.PoolFor(t, cutter.URL(url)), Options{})
+			h := newHarnessOn(t, testenv.PoolFor(t, url), testenv.PoolFor(t, cutter.URL(url)), Options{})
 			cutter.LoseCommitOf("INSERT INTO effects")
 			first := h.mustSend(t, request{path: atomicPath, key: "k1", act: act})
 			if cutter.Lost() != 1 || first.status != http.StatusServiceUnavailable {
@@ -240,8 +277,8 @@ func TestAtomic_TwoPhaseTakeover(t *testing.T) {
 	for _, act := range []string{"two_phase", "two_phase_complete_only"} {
 		t.Run(act, func(t *testing.T) {
 			t.Parallel()
-			h := newAtomicHarness(t, Options{})
-			stale := start(t, h.harness, request{path: atomicPath, key: "k1", act: act, gate: "stale"})
+			h := newHarness(t, Options{})
+			stale := start(t, h, request{path: atomicPath, key: "k1", act: act, gate: "stale"})
 
 			if rep := h.mustSend(t, request{path: atomicPath, key: "k1", act: act}); rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
 				t.Fatalf("within the lease: got %d %s, want 409 request_in_progress", rep.status, rep.body)
@@ -263,8 +300,8 @@ func TestAtomic_TwoPhaseTakeover(t *testing.T) {
 			if got := h.stale.Load(); got != 1 {
 				t.Fatalf("%d second phases found the key taken over, want 1", got)
 			}
-			assertStored(t, h.harness, "k1", newOwner.body, request{path: atomicPath, act: act})
-			if got := counter(t, h.harness, "shop_idempotency_requests_total", "outcome", outcomeTakenOver); got != 1 {
+			assertStored(t, h, "k1", newOwner.body, request{path: atomicPath, act: act})
+			if got := counter(t, h, "shop_idempotency_requests_total", "outcome", outcomeTakenOver); got != 1 {
 				t.Fatalf("takeovers counted: %v, want 1", got)
 			}
 			// Both owners ran the first phase: in a real flow its recovery
@@ -291,10 +328,10 @@ func TestAtomic_TwoPhaseTakeover(t *testing.T) {
 // key's.
 func TestAtomic_StaleOwnerFenced(t *testing.T) {
 	t.Parallel()
-	h := newAtomicHarness(t, Options{})
-	stale := start(t, h.harness, request{path: atomicPath, key: "k1", act: "two_phase", gate: "stale"})
+	h := newHarness(t, Options{})
+	stale := start(t, h, request{path: atomicPath, key: "k1", act: "two_phase", gate: "stale"})
 	h.clock.Advance(DefaultLease + time.Second)
-	fresh := start(t, h.harness, request{path: atomicPath, key: "k1", gate: "new"})
+	fresh := start(t, h, request{path: atomicPath, key: "k1", gate: "new"})
 
 	h.gate("stale").release()
 	if rep := <-stale; rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
@@ -309,7 +346,7 @@ func TestAtomic_StaleOwnerFenced(t *testing.T) {
 	if got := h.stale.Load(); got != 1 {
 		t.Fatalf("%d completions reported the key taken over, want 1", got)
 	}
-	assertStored(t, h.harness, "k1", newOwner.body, request{path: atomicPath})
+	assertStored(t, h, "k1", newOwner.body, request{path: atomicPath})
 }
 
 // TestAtomic_NoDatabaseBeforeTheFlow: a request refused before the flow
@@ -317,12 +354,23 @@ func TestAtomic_StaleOwnerFenced(t *testing.T) {
 // without a principal is a wiring error.
 func TestAtomic_NoDatabaseBeforeTheFlow(t *testing.T) {
 	t.Parallel()
-	h := newAtomicHarness(t, Options{})
+	h := newHarness(t, Options{})
 	if rep := h.mustSend(t, request{path: atomicPath}); rep.status != http.StatusBadRequest || rep.code() != "idempotency_key_required" {
 		t.Fatalf("no key: got %d %s", rep.status, rep.body)
 	}
 	if rep := h.mustSend(t, request{path: atomicPath, key: "k1", noUser: true}); rep.status != http.StatusInternalServerError {
 		t.Fatalf("no principal: got %d %s, want 500", rep.status, rep.body)
+	}
+	// No Content-Length, so the limit is found while reading.
+	body := io.MultiReader(strings.NewReader(`{"pad":"`), strings.NewReader(strings.Repeat("x", 70<<10)), strings.NewReader(`"}`))
+	req, err := http.NewRequest(http.MethodPost, h.srv.URL+atomicPath, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(headerUser, "alice")
+	req.Header.Set(HeaderKey, "k1")
+	if rep, err := do(h.srv.Client(), req); err != nil || rep.status != http.StatusRequestEntityTooLarge || rep.code() != "payload_too_large" {
+		t.Fatalf("body too large: got %d %s (%v), want 413 payload_too_large", rep.status, rep.body, err)
 	}
 	if n := h.runs.Load(); n != 0 {
 		t.Fatalf("handler ran %d times", n)

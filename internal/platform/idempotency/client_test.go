@@ -1,11 +1,13 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// request is what a test sends; the zero value is a POST to /v1/things/1
+// request is what a test sends; the zero value is a POST to /v1/atomic/1
 // by alice with no key.
 type request struct {
 	method, path, user, key, body, act, gate string
@@ -42,7 +44,7 @@ func (h *harness) send(r request) (reply, error) {
 		r.method = http.MethodPost
 	}
 	if r.path == "" {
-		r.path = "/v1/things/1"
+		r.path = atomicPath
 	}
 	if r.user == "" && !r.noUser {
 		r.user = "alice"
@@ -99,6 +101,67 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 	case <-ch:
 	case <-time.After(testDeadline):
 		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// race sends n copies of r at once and returns the replies.
+func race(t *testing.T, h *harness, n int, r request) []reply {
+	t.Helper()
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		replies = make([]reply, n)
+		errs    = make([]error, n)
+	)
+	h.crowd.Store(int64(n))
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			replies[i], errs[i] = h.send(r)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	return replies
+}
+
+// start sends r, which must name a gate, and returns once its handler is
+// waiting there; the reply arrives on the channel when the gate opens.
+func start(t *testing.T, h *harness, r request) <-chan reply {
+	t.Helper()
+	replies := make(chan reply, 1)
+	go func() {
+		rep, err := h.send(r)
+		if err != nil {
+			t.Errorf("send through gate %s: %v", r.gate, err)
+		}
+		replies <- rep
+	}()
+	wait(t, h.gate(r.gate).started, "the handler behind gate "+r.gate)
+	return replies
+}
+
+// assertStored checks that key is the only key, completed, and that it
+// replays body to the request like (by default a POST to /v1/atomic/1).
+func assertStored(t *testing.T, h *harness, key string, body []byte, like ...request) {
+	t.Helper()
+	rows := h.rows(t)
+	if r, ok := rows["alice/"+key]; len(rows) != 1 || !ok || !r.completed || !bytes.Equal(r.body, body) {
+		t.Fatalf("stored keys %v, want %s completed with %s", rows, key, body)
+	}
+	var r request
+	if len(like) > 0 {
+		r = like[0]
+	}
+	r.key = key
+	again := h.mustSend(t, r)
+	if !again.replayed() || !bytes.Equal(again.body, body) {
+		t.Fatalf("replay: got %d %s, want %s", again.status, again.body, body)
 	}
 }
 

@@ -22,12 +22,13 @@
 // (409 request_in_progress with Retry-After), or here is the stored
 // answer, replayed byte for byte with Idempotent-Replayed: true.
 //
-// # Two ways to hold a key
+// # The atomic phases
 //
-// Store.Atomic, the atomic phases of brandur/rocket-rides-atomic, is for
-// a flow that writes its record in its own transaction(s): create order
-// and restock. The middleware touches no database before the handler; it
-// puts a *Record on the request's context (RecordFrom), and the flow's
+// Store.Atomic, the atomic phases of brandur/rocket-rides-atomic, holds
+// the key on every keyed route (create order, restock, pay, hold seats,
+// confirm a hold): the flow writes its record in its own transaction(s).
+// The middleware touches no database before the handler; it puts a
+// *Record on the request's context (RecordFrom), and the flow's
 // transaction claims the key (Record.Claim, or Record.QueueClaim in the
 // batch that begins it) and completes it as its last statement
 // (Record.Complete, Record.QueueComplete):
@@ -40,8 +41,9 @@
 // answer was lost leaves the completed key, and the retry's claim replays
 // it. A two-phase flow (a payment: claim and recovery point committed, the
 // call outside, then settle and complete) leaves a committed claim
-// between its phases; if it crashes there, the key is in progress until
-// its lease ends and then taken over (below).
+// between its phases; if it fails there, the middleware releases the
+// claim; if it crashes there, the key is in progress until its lease ends
+// and then taken over (below).
 //
 // The claim is one statement. It first takes pg_try_advisory_xact_lock on
 // (principal, key): a second request of the key is refused at once,
@@ -62,10 +64,6 @@
 // request holds or completed the key, the client is answered with the
 // key's state instead. The handler holds its answer back until then.
 //
-// Store.For (Middleware) claims the key before the handler runs and
-// completes it after, one statement each, on a pool of its own. It serves
-// the routes that have not moved to Atomic.
-//
 // # Takeover and the owner token
 //
 // A claim is a lease. If its owner crashed, the key would otherwise stay
@@ -76,57 +74,60 @@
 // into the same result. A slow owner that comes back after losing its lease
 // must not overwrite the new owner's answer: completion and release are
 // fenced by the random owner token written at claim time, so the stale
-// owner's UPDATE matches no row. Under Atomic a later phase of a
-// two-phase flow begins with Claim again, which finds this request's own
-// claim or refuses the phase when the key was taken over, so the stale phase
-// stops before it acts on anything (the loser asks its own row first);
-// Complete's fence stays behind it (it then reports false). Either way
-// the stale owner's client is answered with the key's state. The handler's
-// context is also bounded by the lease, so a live owner normally gives up
-// before it can be taken over.
+// owner's UPDATE matches no row. A later phase of a two-phase flow begins
+// with Claim again, which finds this request's own claim or refuses the
+// phase when the key was taken over, so the stale phase stops before it
+// acts on anything (the loser asks its own row first); Complete's fence
+// stays behind it (it then reports false). Either way the stale owner's
+// client is answered with the key's state. The handler's context is also
+// bounded by the lease, so a live owner normally gives up before it can be
+// taken over.
 //
 // # What is not stored
 //
 // A 5xx, a 429 and any refusal that carries a Retry-After (409
 // request_in_progress, 409 resource_busy, 503 unavailable) ask the client to
 // try again. Storing them would turn a passing failure into a permanent one
-// for that key, so the claim is released (under Atomic it rolled back with
-// the flow) and a retry runs the handler again. (Stripe stores its 500s; here a 5xx usually means a
+// for that key, so nothing is stored: the claim rolled back with the flow,
+// or, when a committed phase left it, the middleware releases it; and a
+// retry runs the handler again. (Stripe stores its 500s; here a 5xx usually means a
 // dependency failed, the flows' own layers make the retry safe, and a retry
 // that can succeed is worth more to the client than a stored failure.) A
 // 4xx that answers the request itself (invalid_request, out_of_stock,
 // invalid_state, payment_declined) is stored and replayed: running it again
 // could give another answer to the same request, which is what the key
-// rules out. An answer the handler broke off after it had started writing,
-// or one larger than 1 MiB, is not stored either; the key is released.
+// rules out. An answer larger than 1 MiB is not stored either (a claim a
+// committed phase left is released).
 //
 // # Commits
 //
-// Under Atomic a request makes one commit, its flow's own (two for a
-// two-phase flow): the key costs one statement in the first round trip of
-// the transaction (with BEGIN) and one in the last (with COMMIT, through
-// postgres.InTxBatched), no round trip and no commit of its own. Only a
-// refusal stored after a rollback, and the release of a claim a committed
-// phase left, cost a statement of their own.
+// A request makes one commit, its flow's own (two for a two-phase flow):
+// the key costs one statement in the first round trip of the transaction
+// (with BEGIN) and one in the last (with COMMIT, through
+// postgres.InTxBatched), no round trip and no commit of its own.
 //
-// Under For, the claim, the completion and the release are one statement
-// each, one round trip, and they run on a pool whose sessions have
-// synchronous_commit off (postgres.AsyncCommitPool), as do Atomic's own
-// statements. Losing them in a database crash is harmless: a lost claim or
-// completion leaves the key claimable again, and the re-run is made safe
-// by layers 1–4, which return the same result. WAL is flushed in order, so
-// when the flow commits durably the claim before it becomes durable too;
-// what a crash can lose is mostly a completion or a release, either of
-// which only means the key can be claimed again once its lease has passed.
+// What runs on the store's own pool, apart from the flow, is one
+// statement each, with a commit of its own: a refusal stored after a
+// rollback or before the transaction (400 invalid_request, 409
+// out_of_stock), the release of a claim a committed phase left, and
+// Sweep. That pool's sessions have synchronous_commit off
+// (postgres.AsyncCommitPool), so a stored refusal does not wait for a WAL
+// flush of its own: the flow rolled back and had nothing durable to
+// commit. Losing one of these statements in a database crash loses no
+// effect: a lost refusal leaves the key absent, and a retry runs the flow
+// again, which committed nothing the first time (it may now get another
+// answer than the one that was sent, if the stock changed meanwhile); a
+// lost release leaves the claim until its lease ends; a lost sweep
+// deletes those keys on the next round. WAL is flushed in order, so any
+// durable commit after them makes them durable too.
 //
-// The statements after the handler (For's completion and release,
-// Atomic's stored refusal and release) run on a context detached from the
+// The statements after the handler run on a context detached from the
 // request: a client hanging up must not leave its key claimed until the
-// lease ends. For the same reason, a completion or release that fails (the
-// database slow, its pool full, a connection cut) is tried once more in the
+// lease ends. For the same reason, a release that fails (the database
+// slow, its pool full, a connection cut) is tried once more in the
 // background after the answer has gone out; the owner token fences that
 // late try like the first, and Store.Wait lets a stopping replica wait for
-// it. A refusal Atomic fails to store is sent unstored: its key stays
+// it. A refusal that fails to be stored is sent unstored: its key stays
 // absent (or this request's claim until the lease ends), and a retry runs
 // the flow again.
 //

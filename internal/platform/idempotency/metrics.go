@@ -22,8 +22,8 @@ const (
 const (
 	resultStored     = "stored"      // the answer is stored for replay
 	resultReleased   = "released"    // not stored (5xx or transient); the key is free again
-	resultStaleOwner = "stale_owner" // the key had been taken over (or an earlier try finished it); nothing written
-	resultError      = "error"       // the database refused; the lease will expire
+	resultStaleOwner = "stale_owner" // another request held or completed the key; nothing written
+	resultError      = "error"       // the database refused: the answer went out unstored, or the claim waits for its lease
 )
 
 // counters are the package's own Prometheus collectors. A nil *counters

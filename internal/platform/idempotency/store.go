@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,17 +23,20 @@ const (
 	// MinRetention is how long keys are kept at least (DESIGN.md §3), so a
 	// client retrying after a day-long outage still gets its first answer.
 	MinRetention = 24 * time.Hour
-	// FinishTimeout bounds the completion or release that runs after the
-	// handler on a context detached from the request. The answer is sent
-	// once it is stored, so this is part of every answer's time
-	// (config.AnswerMargin). A completion that does not make it in time is
-	// tried once more after the answer has gone out; only if that fails too
-	// does the key stay claimed until its lease ends: safe, only slower for
-	// a retry.
+	// FinishTimeout bounds each statement Atomic runs on the store's pool
+	// after the handler, on a context detached from the request: storing
+	// an answer the flow did not store in its transaction (a refusal), and
+	// releasing a claim a committed phase left. The answer is sent once it
+	// returns, so this is part of every answer's time
+	// (config.AnswerMargin). A refusal not stored in time is sent unstored
+	// (a retry runs the flow again); a release that does not make it in
+	// time is tried once more after the answer has gone out, and only if
+	// that fails too does the key stay claimed until its lease ends: safe,
+	// only slower for a retry.
 	FinishTimeout = 2 * time.Second
-	// FinishRetryTimeout bounds that second try, made in the background.
-	// A replica that stops waits for it (Store.Wait), so its grace period
-	// must leave room for it after the drain.
+	// FinishRetryTimeout bounds that second try of a release, made in the
+	// background. A replica that stops waits for it (Store.Wait), so its
+	// grace period must leave room for it after the drain.
 	FinishRetryTimeout = 10 * time.Second
 )
 
@@ -68,20 +70,28 @@ type Store struct {
 	now       func() time.Time
 
 	finishTimeout time.Duration
-	secondTries   sync.WaitGroup // completions and releases tried again after the answer
+	secondTries   sync.WaitGroup // releases tried again after the answer
 	claimSQL      string         // sqlClaimInTx
 	reclaimSQL    string         // sqlReclaimInTx
 }
 
-// NewStore returns a store over db. Each claim, completion and release is
-// one statement. Give it a pool from postgres.AsyncCommitPool so that they
-// do not wait for the WAL flush: only the flow's own transaction needs a
-// durable commit. If a crash loses a claim, a completion or a release, the
-// key is simply claimable again (at once, or when its lease has passed), and
-// the re-run is made safe by layers 1–4: the flow's own unique constraint
-// returns the same result. That keeps a request that passes through this
-// layer at one durable commit instead of three. Any pool works; a normal one
-// only makes the bookkeeping durable, and slower.
+// NewStore returns a store over db. The claim and the completion run in
+// the flow's own transactions, on the flow's pool; what runs on db are the
+// statements Atomic makes apart from the flow, each one statement of its
+// own: storing an answer the flow did not store (a refusal answered
+// before its transaction or after a rollback: 400 invalid_request, 409
+// out_of_stock), reading the key that refused it, releasing a claim a
+// committed phase left, and Sweep. Give it a pool from
+// postgres.AsyncCommitPool so that those commits do not wait for the WAL
+// flush: a stored refusal then costs no durable flush of its own, where
+// the flow's transaction that made it had nothing to commit. What a
+// database crash can lose is harmless to the data: a lost stored refusal
+// leaves the key absent, and a retry runs the flow again (it committed
+// nothing the first time; its own layers stand as for any request),
+// though it may now get another answer than the one that was sent; a
+// lost release leaves the claim until its lease ends; a lost sweep
+// deletes those keys on the next round. Any pool works; a normal one only
+// makes these statements durable, and slower.
 func NewStore(db *pgxpool.Pool, opts Options) *Store {
 	if opts.Lease <= 0 {
 		opts.Lease = DefaultLease
@@ -119,52 +129,22 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 }
 
 const (
-	// sqlClaim inserts a claim, or takes over the claim of a request whose
-	// lease has run out, in one statement: of any number of concurrent
-	// requests exactly one gets a row back. A completed key, a live claim
-	// and a different request under the same key are left alone.
-	// created_at is returned to tell a takeover from a new key.
-	sqlClaim = `
-INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (principal, key) DO UPDATE
-   SET owner = EXCLUDED.owner, locked_until = EXCLUDED.locked_until
- WHERE idempotency_keys.status_code IS NULL
-   AND idempotency_keys.locked_until < $6
-   AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
-RETURNING created_at`
-
 	sqlReadKey = `
-SELECT fingerprint, locked_until, created_at, status_code, headers, body
+SELECT fingerprint, created_at, status_code, headers, body
   FROM idempotency_keys
  WHERE principal = $1 AND key = $2`
 
-	// sqlComplete and sqlRelease are fenced by the owner token: an owner
-	// whose key was taken over matches no row and changes nothing.
-	sqlComplete = `
-UPDATE idempotency_keys
-   SET status_code = $4, headers = $5, body = $6, completed_at = $7
- WHERE principal = $1 AND key = $2 AND owner = $3 AND status_code IS NULL`
-
+	// sqlRelease is fenced by the owner token: an owner whose key was
+	// taken over or completed meanwhile matches no row and changes
+	// nothing.
 	sqlRelease = `
 DELETE FROM idempotency_keys
  WHERE principal = $1 AND key = $2 AND owner = $3 AND status_code IS NULL`
 )
 
-// claim is one request's hold on a key.
-type claim struct {
-	principal string
-	key       string
-	owner     uuid.UUID
-	takeover  bool      // the key was claimed before by a request whose lease ran out
-	firstSeen time.Time // when the key was first submitted
-	at        time.Time // when this request claimed it
-}
-
 // stored is the row found when the claim was refused.
 type stored struct {
 	fingerprint []byte
-	lockedUntil time.Time
 	firstSeen   time.Time // when the key was first submitted
 	response    *response // nil while the key is claimed
 }
@@ -176,47 +156,8 @@ type response struct {
 	body    []byte
 }
 
-// claim tries to claim key for the request with fingerprint fp. It returns
-// the claim when this request owns the key, or else the row that stopped it.
-func (s *Store) claim(ctx context.Context, principal, key string, fp []byte) (*claim, *stored, error) {
-	owner, err := uuid.NewRandom()
-	if err != nil {
-		return nil, nil, fmt.Errorf("new owner token: %w", err)
-	}
-	// PostgreSQL keeps microseconds; truncating makes the created_at read
-	// back comparable with now.
-	now := s.now().UTC().Truncate(time.Microsecond)
-	// The row that refused the claim may be released or swept before it is
-	// read; then the key is free and the claim is tried again (bounded).
-	for range 3 {
-		var createdAt time.Time
-		err := s.db.QueryRow(ctx, sqlClaim, principal, key, fp, owner, now.Add(s.lease), now).Scan(&createdAt)
-		if err == nil {
-			return &claim{principal: principal, key: key, owner: owner, takeover: !createdAt.Equal(now),
-				firstSeen: createdAt, at: now}, nil, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, nil, fmt.Errorf("claim idempotency key %q: %w", key, err)
-		}
-		prev, err := readKey(ctx, s.db, principal, key)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("idempotency key %q: %w", key, err)
-		}
-		return nil, prev, nil
-	}
-	return nil, nil, errKeyChurning
-}
-
-// errKeyChurning: each time a claim was refused, the key had been freed
-// again before it could be read. Other requests with the key are claiming
-// it and giving it up (their answers were not storable, say 409
-// resource_busy); the key is as busy as one in progress, and a retry is
-// as safe.
-var errKeyChurning = errors.New("idempotency key claimed and freed again three times in a row")
-
+// readKey reads the row of (principal, key): the one that refused an answer
+// the middleware tried to store.
 func readKey(ctx context.Context, db *pgxpool.Pool, principal, key string) (*stored, error) {
 	var (
 		st      stored
@@ -224,7 +165,7 @@ func readKey(ctx context.Context, db *pgxpool.Pool, principal, key string) (*sto
 		headers []byte
 		body    []byte
 	)
-	err := db.QueryRow(ctx, sqlReadKey, principal, key).Scan(&st.fingerprint, &st.lockedUntil, &st.firstSeen, &status, &headers, &body)
+	err := db.QueryRow(ctx, sqlReadKey, principal, key).Scan(&st.fingerprint, &st.firstSeen, &status, &headers, &body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
@@ -239,27 +180,11 @@ func readKey(ctx context.Context, db *pgxpool.Pool, principal, key string) (*sto
 	return &st, nil
 }
 
-// completeClaim stores the response under c's key. It reports false when the
-// key is no longer c's: its lease ran out and another request took it over.
-func (s *Store) completeClaim(ctx context.Context, c *claim, r *response) (bool, error) {
-	headers, err := json.Marshal(r.headers)
-	if err != nil {
-		return false, fmt.Errorf("encode headers: %w", err)
+// release deletes the claim of owner on (principal, key), so that a retry
+// runs the request again.
+func (s *Store) release(ctx context.Context, principal, key string, owner uuid.UUID) error {
+	if _, err := s.db.Exec(ctx, sqlRelease, principal, key, owner); err != nil {
+		return fmt.Errorf("release idempotency key %q: %w", key, err)
 	}
-	now := s.now().UTC().Truncate(time.Microsecond)
-	tag, err := s.db.Exec(ctx, sqlComplete, c.principal, c.key, c.owner, r.status, headers, r.body, now)
-	if err != nil {
-		return false, fmt.Errorf("complete idempotency key %q: %w", c.key, err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
-// releaseClaim gives c's key up, so that a retry runs the request again. It
-// reports false when the key was no longer c's.
-func (s *Store) releaseClaim(ctx context.Context, c *claim) (bool, error) {
-	tag, err := s.db.Exec(ctx, sqlRelease, c.principal, c.key, c.owner)
-	if err != nil {
-		return false, fmt.Errorf("release idempotency key %q: %w", c.key, err)
-	}
-	return tag.RowsAffected() == 1, nil
+	return nil
 }

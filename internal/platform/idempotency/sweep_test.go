@@ -37,7 +37,7 @@ func countKeys(t *testing.T, db *pgxpool.Pool, prefix string) int {
 
 func TestSweep_DeletesOnlyOldKeys(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newHarness(t, Options{})
 	now := h.clock.Now()
 	insertKeys(t, h.db, "old", 3, now.Add(-2*time.Hour), now.Add(-2*time.Hour), true)
 	insertKeys(t, h.db, "crashed", 2, now.Add(-2*time.Hour), now.Add(-time.Hour), false)
@@ -68,7 +68,7 @@ func TestSweep_DeletesOnlyOldKeys(t *testing.T) {
 // deleted exactly once, in batches, and none waits for another.
 func TestSweep_Concurrent(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newHarness(t, Options{})
 	now := h.clock.Now()
 	const old = 2*sweepBatch + 500
 	insertKeys(t, h.db, "old", old, now.Add(-48*time.Hour), now.Add(-48*time.Hour), true)
@@ -112,7 +112,7 @@ func TestSweep_Concurrent(t *testing.T) {
 
 func TestRunSweeper_UsesRetention(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newHarness(t, Options{})
 	now := h.clock.Now()
 	insertKeys(t, h.db, "old", 3, now.Add(-MinRetention-time.Minute), now.Add(-MinRetention), true)
 	insertKeys(t, h.db, "young", 2, now.Add(-MinRetention+time.Minute), now.Add(-MinRetention), true)
