@@ -301,8 +301,8 @@ var ErrNoSuchBlock = errors.New("no bench writes this block")
 // BlockRows returns the rows of the generated block name as the code
 // would measure them now with its default flags, without measuring
 // anything: "benchmarks/orders", "benchmarks/payments", "benchmarks/likes",
-// "benchmarks/seats" (docs/BENCHMARKS.md), "strategies/<flow>" and
-// "strategies/outside" (docs/STRATEGIES.md).
+// "benchmarks/seats" (docs/BENCHMARKS.md), "strategies/<flow>",
+// "strategies/goals" and "strategies/outside" (docs/STRATEGIES.md).
 func BlockRows(name string) ([]string, error) {
 	switch name {
 	case "benchmarks/orders":
@@ -315,6 +315,12 @@ func BlockRows(name string) ([]string, error) {
 		return seatScenarioNames(), nil
 	case outsideBlock:
 		return outsideRowNames(outsideFlowNames(), []string{hot, spread}), nil
+	case goalsBlock:
+		var names []string
+		for _, f := range strategyFlows() {
+			names = append(names, f.name+"/"+hot, f.name+"/"+spread)
+		}
+		return names, nil
 	}
 	if flow, ok := strings.CutPrefix(name, "strategies/"); ok {
 		for _, f := range strategyFlows() {

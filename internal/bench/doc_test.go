@@ -21,7 +21,7 @@ func TestCommandLine(t *testing.T) {
 // and a name no bench writes is an error, not an empty list.
 func TestBlockRows_NamesEveryBlock(t *testing.T) {
 	for _, name := range []string{"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats",
-		"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes"} {
+		"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes", "strategies/goals"} {
 		rows, err := BlockRows(name)
 		if err != nil || len(rows) == 0 {
 			t.Errorf("BlockRows(%s) = %q, %v", name, rows, err)

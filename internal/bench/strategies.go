@@ -278,6 +278,9 @@ func writeStrategiesDoc(ctx context.Context, o benchOptions, results []cellResul
 		}
 		blocks = append(blocks, docblock.Block{Name: "strategies/" + f.name, Rows: names, Body: asMarkdown(report.String())})
 	}
+	if goals, names := goalsTable(results); len(names) > 0 {
+		blocks = append(blocks, docblock.Block{Name: goalsBlock, Rows: names, Body: goals})
+	}
 	return o.doc.write(ctx, pool, o.redisAddrs, blocks...)
 }
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -256,4 +257,42 @@ func stretchLine(rows []cellResult, shape string) string {
 	met := ratio >= stretchFloorRatio && layered.anomalies() == 0
 	return fmt.Sprintf("%s stretch: layered %.0f/s / %s's SQL floor %.0f/s = %.2f: stretch (ratio >= %.1f) %s",
 		shape, layered.rate(), best.strategy, floor, ratio, stretchFloorRatio, verdict(met))
+}
+
+// goalsBlock is the generated block of the goal of every case that ran,
+// in one table (docs/STRATEGIES.md, "The performance goal").
+const goalsBlock = "strategies/goals"
+
+// goalsTable is the goals block: per flow and case, the layered flow
+// against the fastest correct strategy through HTTP, its p99, the goal,
+// and in a spread case the stretch against that strategy's SQL floor; and
+// its rows, "flow/case".
+func goalsTable(results []cellResult) (string, []string) {
+	var b strings.Builder
+	var names []string
+	fmt.Fprintln(&b, "| flow | case | layered | fastest correct through HTTP | ratio | layered p99 | goal | SQL floor of that strategy | stretch |")
+	fmt.Fprintln(&b, "|---|---|---:|---|---:|---:|---|---:|---|")
+	for _, f := range strategyFlows() {
+		rows := flowResults(results, f.name)
+		for _, shape := range []string{hot, spread} {
+			layered, best := compared(rows, shape)
+			if layered == nil || best == nil {
+				continue
+			}
+			names = append(names, f.name+"/"+shape)
+			ratio := layered.rate() / best.rate()
+			met := ratio >= goalStrategyRatio && layered.p99() < goalP99 && layered.anomalies() == 0
+			floor, stretch := "—", "—"
+			if rate, ok := best.floorRate(); ok && rate > 0 && shape == spread {
+				r := layered.rate() / rate
+				floor = fmt.Sprintf("%.0f/s", rate)
+				stretch = fmt.Sprintf("%.2f %s", r, verdict(r >= stretchFloorRatio && layered.anomalies() == 0))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f/s | %s %.0f/s | %.2f | %s | %s | %s | %s |\n",
+				f.title, shape, layered.rate(), best.strategy, best.rate(), ratio, millis(layered.p99()), verdict(met), floor, stretch)
+		}
+	}
+	fmt.Fprintf(&b, "\nGoal: ratio >= %.1f and p99 < %s; stretch (spread): layered >= %.1f× the SQL floor.\n",
+		goalStrategyRatio, goalP99, stretchFloorRatio)
+	return b.String(), names
 }
