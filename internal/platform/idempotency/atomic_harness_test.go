@@ -90,6 +90,9 @@ func newAtomicHarnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *a
 //	"two_phase"    claim and effect committed; the pause; then claim
 //	               again and complete
 //	"two_phase_complete_only"  the same, with no second claim
+//	"two_phase_unknown"  claim and effect committed; the pause; then 202
+//	               with nothing completed, as a flow whose outcome is not
+//	               known yet answers
 //	"invalid"      400 before any transaction
 //	"out_of_stock" 409 out_of_stock after the claim: rolled back
 //	"fail"         500 after the claim: rolled back
@@ -122,6 +125,18 @@ func (h *atomicHarness) handleAtomic(c echo.Context) error {
 			last.Queue(sqlEffect, p.Scope(), key, run)
 			return last, rec.QueueComplete(last, answer)
 		})
+	case "two_phase_unknown":
+		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
+			if err := rec.Claim(ctx, tx); err != nil {
+				return err
+			}
+			return effect(tx)
+		})
+		if err != nil {
+			return err
+		}
+		h.pause(c)
+		return httpx.JSON(c, http.StatusAccepted, map[string]any{"run": run, "status": "processing"})
 	case "two_phase", "two_phase_complete_only":
 		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
 			if err := rec.Claim(ctx, tx); err != nil {
