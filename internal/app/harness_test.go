@@ -164,8 +164,11 @@ func newEnvThrough(t *testing.T, replicas int, vars map[string]string, switches 
 
 // settleLeftovers runs the reconciler once over payments a storm left
 // processing, as every replica's would after the reconcile delay: on a
-// loaded machine a lease that could not be extended cancels the work
-// after its charge, by design, and leaves the outcome to the reconciler.
+// loaded machine a payment may run out of its budget before its outcome
+// is recorded (the database, or the gateway, did not answer in time), or
+// a lease that could not be extended cancels the work after its charge,
+// by design; its request answers 202 and leaves the outcome to the
+// reconciler.
 func (e *env) settleLeftovers(t *testing.T) {
 	t.Helper()
 	left := e.count(t, `SELECT count(*) FROM payments WHERE status = 'processing'`)

@@ -223,8 +223,12 @@ func (s *Store) storeAnswer(c echo.Context, rec *Record, resp *response) (*store
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.finishTimeout)
 	defer cancel()
 	now := s.now().UTC().Truncate(time.Microsecond)
+	query := sqlStoreAnswer
+	if rec.claimed {
+		query = sqlStoreOwnAnswer
+	}
 	var held, stored bool
-	err = s.db.QueryRow(ctx, sqlStoreAnswer, rec.principal, rec.key, rec.fp, rec.owner, rec.at,
+	err = s.db.QueryRow(ctx, query, rec.principal, rec.key, rec.fp, rec.owner, rec.at,
 		resp.status, headers, resp.body, now).Scan(&held, &stored)
 	if err != nil {
 		return nil, false, fmt.Errorf("store idempotency answer %q: %w", rec.key, err)

@@ -349,6 +349,61 @@ func TestAtomic_StaleOwnerFenced(t *testing.T) {
 	assertStored(t, h, "k1", newOwner.body, request{path: atomicPath})
 }
 
+// TestAtomic_StoreWaitsForTheKeysLock: a two-phase flow's request whose
+// answer the middleware stores (a 202, its claim committed by the first
+// phase) finishes while another request of the key holds the key's
+// advisory lock for its claim, as a retry of the same key does. The
+// store waits for the lock instead of taking the other for the key's
+// owner: the request answers its 202, and the key replays it.
+func TestAtomic_StoreWaitsForTheKeysLock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	ctx := context.Background()
+	answered := start(t, h, request{path: atomicPath, key: "k1", act: "two_phase_unknown", gate: "first"})
+
+	retry, err := h.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = retry.Rollback(ctx) }()
+	if _, err := retry.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('alice'), hashtext('k1'))`); err != nil {
+		t.Fatal(err)
+	}
+	h.gate("first").release()
+	deadline := time.Now().Add(testDeadline)
+	for !h.waitingForAdvisoryLock(t) {
+		select {
+		case rep := <-answered:
+			t.Fatalf("answered %d %s while the key's lock was another request's; want it to wait for the lock", rep.status, rep.body)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store did not wait for the key's lock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := retry.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep := <-answered
+	if rep.status != http.StatusAccepted || rep.replayed() {
+		t.Fatalf("got %d replayed=%v %s, want the flow's 202", rep.status, rep.replayed(), rep.body)
+	}
+	assertStored(t, h, "k1", rep.body, request{path: atomicPath, act: "two_phase_unknown"})
+}
+
+// waitingForAdvisoryLock reports whether a statement waits for an
+// advisory lock in the harness's database.
+func (h *harness) waitingForAdvisoryLock(t *testing.T) bool {
+	t.Helper()
+	var n int
+	if err := h.db.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n); err != nil {
+		t.Fatalf("read pg_locks: %v", err)
+	}
+	return n > 0
+}
+
 // TestAtomic_NoDatabaseBeforeTheFlow: a request refused before the flow
 // runs (no key, a body too large) touches no database, and a route
 // without a principal is a wiring error.

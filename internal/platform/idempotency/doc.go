@@ -62,7 +62,11 @@
 // one statement of its own, under the key's advisory lock too, so it never
 // overwrites what another request of the key is writing; if that other
 // request holds or completed the key, the client is answered with the
-// key's state instead. The handler holds its answer back until then.
+// key's state instead. The handler holds its answer back until then. An
+// answer after a committed phase (a payment's 202) completes the
+// request's own claim, and waits for the key's lock as a completion in
+// the flow's transaction does: a copy being refused holds it for a
+// moment, and is not the key's owner (TestAtomic_StoreWaitsForTheKeysLock).
 //
 // # Takeover and the owner token
 //

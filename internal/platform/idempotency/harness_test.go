@@ -166,6 +166,9 @@ func (h *harness) principal(next echo.HandlerFunc) echo.HandlerFunc {
 //	"two_phase"    claim and effect committed; the pause; then claim
 //	               again, a second effect, and complete
 //	"two_phase_complete_only"  the same, with no second claim
+//	"two_phase_unknown"  claim and effect committed; the pause; then 202
+//	               with nothing completed, as a flow whose outcome is not
+//	               known yet answers
 //	"two_phase_fail"  claim and effect committed; the pause; then a 500,
 //	               as when the call between the phases fails
 //	"two_phase_hangup"  claim and effect committed; then it waits for the
@@ -207,6 +210,18 @@ func (h *harness) handle(c echo.Context) error {
 			last.Queue(sqlEffect, p.Scope(), key, run)
 			return last, rec.QueueComplete(last, answer)
 		})
+	case "two_phase_unknown":
+		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
+			if err := rec.Claim(ctx, tx); err != nil {
+				return err
+			}
+			return effect(tx)
+		})
+		if err != nil {
+			return err
+		}
+		h.pause(c)
+		return httpx.JSON(c, http.StatusAccepted, map[string]any{"run": run, "status": "processing"})
 	case "two_phase", "two_phase_complete_only", "two_phase_fail", "two_phase_hangup":
 		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
 			if err := rec.Claim(ctx, tx); err != nil {

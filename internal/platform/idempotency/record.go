@@ -212,8 +212,26 @@ UPDATE idempotency_keys
 	// holds or completed is left alone.
 	sqlStoreAnswer = `
 WITH lock AS (
-	SELECT pg_try_advisory_xact_lock(hashtext($1), hashtext($2)) AS held
-), stored AS (
+	SELECT ` + claimLock + ` AS held
+), ` + storeAnswer
+
+	// sqlStoreOwnAnswer is sqlStoreAnswer for a request whose committed
+	// phase left its claim on the key (a 202 after the first phase of a
+	// payment): it waits for the key's advisory lock, as sqlCompleteInTx
+	// does, behind a copy being refused or a request taking the key over,
+	// each a short transaction; FinishTimeout bounds the wait. A try that
+	// gave up would take such a copy (a client retrying the same key)
+	// for the key's owner: the request's own answer would become
+	// request_in_progress, and its claim would stay held until its lease
+	// ran out.
+	sqlStoreOwnAnswer = `
+WITH lock AS (
+	SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2)) IS NOT NULL AS held
+), ` + storeAnswer
+
+	// storeAnswer is the write of sqlStoreAnswer and sqlStoreOwnAnswer,
+	// made once the key's advisory lock is held.
+	storeAnswer = `stored AS (
 	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at,
 	                              status_code, headers, body, completed_at)
 	SELECT $1, $2, $3, $4, $5, $5, $6, $7, $8, $9 FROM lock WHERE lock.held
