@@ -210,19 +210,7 @@ func (h *harness) handle(c echo.Context) error {
 			last.Queue(sqlEffect, p.Scope(), key, run)
 			return last, rec.QueueComplete(last, answer)
 		})
-	case "two_phase_unknown":
-		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
-			if err := rec.Claim(ctx, tx); err != nil {
-				return err
-			}
-			return effect(tx)
-		})
-		if err != nil {
-			return err
-		}
-		h.pause(c)
-		return httpx.JSON(c, http.StatusAccepted, map[string]any{"run": run, "status": "processing"})
-	case "two_phase", "two_phase_complete_only", "two_phase_fail", "two_phase_hangup":
+	case "two_phase", "two_phase_complete_only", "two_phase_fail", "two_phase_hangup", "two_phase_unknown":
 		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
 			if err := rec.Claim(ctx, tx); err != nil {
 				return err
@@ -234,6 +222,9 @@ func (h *harness) handle(c echo.Context) error {
 		}
 		// Between the phases, in no transaction.
 		switch act {
+		case "two_phase_unknown":
+			h.pause(c)
+			return httpx.JSON(c, http.StatusAccepted, map[string]any{"run": run, "status": "processing"})
 		case "two_phase_hangup":
 			close(h.gate(c.Request().Header.Get(headerGate)).started)
 			<-ctx.Done()
