@@ -131,43 +131,23 @@ func TestCreate_CopiesDoNotStallThePool(t *testing.T) {
 // with the claim; the stock; the insert with the completion and COMMIT).
 func TestCreate_ThreeRoundTrips(t *testing.T) {
 	t.Parallel()
-	trips := &roundTrips{}
+	trips := &testenv.RoundTrips{}
 	s := newAtomicServer(t, 1, 2, trips)
 	// The first order of the connection prepares its statements.
 	if rep := s.order(t, s.users[1], "warm", "SKU-0"); rep.status != http.StatusCreated {
 		t.Fatalf("warm-up: got %d %s", rep.status, rep.body)
 	}
-	trips.n.Store(0)
+	trips.Reset()
 	if rep := s.order(t, s.users[2], "counted", "SKU-1"); rep.status != http.StatusCreated {
 		t.Fatalf("order: got %d %s", rep.status, rep.body)
 	}
-	if n := trips.n.Load(); n != 3 {
+	if n := trips.N(); n != 3 {
 		t.Errorf("%d round trips for one order, want 3", n)
 	}
 	if again := s.order(t, s.users[2], "counted", "SKU-1"); !again.replayed {
 		t.Fatalf("retry: got %d %s, want a replay", again.status, again.body)
 	}
 }
-
-// roundTrips counts the statements and batches a pool sends: each is one
-// round trip to the server.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // atomicServer is the order routes under Atomic, with the service on a
 // pool of its own size and the test's statements on another.

@@ -236,8 +236,9 @@ func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, order orde
 	if moveOrder != nil && order.ID != "" && on.On(layers.Version) {
 		next := order
 		write, err := moveOrder(&next)
-		asKnown = err == nil && write && !next.Status.ReleasesStock()
-		order = next
+		if asKnown = err == nil && write && !next.Status.ReleasesStock(); asKnown {
+			order = next
+		}
 	}
 	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
 		rec.QueueClaim(b)

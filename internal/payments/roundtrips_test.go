@@ -2,11 +2,9 @@ package payments_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/orders"
@@ -14,6 +12,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestPay_FiveRoundTrips: a payment of a payable order costs five round
@@ -26,7 +25,7 @@ func TestPay_FiveRoundTrips(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	users, ids := f.mustCreateOrders(t, 3)
-	trips := &roundTrips{}
+	trips := &testenv.RoundTrips{}
 	cfg, err := pgxpool.ParseConfig(f.pool.Config().ConnString())
 	if err != nil {
 		t.Fatal(err)
@@ -56,26 +55,24 @@ func TestPay_FiveRoundTrips(t *testing.T) {
 		t.Fatalf("warm-up: %v", err)
 	}
 
-	trips.n.Store(0)
+	trips.Reset()
 	if _, err := svc.Pay(ctx, users[1], newKey(), ids[1], "pm_card_ok"); err != nil {
 		t.Fatalf("pay: %v", err)
 	}
-	if n := trips.n.Load(); n != 5 {
+	if n := trips.N(); n != 5 {
 		t.Errorf("%d round trips for one payment, want 5", n)
 	}
 
 	// The order moves between the read and the begin: the begin's write
 	// at the version read finds nothing, and the begin reads the order
 	// in its transaction.
-	trips.n.Store(0)
-	trips.before = func() {
-		trips.before = nil
+	trips.Before(2, func() {
 		f.mustExec(t, `UPDATE orders SET version = version + 1 WHERE id = $1`, ids[2])
-	}
+	})
 	if _, err := svc.Pay(ctx, users[2], newKey(), ids[2], "pm_card_ok"); err != nil {
 		t.Fatalf("pay of an order that moved: %v", err)
 	}
-	if n := trips.n.Load(); n <= 5 {
+	if n := trips.N(); n <= 5 {
 		t.Errorf("%d round trips for a payment whose order moved, want more than 5 (its read in the transaction)", n)
 	}
 	if n := f.mustInt(t, `SELECT count(*)::int FROM orders WHERE id = $1 AND status = 'paid'`, ids[2]); n != 1 {
@@ -83,34 +80,5 @@ func TestPay_FiveRoundTrips(t *testing.T) {
 	}
 	if r := f.books(t); !r.OK() {
 		t.Error(r)
-	}
-}
-
-// roundTrips counts the statements and batches a pool sends: each is one
-// round trip to the server. before, if set, runs before the second one.
-type roundTrips struct {
-	n      atomic.Int64
-	before func()
-}
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.count()
-	return ctx
-}
-
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.count()
-	return ctx
-}
-
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-func (r *roundTrips) count() {
-	if r.n.Add(1) == 2 && r.before != nil {
-		r.before()
 	}
 }

@@ -51,8 +51,8 @@ import (
 // (two round trips more), and its move is decided on the order as it is.
 // A loser costs the order's read and, when the order cannot begin a
 // payment, the read of the payments (one statement), or one lock
-// attempt; and, for an answer that is stored (invalid_state), the key
-// middleware's statement.
+// attempt; and, for an answer that is stored (invalid_state), one
+// statement of the Atomic middleware's, after the request's rollback.
 
 // Locker runs work under a distributed lock (platform/lock.Locker).
 type Locker interface {
