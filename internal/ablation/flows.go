@@ -66,7 +66,8 @@ func PayOrder() Flow {
 		Rows: []Row{
 			{Why: "every layer"},
 			{Layers: off(idem), Why: "the lock on payment:{order}, the order's paying state and the partial unique index"},
-			{Layers: off(lck), Why: "the order's state: the first payment moves it to paying, and the others find it so"},
+			{Layers: off(lck), Why: "the order's state, written at the version read: the first payment moves it to paying, and the others find it so"},
+			{Layers: off(lck, constraint), Why: "the version-checked write alone beside the state rule: of clicks that all read the order pending, one moves it to paying at that version; the others' writes find a newer version, re-read the order paying and are refused"},
 			{Layers: off(state), Why: "the lock serialises the clicks; payments_one_active_per_order refuses a second payment beside a processing or succeeded one"},
 			{Layers: off(version), Why: "the lock and the order's state"},
 			{Layers: off(constraint), Why: "the lock and the order's state"},
