@@ -90,13 +90,14 @@ const FlowLike = "like_post"
 const maxConflictRetries = 3
 
 // DefaultShards is how many counter rows a new post's count is spread
-// over. Chosen from `shop bench likes` (docs/BENCHMARKS.md): with 64
-// clients liking one post, the counter alone went from one row's ~200
-// likes/s to ~1,100 at 16 rows and ~1,400 at 64, and the whole flow,
-// CPU-bound on two shared cores from 4 rows on, showed no difference
-// between 16 and 64 beyond the noise. A viral post is read far more often
-// than it is liked, and each read sums all its rows: 16 takes most of the
-// gain for a quarter of the rows.
+// over. Chosen from the shard sweep of `shop bench likes`
+// (docs/BENCHMARKS.md, "Likes"; the runs it was chosen from are in that
+// file's history): with 64 clients liking one post, the counter alone
+// had most of what more rows gave by 16, and the whole flow, CPU-bound
+// on two shared cores, showed no difference between 16 and 64 beyond the
+// noise. A viral post is read far more often than it is liked, and each
+// read sums all its rows: 16 takes most of the gain for a quarter of the
+// rows.
 const DefaultShards = 16
 
 // Config holds what the service is built from.
