@@ -88,7 +88,8 @@ fuzz:
 
 # Each flow measured against its baseline, then every way to guard each
 # flow side by side, redrawing the chart, then the four flows from outside
-# against two replicas. Each command writes its tables into its generated
+# against two replicas, then the goals of the last runs side by side (read
+# from git, not measured). Each command writes its tables into its generated
 # blocks of docs/BENCHMARKS.md or docs/STRATEGIES.md, naming itself, the
 # commit and the machine. Each refuses, before measuring anything, a tree
 # with code not yet committed, and a box whose 1-minute load average is
@@ -107,6 +108,7 @@ bench: build
 	$(BENCH) seats -doc docs/BENCHMARKS.md $(BENCH_DOC)
 	$(BENCH) strategies -doc docs/STRATEGIES.md -chart docs/strategies.svg $(BENCH_DOC)
 	$(BENCH) outside -doc docs/STRATEGIES.md $(BENCH_DOC)
+	$(BENCH) history -doc docs/STRATEGIES.md
 
 # A bundled k6 script against the running compose stack (make up), run by
 # `shop load` (no k6 needed): SCRIPT is a path or a name of loadtest/k6

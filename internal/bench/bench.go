@@ -123,10 +123,11 @@ type benchOptions struct {
 
 // ErrUsage means the command line was not one Run understands; the caller
 // prints the usage.
-var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies|outside [flags]")
+var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies|outside|history [flags]")
 
 // Run runs `shop bench <args>`: args[0] is what to measure (orders,
-// payments, likes, seats, strategies or outside), the rest its flags.
+// payments, likes, seats, strategies, outside, or history, which
+// measures nothing: strategies_history.go), the rest its flags.
 func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 	return runOn(ctx, args, logger, machineGate())
 }
@@ -138,6 +139,8 @@ func runOn(ctx context.Context, args []string, logger *slog.Logger, gate boxGate
 	}
 	var run func(context.Context, benchOptions, *slog.Logger) error
 	switch args[0] {
+	case "history":
+		return benchHistory(args[1:])
 	case "orders":
 		run = benchOrders
 	case "payments":

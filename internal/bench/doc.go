@@ -315,12 +315,8 @@ func BlockRows(name string) ([]string, error) {
 		return seatScenarioNames(), nil
 	case outsideBlock:
 		return outsideRowNames(outsideFlowNames(), []string{hot, spread}), nil
-	case goalsBlock:
-		var names []string
-		for _, f := range strategyFlows() {
-			names = append(names, f.name+"/"+hot, f.name+"/"+spread)
-		}
-		return names, nil
+	case goalsBlock, historyBlock:
+		return goalCells(), nil
 	}
 	if flow, ok := strings.CutPrefix(name, "strategies/"); ok {
 		for _, f := range strategyFlows() {

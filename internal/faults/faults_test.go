@@ -408,7 +408,7 @@ func scenarios() []scenario {
 			floors: []floor{{ofBefore: 0.1,
 				why: "the other replica answers at full speed, but a request in hand on the paused one waits the client's attempt timeout (7 s) before it fails over, " +
 					"a key the paused replica holds stays locked until its lease ends (8 s; a request on one answers 409 resource_busy after its lock budget), " +
-					"and a row it holds inside a transaction until PostgreSQL ends it (5 s): a client that meets one loses up to 7 s of the 10 s pause; 28–82 % of before measured, the floor is a tenth"}},
+					"and a row it holds inside a transaction until PostgreSQL ends it (5 s): a client that meets one loses up to 7 s of the 10 s pause; the floor is a tenth"}},
 			// Deadlines longer than the pause, so that the stale holder's
 			// requests are still alive when it resumes: what fences them
 			// must then be the lease and the version checks, not a
@@ -446,7 +446,7 @@ func scenarios() []scenario {
 				return c.startGateway
 			}},
 		{row: "7a",
-			floors: []floor{{ofBefore: 0.4, why: "every request makes several round trips to PostgreSQL, each 2 ms longer: 66–93 % of before measured; the floor is 40 %"}},
+			floors: []floor{{ofBefore: 0.4, why: "every request makes several round trips to PostgreSQL, each 2 ms longer; the floor is 40 %"}},
 			fault: func(t *testing.T, c *cluster) func() {
 				c.toxic(c.pg, "lat_up", "latency", "upstream", `{"latency":1}`)
 				c.toxic(c.pg, "lat_down", "latency", "downstream", `{"latency":1}`)
