@@ -54,7 +54,7 @@ func faultRows(name string) ([]string, error) {
 // one, or the section around it, fails the test.
 var requiredBlocks = map[string][]string{
 	"BENCHMARKS.md":  {"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats"},
-	"STRATEGIES.md":  {"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes", "strategies/outside"},
+	"STRATEGIES.md":  {"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes", "strategies/outside", "strategies/goals", "strategies/history"},
 	"RELIABILITY.md": {faults.Block},
 	"ABLATION.md":    ablationBlocks(),
 }
