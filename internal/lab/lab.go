@@ -213,17 +213,17 @@ func (l *Lab) race(c echo.Context) error {
 
 	// The run outlives the request timeout of the API's middleware; it
 	// stops with the client.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), runTimeout)
+	// The request's context is read here, once: echo hands c to the next
+	// request as soon as this handler returns.
+	reqCtx := c.Request().Context()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), runTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-c.Request().Context().Done():
-			if c.Request().Context().Err() == context.Canceled {
-				cancel()
-			}
-		case <-ctx.Done():
+	stopWatch := context.AfterFunc(reqCtx, func() {
+		if reqCtx.Err() == context.Canceled {
+			cancel()
 		}
-	}()
+	})
+	defer stopWatch()
 
 	var target Target
 	if len(set.Taken()) == 0 {
