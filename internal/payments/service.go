@@ -440,7 +440,7 @@ func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec
 	}
 
 	// Layer 3: one transaction records the charge and moves the order
-	// pending_payment → paid, each row written only at the version read.
+	// paying → paid, each row written only at the version read.
 	for attempt := 1; ; attempt++ {
 		paid := p
 		now := s.stamp()
