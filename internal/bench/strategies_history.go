@@ -104,9 +104,6 @@ func goalCells() []string {
 	return names
 }
 
-// historyLoadRE reads the load at the start out of a block's machine.
-var historyLoadRE = regexp.MustCompile(`load ([0-9.]+) at the start`)
-
 // historyTable is the history block's body: a row per cell, a column per
 // run (the last historyRuns), each the layered flow against the fastest
 // correct strategy of that run and the layered p99.
@@ -122,8 +119,8 @@ func historyTable(runs []goalRun, dates map[string]string) string {
 			basis = "through HTTP"
 		}
 		load := "load ?"
-		if m := historyLoadRE.FindStringSubmatch(r.machine); m != nil {
-			load = "load " + m[1]
+		if _, l, ok := (docblock.Block{Machine: r.machine}).StartLoad(); ok {
+			load = fmt.Sprintf("load %.2f", l)
 		}
 		if strings.Contains(r.machine, docblock.LoadedMarker) {
 			load += ", " + docblock.LoadedMarker

@@ -274,13 +274,20 @@ func (b Block) Loaded() bool {
 	if strings.Contains(b.Machine, LoadedMarker) {
 		return true
 	}
+	cores, load, ok := b.StartLoad()
+	return ok && load > float64(cores)
+}
+
+// StartLoad returns the cores and the one-minute load average the block's
+// machine names (Box.String), and whether it names them.
+func (b Block) StartLoad() (cores int, load float64, ok bool) {
 	m := machineLoadRE.FindStringSubmatch(b.Machine)
 	if m == nil {
-		return false
+		return 0, 0, false
 	}
 	cores, err1 := strconv.Atoi(m[1])
 	load, err2 := strconv.ParseFloat(m[2], 64)
-	return err1 == nil && err2 == nil && load > float64(cores)
+	return cores, load, err1 == nil && err2 == nil
 }
 
 // machineLoadRE reads the cores and the load of Box.String.
