@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shop-example/shop/internal/platform/docblock"
 )
@@ -108,5 +109,32 @@ func TestDocTargetHistory_ReadsTheFileAndItsGitHistory(t *testing.T) {
 	}
 	if !strings.Contains(b.Body, "| orders/hot | 0.50, 1.0 ms | **1.50, 2.0 ms** |") {
 		t.Errorf("want the committed run, then the one just written:\n%s", b.Body)
+	}
+}
+
+// The history reads the goal lines goalLine writes: a change to either
+// format that the other does not follow would drop new runs from the
+// history block without a word.
+func TestGoalLineRE_ReadsGoalLine(t *testing.T) {
+	run := func(ops int, p99 time.Duration) cellRun {
+		return cellRun{result: result{window: time.Second, orders: ops, p99: p99}}
+	}
+	for _, tc := range []struct {
+		layered, best int
+		p99           time.Duration
+		want          string
+	}{
+		{layered: 900, best: 1000, p99: 52100 * time.Microsecond, want: "**0.90, 52.1 ms**"},
+		{layered: 300, best: 1000, p99: 275700 * time.Microsecond, want: "0.30, 275.7 ms"},
+	} {
+		rows := []cellResult{
+			{flow: "orders", strategy: "layered", shape: spread, http: []cellRun{run(tc.layered, tc.p99)}},
+			{flow: "orders", strategy: "unique only", shape: spread, http: []cellRun{run(tc.best, time.Millisecond)}},
+		}
+		line := goalLine(rows, spread)
+		runs := goalRuns([]string{historyDoc(t, "aaaaaaaaaaaa", "2 cores, load 1.00 at the start", line)})
+		if len(runs) != 1 || runs[0].cells["orders/spread"] != tc.want || !runs[0].http {
+			t.Errorf("goalLine wrote %q; the history read %+v, want orders/spread %q through HTTP", line, runs, tc.want)
+		}
 	}
 }
