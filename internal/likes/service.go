@@ -11,7 +11,6 @@ import (
 
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
-	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -42,11 +41,6 @@ import (
 //	                (not by what was asked), in a counter row
 //	                picked at random; the reconciler checks
 //	                sum(counter rows) = liked rows                Reconcile
-
-// Locker runs work under a distributed lock (platform/lock.Locker).
-type Locker interface {
-	Do(ctx context.Context, key string, fn func(ctx context.Context) error) error
-}
 
 // LockStrategy is where layer 1 serialises one user's clicks on one post
 // (SHOP_LIKE_LOCK).
@@ -85,10 +79,6 @@ const LockWait = 500 * time.Millisecond
 // and in docs/ABLATION.md.
 const FlowLike = "like_post"
 
-// maxConflictRetries bounds how often a like re-reads after losing a race
-// at layer 3 or 4, so contention never becomes an unbounded loop.
-const maxConflictRetries = 3
-
 // DefaultShards is how many counter rows a new post's count is spread
 // over. Chosen from the shard sweep of `shop bench likes`
 // (docs/BENCHMARKS.md, "Likes"; the runs it was chosen from are in that
@@ -105,7 +95,7 @@ type Config struct {
 	Store *Store
 	// Locker is the Redis lock of LockRedsync; the other strategy needs
 	// none.
-	Locker  Locker
+	Locker  layers.Locker
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	Now     func() time.Time
@@ -122,7 +112,7 @@ type Config struct {
 // Service runs posts, likes and the count's reconciliation.
 type Service struct {
 	store   *Store
-	locker  Locker
+	like    layers.Flow
 	metrics *metrics.Metrics
 	counts  *counters
 	logger  *slog.Logger
@@ -159,7 +149,8 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{store: cfg.Store, locker: cfg.Locker, metrics: cfg.Metrics, counts: counts,
+	like := layers.Flow{Name: FlowLike, Noun: "like", Layers: cfg.Layers, Locker: cfg.Locker, Metrics: cfg.Metrics}
+	return &Service{store: cfg.Store, like: like, metrics: cfg.Metrics, counts: counts,
 		logger: cfg.Logger, now: cfg.Now, shards: cfg.Shards, lock: cfg.Lock, layers: cfg.Layers}, nil
 }
 
@@ -181,21 +172,19 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 			return Result{}, err
 		}
 		if l.State == want {
-			s.metrics.Stopped(FlowLike, metrics.LayerState)
+			s.like.Stopped(layers.State)
 			return Result{PostID: postID, State: l.State, LikeCount: n}, nil
 		}
 	}
 	var out Result
-	ran := false // whether the Redis lock let the work run
 	// Layer 1: lock this user's like of this post, across replicas. A
 	// double click waits for the first (briefly: LockWait) and then finds
 	// it done; other users never wait on this key. The post itself is not
 	// locked: its counter rows serialise what must be. With the advisory
 	// lock (the default) the lock is taken by s.update, in the
-	// transaction; lockRedis takes the Redis one around it.
-	err := s.lockRedis(ctx, "like:"+userID+":"+postID, func(ctx context.Context) error {
-		ran = true
-		for attempt := 1; ; attempt++ {
+	// transaction; with redsync, in Redis around it.
+	err := s.like.LockAll(ctx, s.redisKeys("like:"+userID+":"+postID), func(ctx context.Context) error {
+		return s.like.Retry(func(attempt int) error {
 			var wrote bool
 			// Layers 3 and 4: the write goes only at the version read, or
 			// inserts the first like under likes_pkey, and moves the
@@ -209,52 +198,36 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 				}
 				wrote = l.Set(want)
 				if !wrote {
-					s.metrics.Stopped(FlowLike, metrics.LayerState)
+					s.like.Stopped(layers.State)
 				}
 				return wrote, nil
 			})
-			retry := attempt < maxConflictRetries
 			switch {
-			case errors.Is(err, ErrLockBusy):
-				return err
 			case errors.Is(err, ErrVersionConflict):
-				s.metrics.Stopped(FlowLike, metrics.LayerVersion)
-			case errors.Is(err, ErrDuplicateLike), errors.Is(err, ErrCountBelowZero):
-				s.metrics.Stopped(FlowLike, metrics.LayerConstraint)
-			case err != nil:
-				return err
-			default:
-				if wrote {
-					s.counts.changes.WithLabelValues(l.State.String()).Inc()
-				}
-				out = Result{PostID: postID, State: l.State, LikeCount: n}
-				return nil
-			}
-			switch {
-			case retry:
-			case errors.Is(err, ErrCountBelowZero):
+				return layers.Lost(layers.Version, err)
+			case errors.Is(err, ErrCountBelowZero) && attempt == layers.MaxTries:
 				// Still refused after re-reading: not a race but a
 				// counter row that lost a like. A bug, for the log and
 				// the reconciler, not for the client to retry.
+				s.like.Stopped(layers.Constraint)
 				return fmt.Errorf("like of %s by %s: %w", postID, userID, err)
-			default:
-				return &problem.Error{Code: problem.ResourceBusy, Detail: "the like keeps changing; try again", RetryAfter: time.Second}
+			case errors.Is(err, ErrDuplicateLike), errors.Is(err, ErrCountBelowZero):
+				return layers.Lost(layers.Constraint, err)
+			case err != nil:
+				return err
 			}
-		}
+			if wrote {
+				s.counts.changes.WithLabelValues(l.State.String()).Inc()
+			}
+			out = Result{PostID: postID, State: l.State, LikeCount: n}
+			return nil
+		})
 	})
-	switch {
-	case errors.Is(err, ErrLockBusy):
-		s.metrics.Stopped(FlowLike, metrics.LayerLock)
+	if errors.Is(err, ErrLockBusy) {
+		// The advisory lock, not had within LockWait.
+		s.like.Stopped(layers.Lock)
 		return Result{}, &problem.Error{Code: problem.ResourceBusy,
 			Detail: "another request is working on this like; retry shortly", RetryAfter: time.Second}
-	case problem.CodeOf(err) == problem.ResourceBusy && !ran:
-		s.metrics.Stopped(FlowLike, metrics.LayerLock)
-	case errors.Is(err, lock.ErrLockLost):
-		// The lease could not be extended (Redis slow or gone) and the
-		// write was cancelled: it may or may not have happened. Sending
-		// the same PUT or DELETE again is safe, which is what to say.
-		return Result{}, &problem.Error{Code: problem.Unavailable,
-			Detail: "the like's lock was lost while it was written; send the request again", RetryAfter: time.Second}
 	}
 	return out, err
 }
@@ -269,13 +242,13 @@ func (s *Service) update(ctx context.Context, postID, userID string, change func
 	return s.store.Update(ctx, postID, userID, s.layers, s.stamp(), change)
 }
 
-// lockRedis runs fn under the Redis lock on key when that is layer 1's
-// strategy and layer 1 is on, else runs fn as it is.
-func (s *Service) lockRedis(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	if s.lock != LockRedsync || !s.layers.On(layers.Lock) {
-		return fn(ctx)
+// redisKeys is key when layer 1's strategy takes its lock in Redis, and
+// no key when the lock is in the transaction.
+func (s *Service) redisKeys(key string) []string {
+	if s.lock != LockRedsync {
+		return nil
 	}
-	return s.locker.Do(ctx, key, fn)
+	return []string{key}
 }
 
 // CreatePost creates a post by userID, its count spread over the

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/platform/jobs"
-	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/layers"
 )
 
 // expiryBatch is how many orders one expiry transaction handles.
@@ -29,11 +29,11 @@ const jobExpire = "expire_orders"
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := s.store.ExpireDue(ctx, s.now().UTC().Truncate(time.Microsecond), expiryBatch, s.layers)
+		n, err := s.store.ExpireDue(ctx, s.layers, s.now().UTC().Truncate(time.Microsecond), expiryBatch)
 		if errors.Is(err, ErrAlreadyReleased) {
 			// Only reachable if a release slipped past the status check:
 			// the whole batch rolled back; count it and try the next run.
-			s.metrics.Stopped(flowExpire, metrics.LayerConstraint)
+			s.expire.Stopped(layers.Constraint)
 			return total, nil
 		}
 		total += n

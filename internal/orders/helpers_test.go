@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 type fixture struct {
 	pool  *pgxpool.Pool
 	clock *testenv.Clock
-	redis func() orders.Locker
+	redis func() layers.Locker
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -31,7 +31,7 @@ func newFixture(t *testing.T) *fixture {
 	pool := testenv.Pool(t)
 	addrs := testenv.RedisAddrs(t)
 	f := &fixture{pool: pool, clock: testenv.NewFrozenClock()}
-	f.redis = func() orders.Locker {
+	f.redis = func() layers.Locker {
 		clients := redisx.Clients(addrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
 		l, err := lock.New(clients, lock.Options{Metrics: metrics.New()})

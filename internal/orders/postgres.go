@@ -292,7 +292,7 @@ func QueueWrite(b *pgx.Batch, o Order, on layers.Set, moved *bool) error {
 // ExpireDue expires up to limit pending orders whose time is up and returns
 // their stock, in one transaction. It returns how many it expired. The
 // state rule (pending only, never paying) holds unless on has State off.
-func (s *Store) ExpireDue(ctx context.Context, now time.Time, limit int, on layers.Set) (int, error) {
+func (s *Store) ExpireDue(ctx context.Context, on layers.Set, now time.Time, limit int) (int, error) {
 	var n int
 	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, sqlExpireDue, now, limit, on.On(layers.State))

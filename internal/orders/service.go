@@ -14,7 +14,6 @@ import (
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
-	"github.com/shop-example/shop/internal/platform/problem"
 )
 
 // The layers of the order flows, where each one is in this package:
@@ -34,11 +33,6 @@ import (
 //	4 constraint    orders_user_request_key,         stock_releases_pkey         stock_releases_pkey
 //	                products_stock_nonnegative
 
-// Locker runs work under a distributed lock (platform/lock.Locker).
-type Locker interface {
-	Do(ctx context.Context, key string, fn func(ctx context.Context) error) error
-}
-
 // Flow names, the "flow" label of the conflict counter.
 const (
 	// FlowCreate is exported for the idempotency middleware on the create
@@ -48,14 +42,10 @@ const (
 	flowExpire = "expire_order"
 )
 
-// maxVersionRetries bounds how often a flow re-reads after losing a race
-// on the version check, so contention never becomes an unbounded loop.
-const maxVersionRetries = 3
-
 // Config holds what the service is built from.
 type Config struct {
 	Store    *Store
-	Locker   Locker
+	Locker   layers.Locker
 	Metrics  *metrics.Metrics
 	Logger   *slog.Logger
 	OrderTTL time.Duration
@@ -71,14 +61,14 @@ type Config struct {
 
 // Service runs the order flows. Each reads top to bottom in layer order.
 type Service struct {
-	store      *Store
-	locker     Locker
-	metrics    *metrics.Metrics
-	logger     *slog.Logger
-	ttl        time.Duration
-	now        func() time.Time
-	layers     layers.Set
-	naiveStock inventory.Take
+	store                  *Store
+	create, cancel, expire layers.Flow
+	metrics                *metrics.Metrics
+	logger                 *slog.Logger
+	ttl                    time.Duration
+	now                    func() time.Time
+	layers                 layers.Set
+	naiveStock             inventory.Take
 }
 
 // NewService returns the order service.
@@ -98,8 +88,12 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.NaiveStock == inventory.TakeConditional {
 		cfg.NaiveStock = inventory.TakeUnconditional
 	}
-	return &Service{store: cfg.Store, locker: cfg.Locker, metrics: cfg.Metrics, logger: cfg.Logger,
-		ttl: cfg.OrderTTL, now: cfg.Now, layers: cfg.Layers, naiveStock: cfg.NaiveStock}, nil
+	flow := func(name string) layers.Flow {
+		return layers.Flow{Name: name, Noun: "order", Layers: cfg.Layers, Locker: cfg.Locker, Metrics: cfg.Metrics}
+	}
+	return &Service{store: cfg.Store, create: flow(FlowCreate), cancel: flow(flowCancel), expire: flow(flowExpire),
+		metrics: cfg.Metrics, logger: cfg.Logger, ttl: cfg.OrderTTL, now: cfg.Now, layers: cfg.Layers,
+		naiveStock: cfg.NaiveStock}, nil
 }
 
 // Create places an order for userID: every line's stock is reserved, or
@@ -122,7 +116,11 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 	// (user, key) inside the transaction, and a copy of the request is
 	// refused at once; a Redis lock on the same key would add six round
 	// trips and guard nothing more. Without the record, Redis it is.
-	err := s.lock(ctx, rec == nil, "order:"+userID+":"+requestKey, func(ctx context.Context) error {
+	keys := []string{"order:" + userID + ":" + requestKey}
+	if rec != nil {
+		keys = nil // the claim's advisory lock is layer 1
+	}
+	err := s.create.LockAll(ctx, keys, func(ctx context.Context) error {
 		id, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("new order id: %w", err)
@@ -139,27 +137,17 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 		case errors.Is(err, ErrDuplicateRequest):
 			// The order was placed by an earlier request with the key, one
 			// whose record is gone (swept) or that ran without layer 0.
-			s.metrics.Stopped(FlowCreate, metrics.LayerConstraint)
+			s.create.Stopped(layers.Constraint)
 			out, err = s.store.ByRequestKey(ctx, userID, requestKey)
 			return err
 		case errors.Is(err, inventory.ErrStockConstraint):
-			s.metrics.Stopped(FlowCreate, metrics.LayerConstraint)
+			s.create.Stopped(layers.Constraint)
 		case errors.Is(err, inventory.ErrOutOfStock):
-			s.metrics.Stopped(FlowCreate, metrics.LayerVersion)
+			s.create.Stopped(layers.Version)
 		}
 		return err
 	})
-	s.countBusy(FlowCreate, err)
 	return out, err
-}
-
-// lock runs fn under the lock on key when want is set and layer 1 is on;
-// otherwise it runs fn as it is.
-func (s *Service) lock(ctx context.Context, want bool, key string, fn func(ctx context.Context) error) error {
-	if !want || !s.layers.On(layers.Lock) {
-		return fn(ctx)
-	}
-	return s.locker.Do(ctx, key, fn)
 }
 
 // stockTake is how stock is taken: the conditional decrement (layer 3),
@@ -179,8 +167,8 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 	}
 	var out Order
 	// Layer 1: one cancel of this order at a time, across replicas.
-	err := s.lock(ctx, true, "order:"+id, func(ctx context.Context) error {
-		for attempt := 1; ; attempt++ {
+	err := s.cancel.Lock(ctx, "order:"+id, func(ctx context.Context) error {
+		return s.cancel.Retry(func(int) error {
 			// Layer 3: Update writes only if the order is still at the
 			// version read; layer 4: stock_releases admits one release.
 			o, err := s.store.Update(ctx, id, s.layers, func(o *Order) (bool, error) {
@@ -195,27 +183,22 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 				}
 				changed, err := o.Cancel(now)
 				if err != nil || !changed {
-					s.metrics.Stopped(flowCancel, metrics.LayerState)
+					s.cancel.Stopped(layers.State)
 				}
 				return changed, err
 			})
 			switch {
-			case errors.Is(err, ErrVersionConflict) && attempt < maxVersionRetries:
-				s.metrics.Stopped(flowCancel, metrics.LayerVersion)
-				continue
 			case errors.Is(err, ErrVersionConflict):
-				s.metrics.Stopped(flowCancel, metrics.LayerVersion)
-				return &problem.Error{Code: problem.ResourceBusy, Detail: "the order keeps changing; try again", RetryAfter: time.Second}
+				return layers.Lost(layers.Version, err)
 			case errors.Is(err, ErrAlreadyReleased):
-				s.metrics.Stopped(flowCancel, metrics.LayerConstraint)
+				s.cancel.Stopped(layers.Constraint)
 				out, err = s.store.Get(ctx, id)
 				return err
 			}
 			out = o
 			return err
-		}
+		})
 	})
-	s.countBusy(flowCancel, err)
 	return out, err
 }
 
@@ -237,10 +220,4 @@ func (s *Service) Get(ctx context.Context, userID, id string) (Order, error) {
 // List returns a page of userID's orders, newest first.
 func (s *Service) List(ctx context.Context, userID, cursor string, limit int) ([]Order, string, error) {
 	return s.store.List(ctx, userID, cursor, limit)
-}
-
-func (s *Service) countBusy(flow string, err error) {
-	if problem.CodeOf(err) == problem.ResourceBusy {
-		s.metrics.Stopped(flow, metrics.LayerLock)
-	}
 }

@@ -120,7 +120,7 @@ func TestPay_LosersFailFast(t *testing.T) {
 
 // serviceLockedBy is a payment service with every layer on, locking with
 // locker and counting into m.
-func (f *fixture) serviceLockedBy(t *testing.T, locker payments.Locker, m *metrics.Metrics) *payments.Service {
+func (f *fixture) serviceLockedBy(t *testing.T, locker layers.Locker, m *metrics.Metrics) *payments.Service {
 	t.Helper()
 	gw, err := payments.NewGateway(f.gwURL, payments.GatewayOptions{Timeout: 30 * time.Second})
 	if err != nil {

@@ -77,7 +77,7 @@ func TestFence_StaleSettler(t *testing.T) {
 			if err := failed.Fail("declined, as A saw it before its pause", now); err != nil {
 				t.Fatal(err)
 			}
-			_, err := store.Settle(ctx, failed, tc.layers, orders.Order{}, func(o *orders.Order) (bool, error) { return o.PaymentEnded(now), nil }, nil, nil)
+			_, err := store.Settle(ctx, failed, tc.layers, nil, orders.Order{}, func(o *orders.Order) (bool, error) { return o.PaymentEnded(now), nil }, nil)
 
 			r := f.books(t)
 			status := f.mustString(t, `SELECT status FROM payments WHERE id = $1`, read.ID)

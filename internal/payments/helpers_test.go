@@ -62,7 +62,7 @@ func newFixtureWith(t *testing.T, opts gateway.Options) *fixture {
 
 // redisLock returns a lock over the test's Redis nodes, whose waiters
 // make payments.LockTries attempts, as the service's.
-func (f *fixture) redisLock(t *testing.T) payments.Locker {
+func (f *fixture) redisLock(t *testing.T) layers.Locker {
 	t.Helper()
 	return f.lockOn(t, metrics.New(), true)
 }
@@ -70,7 +70,7 @@ func (f *fixture) redisLock(t *testing.T) payments.Locker {
 // lockOn returns a lock over the test's Redis nodes counting into m,
 // bounded by payments.LockTries when bounded is set, else with only the
 // wait budget of every other flow's lock.
-func (f *fixture) lockOn(t *testing.T, m *metrics.Metrics, bounded bool) payments.Locker {
+func (f *fixture) lockOn(t *testing.T, m *metrics.Metrics, bounded bool) layers.Locker {
 	t.Helper()
 	clients := redisx.Clients(f.addrs)
 	t.Cleanup(func() { _ = redisx.Close(clients) })

@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,7 +34,7 @@ type counters struct {
 	oldest  prometheus.Gauge
 }
 
-func newCounters(m *metrics.Metrics) *counters {
+func newCounters(m *metrics.Metrics) (*counters, error) {
 	c := &counters{
 		attempts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shop_payment_attempts_total",
@@ -61,9 +62,11 @@ func newCounters(m *metrics.Metrics) *counters {
 		}),
 	}
 	if m != nil {
-		m.Registry.MustRegister(c.attempts, c.outcomes, c.refunds, c.reconciliations, c.backlog, c.oldest)
+		if err := metrics.Register(m.Registry, c.attempts, c.outcomes, c.refunds, c.reconciliations, c.backlog, c.oldest); err != nil {
+			return nil, fmt.Errorf("payments metrics: %w", err)
+		}
 	}
-	return c
+	return c, nil
 }
 
 // unsettled records what a reconciler pass left processing at now: left

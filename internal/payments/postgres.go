@@ -109,7 +109,7 @@ func NewStore(db *pgxpool.Pool) *Store {
 // insert's unique checks wait only on another uncommitted insert, never on
 // a settler's row lock, so no two of them each hold what the other waits
 // for.
-func (s *Store) Begin(ctx context.Context, p Payment, rec *idempotency.Record, on layers.Set, read orders.Order,
+func (s *Store) Begin(ctx context.Context, p Payment, on layers.Set, rec *idempotency.Record, read orders.Order,
 	move func(*orders.Order) error) (Payment, orders.Order, error) {
 	// With the version check, the order as read is written at its version
 	// in the first round trip; without it, it is read in the transaction.
@@ -226,8 +226,8 @@ func (s *Store) Resume(ctx context.Context, id string, rec *idempotency.Record, 
 // and when the order moved since (or moveOrder returns stock, or layer 3
 // is off), it is read in the transaction and moveOrder decides on it as
 // it is (orders.UpdateTx), two round trips more.
-func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, order orders.Order, moveOrder func(*orders.Order) (bool, error),
-	rec *idempotency.Record, answer func(Payment) idempotency.Answer) (Payment, error) {
+func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, rec *idempotency.Record, order orders.Order,
+	moveOrder func(*orders.Order) (bool, error), answer func(Payment) idempotency.Answer) (Payment, error) {
 	written := p
 	written.Version++
 	// The order as begun, moved: written with the payment's row, or, if
@@ -302,7 +302,7 @@ func (s *Store) notSettled(ctx context.Context, id string) error {
 // transaction. Like Settle, it claims the request's key (rec) again
 // first, and the payment's own row decides before the order: it returns
 // ErrVersionConflict when another settler got there first.
-func (s *Store) Discard(ctx context.Context, p Payment, on layers.Set, moveOrder func(*orders.Order) (bool, error), rec *idempotency.Record) error {
+func (s *Store) Discard(ctx context.Context, p Payment, on layers.Set, rec *idempotency.Record, moveOrder func(*orders.Order) (bool, error)) error {
 	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
 		rec.QueueClaim(b)
 		query := sqlDiscardPayment

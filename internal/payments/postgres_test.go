@@ -39,9 +39,9 @@ func TestStore_SettleOnce(t *testing.T) {
 			t.Errorf("Succeed: %v", err)
 			return
 		}
-		_, err := store.Settle(context.Background(), paid, layers.Set{}, orders.Order{}, func(o *orders.Order) (bool, error) {
+		_, err := store.Settle(context.Background(), paid, layers.Set{}, nil, orders.Order{}, func(o *orders.Order) (bool, error) {
 			return true, o.Pay(now)
-		}, nil, nil)
+		}, nil)
 		switch {
 		case err == nil:
 			won.Add(1)
@@ -96,7 +96,7 @@ func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 				if err := p.Succeed("ch_shared", now); err != nil {
 					return err
 				}
-				_, err := store.Settle(context.Background(), p, layers.Set{}, orders.Order{}, func(o *orders.Order) (bool, error) { return true, o.Pay(now) }, nil, nil)
+				_, err := store.Settle(context.Background(), p, layers.Set{}, nil, orders.Order{}, func(o *orders.Order) (bool, error) { return true, o.Pay(now) }, nil)
 				return err
 			}
 
@@ -134,7 +134,7 @@ func mustBegin(t *testing.T, store *payments.Store, orderID string, now time.Tim
 	t.Helper()
 	p := payments.Payment{ID: uuid.NewString(), OrderID: orderID, Status: payments.StatusProcessing,
 		AmountCents: unitPrice, Method: "pm_card_ok", Version: 1, CreatedAt: now, UpdatedAt: now}
-	p, _, err := store.Begin(context.Background(), p, nil, layers.Set{}, orders.Order{}, func(o *orders.Order) error { return o.BeginPayment(now) })
+	p, _, err := store.Begin(context.Background(), p, layers.Set{}, nil, orders.Order{}, func(o *orders.Order) error { return o.BeginPayment(now) })
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}

@@ -69,7 +69,7 @@ func (s *Service) reconcileOne(ctx context.Context, due Payment) string {
 	ctx, cancel := context.WithTimeout(ctx, s.budget)
 	defer cancel()
 	var result string
-	err := s.lock(ctx, "payment:"+due.OrderID, func(ctx context.Context) error {
+	err := s.reconcile.Lock(ctx, "payment:"+due.OrderID, func(ctx context.Context) error {
 		p, err := s.store.Get(ctx, due.ID)
 		if err != nil {
 			return err

@@ -54,11 +54,6 @@ import (
 // attempt; and, for an answer that is stored (invalid_state), one
 // statement of the Atomic middleware's, after the request's rollback.
 
-// Locker runs work under a distributed lock (platform/lock.Locker).
-type Locker interface {
-	Do(ctx context.Context, key string, fn func(ctx context.Context) error) error
-}
-
 // FlowPay names the pay flow in the conflict counter; the idempotency
 // middleware on the route counts under it too.
 const FlowPay = "pay_order"
@@ -71,16 +66,12 @@ const FlowPay = "pay_order"
 // together past a split vote.
 const LockTries = 3
 
-// maxVersionRetries bounds how often a settlement re-reads an order that
-// changed under it.
-const maxVersionRetries = 3
-
 // Config holds what the service is built from.
 type Config struct {
 	Store   *Store
 	Orders  *orders.Service
 	Gateway *Gateway
-	Locker  Locker
+	Locker  layers.Locker
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	Now     func() time.Time
@@ -102,7 +93,7 @@ type Service struct {
 	store          *Store
 	orders         *orders.Service
 	gateway        *Gateway
-	locker         Locker
+	pay, reconcile layers.Flow
 	metrics        *metrics.Metrics
 	counts         *counters
 	logger         *slog.Logger
@@ -126,8 +117,16 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Service{store: cfg.Store, orders: cfg.Orders, gateway: cfg.Gateway, locker: cfg.Locker,
-		metrics: cfg.Metrics, counts: newCounters(cfg.Metrics), logger: cfg.Logger, now: cfg.Now,
+	counts, err := newCounters(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	flow := func(name string) layers.Flow {
+		return layers.Flow{Name: name, Noun: "order", Layers: cfg.Layers, Locker: cfg.Locker, Metrics: cfg.Metrics}
+	}
+	return &Service{store: cfg.Store, orders: cfg.Orders, gateway: cfg.Gateway,
+		pay: flow(FlowPay), reconcile: flow(jobReconcile),
+		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger, now: cfg.Now,
 		budget: cfg.Budget, reconcileAfter: cfg.ReconcileAfter, layers: cfg.Layers}, nil
 }
 
@@ -184,15 +183,13 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	}
 
 	var out Payment
-	ran := false
 	// Layer 1: one payment of this order at a time, across replicas. The
 	// lock is held across the gateway call; its watchdog extends the lease
 	// while the call runs, and cancels the call if the lease is lost. It
 	// serialises the winner's work, it is not the losers' queue: a click
 	// that finds it held is told resource_busy at once (LockTries), not
 	// after the winner's charge.
-	err = s.lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
-		ran = true
+	err = s.pay.Lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
 		var p Payment
 		var begun orders.Order // the order as this request's begin left it
 		var err error
@@ -220,9 +217,6 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 		out, err = s.charge(ctx, p, begun, rec)
 		return err
 	})
-	if !ran && problem.CodeOf(err) == problem.ResourceBusy {
-		s.metrics.Stopped(FlowPay, metrics.LayerLock)
-	}
 	return out, err
 }
 
@@ -257,7 +251,7 @@ func (s *Service) admit(ctx context.Context, userID, requestKey, orderID, method
 	case mine.ID != "":
 		return o, mine, nil
 	}
-	s.metrics.Stopped(FlowPay, metrics.LayerState)
+	s.pay.Stopped(layers.State)
 	if errors.Is(refused, orders.ErrPaymentInFlight) {
 		return orders.Order{}, Payment{}, s.answerInFlight(orderID, active)
 	}
@@ -277,14 +271,6 @@ func (s *Service) resume(ctx context.Context, id string, rec *idempotency.Record
 // with another method.
 var errKeyReused = problem.New(problem.IdempotencyReused,
 	"this Idempotency-Key was used for a payment with another method; send a new key for a new request")
-
-// lock runs fn under the lock on key, unless layer 1 is off.
-func (s *Service) lock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	if !s.layers.On(layers.Lock) {
-		return fn(ctx)
-	}
-	return s.locker.Do(ctx, key, fn)
-}
 
 // ofRequest returns the payment of userID's order begun with requestKey,
 // or ErrNotFound. The same key with another payment method is
@@ -308,17 +294,23 @@ func (s *Service) ofRequest(ctx context.Context, userID, requestKey, orderID, me
 // transaction that claims the request's key (rec). It returns the payment
 // and the order as written.
 func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders.Order, method string, rec *idempotency.Record) (Payment, orders.Order, error) {
-	read := o
-	for attempt := 1; ; attempt++ {
+	var p Payment
+	var begun orders.Order
+	err := s.pay.Retry(func(attempt int) error {
+		read := o
+		if attempt > 1 {
+			// Layer 3: the order moved between read and write (a cancel):
+			// it is read again, in the transaction, and decided on as it is.
+			read = orders.Order{}
+		}
 		id, err := uuid.NewV7()
 		if err != nil {
-			return Payment{}, orders.Order{}, fmt.Errorf("new payment id: %w", err)
+			return fmt.Errorf("new payment id: %w", err)
 		}
 		now := s.stamp()
-		p := Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing, AmountCents: o.TotalCents,
+		p = Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing, AmountCents: o.TotalCents,
 			Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}
-		var begun orders.Order
-		p, begun, err = s.store.Begin(ctx, p, rec, s.layers, read, func(o *orders.Order) error {
+		p, begun, err = s.store.Begin(ctx, p, s.layers, rec, read, func(o *orders.Order) error {
 			if o.UserID != userID {
 				return ErrNotFound // someone else's order does not exist for this user
 			}
@@ -326,33 +318,31 @@ func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders
 			// within its time begins a payment, and it says so by moving
 			// to paying (a second payment finds it paying).
 			if err := s.beginPayment(o, now); err != nil {
-				s.metrics.Stopped(FlowPay, metrics.LayerState)
+				s.pay.Stopped(layers.State)
 				return err
 			}
 			return nil
 		})
 		switch {
-		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
-			// Layer 3: the order moved between read and write (a cancel):
-			// it is read again, in the transaction, and decided on as it is.
-			s.metrics.Stopped(FlowPay, metrics.LayerVersion)
-			read = orders.Order{}
-			continue
+		case errors.Is(err, orders.ErrVersionConflict):
+			return layers.Lost(layers.Version, err)
 		case errors.Is(err, ErrActivePayment):
 			// Layer 4: the partial unique index admits one processing-or-
 			// succeeded payment per order; whatever got past the lock and
 			// the state stops here.
-			s.metrics.Stopped(FlowPay, metrics.LayerConstraint)
-			return Payment{}, orders.Order{}, s.inFlight(ctx, o.ID)
+			s.pay.Stopped(layers.Constraint)
+			return s.inFlight(ctx, o.ID)
 		case errors.Is(err, orders.ErrPaymentInFlight):
-			return Payment{}, orders.Order{}, s.inFlight(ctx, o.ID)
-		case errors.Is(err, orders.ErrVersionConflict):
-			return Payment{}, orders.Order{}, &problem.Error{Code: problem.ResourceBusy, RetryAfter: time.Second, Detail: "the order keeps changing; try again"}
+			return s.inFlight(ctx, o.ID)
 		case err == nil:
 			s.counts.attempts.Inc()
 		}
-		return p, begun, err
+		return err
+	})
+	if err != nil {
+		return Payment{}, orders.Order{}, err
 	}
+	return p, begun, nil
 }
 
 // beginPayment applies the order's rule for a payment beginning (layer 2),
@@ -429,7 +419,7 @@ func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec
 			return p, err
 		}
 		// The order can be paid again.
-		return s.record(ctx, p, failed, begun, s.paymentEnded(now), outcomeFailed, rec)
+		return s.record(ctx, p, failed, rec, begun, outcomeFailed, s.paymentEnded(now))
 	case err != nil:
 		s.counts.outcome(outcomeUnknown)
 		s.logger.WarnContext(ctx, "payment outcome unknown; the reconciler will settle it", "payment", p.ID, "err", err)
@@ -441,25 +431,35 @@ func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec
 
 	// Layer 3: one transaction records the charge and moves the order
 	// paying → paid, each row written only at the version read.
-	for attempt := 1; ; attempt++ {
+	var out Payment
+	err = s.pay.Retry(func(attempt int) error {
+		if attempt > 1 {
+			begun = orders.Order{} // the order moved: read it in the transaction
+		}
 		paid := p
 		now := s.stamp()
 		if err := paid.Succeed(c.ID, now); err != nil {
-			return p, err
+			out = p
+			return err
 		}
-		out, err := s.record(ctx, p, paid, begun, func(o *orders.Order) (bool, error) {
+		var err error
+		out, err = s.record(ctx, p, paid, rec, begun, outcomeSucceeded, func(o *orders.Order) (bool, error) {
 			// Layer 2: the order must still be waiting for this payment.
 			if !s.layers.On(layers.State) {
 				o.Status, o.UpdatedAt = orders.StatusPaid, now
 				return true, nil
 			}
 			return true, o.Pay(now)
-		}, outcomeSucceeded, rec)
+		})
 		switch {
-		case errors.Is(err, orders.ErrVersionConflict) && attempt < maxVersionRetries:
-			s.metrics.Stopped(FlowPay, metrics.LayerVersion)
-			begun = orders.Order{} // read it in the transaction
-			continue
+		case errors.Is(err, orders.ErrVersionConflict) && attempt < layers.MaxTries:
+			return layers.Lost(layers.Version, err)
+		case errors.Is(err, orders.ErrVersionConflict):
+			// Changed under every try: the charge went through, so the
+			// answer is not busy but unknown, for the reconciler.
+			s.pay.Stopped(layers.Version)
+			s.counts.outcome(outcomeUnknown)
+			return fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
 		case problem.CodeOf(err) == problem.InvalidState:
 			// The order was cancelled or expired while the charge was in
 			// flight. Settle asked the payment's own row first: it is still
@@ -467,14 +467,12 @@ func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec
 			// settler that lost to another gets that one's outcome instead
 			// and never comes here. The customer must not be charged for
 			// an order that stopped waiting.
-			s.metrics.Stopped(FlowPay, metrics.LayerState)
-			return s.refund(ctx, p, c, rec)
-		case errors.Is(err, orders.ErrVersionConflict):
-			s.counts.outcome(outcomeUnknown)
-			return p, fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
+			s.pay.Stopped(layers.State)
+			out, err = s.refund(ctx, p, c, rec)
 		}
-		return out, err
-	}
+		return err
+	})
+	return out, err
 }
 
 // paymentEnded is the order's move when its payment ended without a
@@ -494,7 +492,7 @@ func (s *Service) paymentEnded(now time.Time) func(*orders.Order) (bool, error) 
 // nothing was charged, so nothing is kept, and the client is told what
 // was wrong with its request.
 func (s *Service) discard(ctx context.Context, p Payment, refused *RefusedError, rec *idempotency.Record) (Payment, error) {
-	err := s.store.Discard(ctx, p, s.layers, s.paymentEnded(s.stamp()), rec)
+	err := s.store.Discard(ctx, p, s.layers, rec, s.paymentEnded(s.stamp()))
 	if errors.Is(err, ErrVersionConflict) {
 		return s.recorded(ctx, p)
 	}
@@ -522,7 +520,7 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge, rec *idempote
 	if err := refunded.Refund(c.ID, r.ID, s.stamp()); err != nil {
 		return p, err
 	}
-	return s.record(ctx, p, refunded, orders.Order{}, nil, outcomeRefunded, rec)
+	return s.record(ctx, p, refunded, rec, orders.Order{}, outcomeRefunded, nil)
 }
 
 // record writes settled, the outcome of the processing payment p (and
@@ -534,15 +532,16 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge, rec *idempote
 // the payment as that one left it is the answer. When the database does
 // not answer (within the budget), nothing is recorded: p stays processing
 // for the reconciler.
-func (s *Service) record(ctx context.Context, p, settled Payment, begun orders.Order, moveOrder func(*orders.Order) (bool, error), outcome string, rec *idempotency.Record) (Payment, error) {
+func (s *Service) record(ctx context.Context, p, settled Payment, rec *idempotency.Record, begun orders.Order, outcome string,
+	moveOrder func(*orders.Order) (bool, error)) (Payment, error) {
 	var answer func(Payment) idempotency.Answer
 	if settled.Status == StatusSucceeded {
 		answer = paid
 	}
-	out, err := s.store.Settle(ctx, settled, s.layers, begun, moveOrder, rec, answer)
+	out, err := s.store.Settle(ctx, settled, s.layers, rec, begun, moveOrder, answer)
 	switch {
 	case errors.Is(err, ErrVersionConflict):
-		s.metrics.Stopped(FlowPay, metrics.LayerVersion)
+		s.pay.Stopped(layers.Version)
 		return s.recorded(ctx, p)
 	case errors.Is(err, orders.ErrVersionConflict), problem.CodeOf(err) != "":
 		return p, err // the order's answer: the caller decides on it

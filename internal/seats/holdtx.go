@@ -254,7 +254,7 @@ type Move struct {
 //
 //	BEGIN, claim, read hold             one round trip
 //	the move's writes, complete, COMMIT one round trip
-func (s *Store) Update(ctx context.Context, holdID, userID string, now time.Time, on layers.Set, rec *idempotency.Record,
+func (s *Store) Update(ctx context.Context, holdID, userID string, on layers.Set, now time.Time, rec *idempotency.Record,
 	change func(*Hold) (Move, error)) (Hold, Booking, error) {
 	var h Hold
 	var b Booking

@@ -12,7 +12,6 @@ import (
 	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
-	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -41,11 +40,6 @@ import (
 //	                                                                sqlReleaseHold
 //	4 constraint    one active hold per seat; one ticket per seat, hold_seats_one_active_per_seat,
 //	                ever; one booking per hold                      tickets_one_per_seat, bookings_one_per_hold
-
-// Locker runs work under a distributed lock (platform/lock.Locker).
-type Locker interface {
-	Do(ctx context.Context, key string, fn func(ctx context.Context) error) error
-}
 
 // Flow names in the conflict counter and in docs/ABLATION.md.
 const (
@@ -93,14 +87,10 @@ func ParseLockStrategy(s string) (LockStrategy, error) {
 // (SHOP_SEAT_HOLD_TTL).
 const DefaultHoldTTL = 5 * time.Minute
 
-// maxConflictRetries bounds how often a request re-reads after losing a
-// race at layer 3 or 4.
-const maxConflictRetries = 3
-
 // Config holds what the service is built from.
 type Config struct {
 	Store   *Store
-	Locker  Locker
+	Locker  layers.Locker
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	Now     func() time.Time
@@ -119,7 +109,8 @@ type Config struct {
 // Service runs events, holds and bookings.
 type Service struct {
 	store   *Store
-	locker  Locker
+	hold    layers.Flow
+	moves   map[string]layers.Flow // confirm_hold, release_hold
 	metrics *metrics.Metrics
 	counts  *counters
 	logger  *slog.Logger
@@ -158,7 +149,12 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{store: cfg.Store, locker: cfg.Locker, metrics: cfg.Metrics, counts: counts, logger: cfg.Logger,
+	flow := func(name string) layers.Flow {
+		return layers.Flow{Name: name, Noun: "hold", Layers: cfg.Layers, Locker: cfg.Locker, Metrics: cfg.Metrics}
+	}
+	return &Service{store: cfg.Store, hold: flow(FlowHold),
+		moves:   map[string]layers.Flow{FlowConfirm: flow(FlowConfirm), FlowRelease: flow(FlowRelease)},
+		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger,
 		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, caps: cfg.Caps, layers: cfg.Layers}, nil
 }
 
@@ -191,9 +187,9 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	// that made a hold goes on: its transaction answers with that hold,
 	// whose seats are the ones taken.
 	if len(g.Taken) > 0 && !g.Repeat && s.layers.On(layers.State) {
-		s.metrics.Stopped(FlowHold, metrics.LayerState)
+		s.hold.Stopped(layers.State)
 		err := Unavailable(g.Taken)
-		s.countHold(err, false)
+		s.countHold(err)
 		return Hold{}, err
 	}
 	id, err := uuid.NewV7()
@@ -207,14 +203,12 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	// all.
 	rec := idempotency.RecordFrom(ctx)
 	var out Hold
-	ran := false
 	// Layer 1: a lock per seat, taken in seat order (in the store's
 	// transaction by default; here, in Redis, with SHOP_SEAT_LOCK=redsync),
 	// so two holds that overlap queue on their first common seat and
 	// never deadlock; holds of other seats never wait.
-	err = s.lockSeats(ctx, eventID, sorted, func(ctx context.Context) error {
-		ran = true
-		for attempt := 1; ; attempt++ {
+	err = s.hold.LockAll(ctx, s.seatKeys(eventID, sorted), func(ctx context.Context) error {
+		return s.hold.Retry(func(int) error {
 			now := s.stamp()
 			h.ExpiresAt, h.CreatedAt = now.Add(s.ttl), now
 			// Layers 3 and 4 are in the store's transaction: each seat is
@@ -235,30 +229,34 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 					return nil
 				}
 				if err := CheckAvailable(read); err != nil {
-					s.metrics.Stopped(FlowHold, metrics.LayerState)
+					s.hold.Stopped(layers.State)
 					return err
 				}
 				return nil
 			})
-			switch {
-			case errors.Is(err, ErrVersionConflict):
-				s.metrics.Stopped(FlowHold, metrics.LayerVersion)
-			case errors.Is(err, ErrSeatTaken):
-				s.metrics.Stopped(FlowHold, metrics.LayerConstraint)
-			case errors.Is(err, ErrDeadlock):
-			default:
-				return err
-			}
-			if attempt == maxConflictRetries {
-				return &problem.Error{Code: problem.ResourceBusy, Detail: "the seats keep changing; try again", RetryAfter: time.Second}
-			}
-		}
+			return raced(err)
+		})
 	})
-	s.countHold(err, ran)
+	s.countHold(err)
 	if err != nil {
-		return Hold{}, s.lockLost(err)
+		return Hold{}, err
 	}
 	return out, nil
+}
+
+// raced marks the store's errors that lost a race, for Flow.Retry: a
+// seat or hold written since it was read (layer 3), a seat another hold
+// took first (layer 4), or a deadlock PostgreSQL broke.
+func raced(err error) error {
+	switch {
+	case errors.Is(err, ErrVersionConflict):
+		return layers.Lost(layers.Version, err)
+	case errors.Is(err, ErrSeatTaken):
+		return layers.Lost(layers.Constraint, err)
+	case errors.Is(err, ErrDeadlock):
+		return layers.Again(err)
+	}
+	return err
 }
 
 // Confirm books the seats of userID's hold. Confirming a confirmed hold
@@ -273,7 +271,7 @@ func (s *Service) Confirm(ctx context.Context, userID, holdID string) (Booking, 
 		return Booking{}, fmt.Errorf("new booking id: %w", err)
 	}
 	var b Booking
-	err = s.update(ctx, FlowConfirm, userID, holdID, func(h *Hold, now time.Time) (Move, error) {
+	err = s.update(ctx, FlowConfirm, userID, holdID, nil, &b, func(h *Hold, now time.Time) (Move, error) {
 		// Layer 2: only an active hold whose time is not up is confirmed.
 		if !s.layers.On(layers.State) {
 			return Move{To: Confirmed, BookingID: id.String()}, nil
@@ -282,7 +280,7 @@ func (s *Service) Confirm(ctx context.Context, userID, holdID string) (Booking, 
 			return Move{}, err
 		}
 		return Move{To: Confirmed, BookingID: id.String()}, nil
-	}, nil, &b)
+	})
 	if err != nil {
 		return Booking{}, err
 	}
@@ -296,7 +294,7 @@ func (s *Service) Release(ctx context.Context, userID, holdID string) (Hold, err
 		return Hold{}, ErrNotFound
 	}
 	var out Hold
-	err := s.update(ctx, FlowRelease, userID, holdID, func(h *Hold, now time.Time) (Move, error) {
+	err := s.update(ctx, FlowRelease, userID, holdID, &out, nil, func(h *Hold, now time.Time) (Move, error) {
 		// Layer 2: only an active hold is released, once.
 		if !s.layers.On(layers.State) {
 			h.Status = Released
@@ -307,7 +305,7 @@ func (s *Service) Release(ctx context.Context, userID, holdID string) (Hold, err
 			return Move{}, err
 		}
 		return Move{To: Released}, nil
-	}, &out, nil)
+	})
 	if err != nil {
 		return Hold{}, err
 	}
@@ -316,68 +314,54 @@ func (s *Service) Release(ctx context.Context, userID, holdID string) (Hold, err
 
 // update runs one move of a hold (confirm or release) under the hold's
 // lock, re-reading after a lost race at layer 3 or 4.
-func (s *Service) update(ctx context.Context, flow, userID, holdID string,
-	rule func(h *Hold, now time.Time) (Move, error), hold *Hold, booking *Booking) error {
+func (s *Service) update(ctx context.Context, flow, userID, holdID string, hold *Hold, booking *Booking,
+	rule func(h *Hold, now time.Time) (Move, error)) error {
+	f := s.moves[flow]
 	// Layer 0 on a confirm: the key's record, claimed and completed in
 	// the move's transaction (a release has none).
 	rec := idempotency.RecordFrom(ctx)
-	ran := false
 	// Layer 1: the hold's lock, so a double click on confirm runs once
 	// and the second finds the first's booking.
-	err := s.lockKey(ctx, "hold:"+holdID, func(ctx context.Context) error {
-		ran = true
-		for attempt := 1; ; attempt++ {
+	err := f.LockAll(ctx, s.holdKeys(holdID), func(ctx context.Context) error {
+		return f.Retry(func(int) error {
 			now := s.stamp()
-			h, b, err := s.store.Update(ctx, holdID, userID, now, s.layers, rec, func(h *Hold) (Move, error) {
+			h, b, err := s.store.Update(ctx, holdID, userID, s.layers, now, rec, func(h *Hold) (Move, error) {
 				m, err := rule(h, now)
 				if err != nil && !errors.Is(err, ErrAlreadyConfirmed) {
-					s.metrics.Stopped(flow, metrics.LayerState)
+					f.Stopped(layers.State)
 				}
 				return m, err
 			})
-			switch {
-			case errors.Is(err, ErrVersionConflict):
-				s.metrics.Stopped(flow, metrics.LayerVersion)
-			case errors.Is(err, ErrSeatTaken):
-				s.metrics.Stopped(flow, metrics.LayerConstraint)
-			case errors.Is(err, ErrDeadlock):
-			case err != nil:
-				return err
-			default:
-				if hold != nil {
-					*hold = h
-				}
-				if booking != nil {
-					*booking = b
-				}
-				return nil
+			if err != nil {
+				return raced(err)
 			}
-			if attempt == maxConflictRetries {
-				return &problem.Error{Code: problem.ResourceBusy, Detail: "the hold keeps changing; try again", RetryAfter: time.Second}
+			if hold != nil {
+				*hold = h
 			}
-		}
+			if booking != nil {
+				*booking = b
+			}
+			return nil
+		})
 	})
-	if problem.CodeOf(err) == problem.ResourceBusy && !ran {
-		s.metrics.Stopped(flow, metrics.LayerLock)
-	}
 	if err == nil {
 		s.counts.moves.WithLabelValues(flow).Inc()
 	}
-	return s.lockLost(err)
+	return err
 }
 
-// lockSeats runs fn under the redsync lock of every seat (or of every
-// section, LockSection), taken in the order given (sorted) and released
-// in reverse, when layer 1 is on with a redsync strategy. The advisory
-// strategy locks inside the store's transaction instead.
-func (s *Service) lockSeats(ctx context.Context, eventID string, sorted []string, fn func(ctx context.Context) error) error {
+// seatKeys are the Redis locks of a hold of sorted seats, in seat order:
+// one per seat (LockRedsync), or one per section (LockSection). The
+// advisory strategy locks inside the store's transaction instead, and
+// takes none here.
+func (s *Service) seatKeys(eventID string, sorted []string) []string {
 	var keys []string
-	switch {
-	case s.lockOn(LockRedsync):
+	switch s.lock {
+	case LockRedsync:
 		for _, seat := range sorted {
 			keys = append(keys, "seat:"+eventID+":"+seat)
 		}
-	case s.lockOn(LockSection):
+	case LockSection:
 		for _, seat := range sorted {
 			key := "section:" + eventID + ":" + seat[:1]
 			if len(keys) == 0 || keys[len(keys)-1] != key {
@@ -385,47 +369,25 @@ func (s *Service) lockSeats(ctx context.Context, eventID string, sorted []string
 			}
 		}
 	}
-	return s.lockAll(ctx, keys, fn)
+	return keys
 }
 
-// lockAll runs fn under the locks of keys, each taken inside the one
-// before: in order, and released in reverse.
-func (s *Service) lockAll(ctx context.Context, keys []string, fn func(ctx context.Context) error) error {
-	if len(keys) == 0 {
-		return fn(ctx)
+// holdKeys is the Redis lock of a confirm or release of the hold, with a
+// Redis strategy; none with the others.
+func (s *Service) holdKeys(holdID string) []string {
+	if s.lock != LockRedsync && s.lock != LockSection {
+		return nil
 	}
-	return s.locker.Do(ctx, keys[0], func(ctx context.Context) error {
-		return s.lockAll(ctx, keys[1:], fn)
-	})
-}
-
-// lockKey runs fn under the redsync lock on key when layer 1 is on and
-// the strategy is a redsync one.
-func (s *Service) lockKey(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	if !s.lockOn(LockRedsync) && !s.lockOn(LockSection) {
-		return fn(ctx)
-	}
-	return s.locker.Do(ctx, key, fn)
+	return []string{"hold:" + holdID}
 }
 
 // lockOn reports whether layer 1 is on with strategy l.
 func (s *Service) lockOn(l LockStrategy) bool { return s.layers.On(layers.Lock) && s.lock == l }
 
-// lockLost turns a lease lost mid-work into 503 with Retry-After: the
-// transaction was cancelled, and may or may not have committed; the same
-// request with the same Idempotency-Key is safe to send again.
-func (s *Service) lockLost(err error) error {
-	if errors.Is(err, lock.ErrLockLost) {
-		return &problem.Error{Code: problem.Unavailable,
-			Detail: "the seat's lock was lost while it was written; send the request again", RetryAfter: time.Second}
-	}
-	return err
-}
-
 // countHold counts a hold's outcome, and a lock that stopped one. A
 // copy of a request its key refused is not a hold's outcome: the
 // idempotency layer counts it.
-func (s *Service) countHold(err error, ran bool) {
+func (s *Service) countHold(err error) {
 	var refusal *idempotency.Refusal
 	if errors.As(err, &refusal) {
 		return
@@ -439,9 +401,6 @@ func (s *Service) countHold(err error, ran bool) {
 		outcome = "capped"
 	case code == problem.ResourceBusy:
 		outcome = "busy"
-		if !ran {
-			s.metrics.Stopped(FlowHold, metrics.LayerLock)
-		}
 	default:
 		outcome = "error"
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -35,7 +35,7 @@ func storable(status int, err error) bool {
 // refuse answers a request whose key is someone else's: another request's,
 // a completed one's, or a still running one's.
 func (s *Store) refuse(c echo.Context, flow string, prev *stored, fp []byte) error {
-	s.metrics.Stopped(flow, metrics.LayerIdempotency)
+	s.metrics.Stopped(flow, layers.Idempotency.String())
 	switch {
 	case !bytes.Equal(prev.fingerprint, fp):
 		s.counters.outcome(outcomeReused)

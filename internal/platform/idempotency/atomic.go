@@ -16,7 +16,7 @@ import (
 
 	"github.com/shop-example/shop/internal/platform/auth"
 	"github.com/shop-example/shop/internal/platform/httpx"
-	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/layers"
 )
 
 // Atomic is the middleware for a route whose flow writes its idempotency
@@ -156,7 +156,7 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 // row that refused it, nil when another request of the key is running.
 func (s *Store) answerRefusal(c echo.Context, flow string, prev *stored, fp []byte) error {
 	if prev == nil {
-		s.metrics.Stopped(flow, metrics.LayerIdempotency)
+		s.metrics.Stopped(flow, layers.Idempotency.String())
 		return s.inProgress()
 	}
 	s.counters.repeat(flow, prev.firstSeen, s.now())

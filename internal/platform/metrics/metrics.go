@@ -14,15 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// The defence layers, as labels of the conflict counter (DESIGN.md §1).
-const (
-	LayerIdempotency = "idempotency"
-	LayerLock        = "lock"
-	LayerState       = "state"
-	LayerVersion     = "version"
-	LayerConstraint  = "constraint"
-)
-
 // Metrics is the registry of one process and the metrics shared by flows.
 type Metrics struct {
 	Registry *prometheus.Registry
@@ -105,7 +96,8 @@ func (m *Metrics) JobSucceeded(job string, t time.Time) {
 	m.JobSuccess.WithLabelValues(job).Set(float64(t.UnixNano()) / 1e9)
 }
 
-// Stopped records that layer stopped a conflict in flow.
+// Stopped records that layer stopped a conflict in flow. The layer is
+// one of platform/layers' names; a flow counts through layers.Flow.Stopped.
 func (m *Metrics) Stopped(flow, layer string) {
 	if m == nil {
 		return

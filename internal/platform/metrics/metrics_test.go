@@ -15,12 +15,12 @@ import (
 
 func TestStopped(t *testing.T) {
 	var none *metrics.Metrics
-	none.Stopped("create_order", metrics.LayerLock) // a nil Metrics counts nothing, and does not panic
+	none.Stopped("create_order", "lock") // a nil Metrics counts nothing, and does not panic
 
 	m := metrics.New()
-	m.Stopped("create_order", metrics.LayerConstraint)
-	m.Stopped("create_order", metrics.LayerConstraint)
-	m.Stopped("cancel_order", metrics.LayerVersion)
+	m.Stopped("create_order", "constraint")
+	m.Stopped("create_order", "constraint")
+	m.Stopped("cancel_order", "version")
 
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
