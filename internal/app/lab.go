@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,9 +25,13 @@ import (
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/lab"
+	"github.com/shop-example/shop/internal/likes"
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/seats"
 )
 
 // The race lab's tables: the same migrations as the service's, in
@@ -41,18 +46,11 @@ const (
 	sandboxBareSchema = "shop_lab_bare"
 )
 
-// bareSchemaDrops take layer 4 out of the bare sandbox schema.
-var bareSchemaDrops = []string{
-	`ALTER TABLE products DROP CONSTRAINT IF EXISTS products_stock_nonnegative`,
-	`ALTER TABLE orders DROP CONSTRAINT IF EXISTS orders_user_request_key`,
-	`ALTER TABLE stock_releases DROP CONSTRAINT IF EXISTS stock_releases_pkey`,
-	`DROP INDEX IF EXISTS payments_one_active_per_order`,
-	`ALTER TABLE likes DROP CONSTRAINT IF EXISTS likes_pkey`,
-	`ALTER TABLE post_like_shards DROP CONSTRAINT IF EXISTS post_like_shards_n_nonnegative`,
-	`DROP INDEX IF EXISTS hold_seats_one_active_per_seat`,
-	`ALTER TABLE tickets DROP CONSTRAINT IF EXISTS tickets_one_per_seat`,
-	`ALTER TABLE bookings DROP CONSTRAINT IF EXISTS bookings_one_per_hold`,
-}
+// Layer4 is every flow's catalogue of the constraints layer 4 is made of:
+// what the bare sandbox schema goes without, and what the ablation tests
+// drop.
+var Layer4 = slices.Concat(inventory.Constraints, orders.Constraints, payments.Constraints,
+	likes.Constraints, seats.Constraints)
 
 // replicaName is what X-Served-By says: SHOP_REPLICA_NAME, else the host's
 // name.
@@ -122,10 +120,10 @@ func (s *sandboxes) open(ctx context.Context, schema string) (*pgxpool.Pool, err
 		return nil, err
 	}
 	if schema == sandboxBareSchema {
-		for _, sql := range bareSchemaDrops {
-			if _, err := pool.Exec(ctx, sql); err != nil {
+		for _, c := range Layer4 {
+			if _, err := pool.Exec(ctx, c.DropIfExists()); err != nil {
 				pool.Close()
-				return nil, fmt.Errorf("%s: %w", sql, err)
+				return nil, fmt.Errorf("%s: %w", c.DropIfExists(), err)
 			}
 		}
 	}

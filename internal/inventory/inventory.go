@@ -47,7 +47,7 @@ var (
 	ErrVersionMismatch = problem.New(problem.VersionMismatch, "the product changed since it was read")
 	// ErrStockConstraint accompanies ErrOutOfStock when the CHECK constraint,
 	// not the conditional update, refused the decrement.
-	ErrStockConstraint = errors.New("stock refused by " + constraintStockNonNegative)
+	ErrStockConstraint = errors.New("stock refused by " + ConstraintStockNonNegative)
 )
 
 var skuPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

@@ -17,11 +17,17 @@ import (
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
-// Constraints that back this package's rules (migrations/000002_inventory.up.sql).
+// The constraints that back the stock's rules (migrations/000002_inventory.up.sql).
 const (
-	constraintStockNonNegative = "products_stock_nonnegative"
-	constraintPrimaryKey       = "products_pkey"
+	ConstraintStockNonNegative = "products_stock_nonnegative" // no stock below zero: no oversell
+	ConstraintPrimaryKey       = "products_pkey"              // one product per SKU
 )
+
+// Constraints is the catalogue of layer 4 of the stock, which the order
+// flows lean on, as the race lab and the ablation tests take it off.
+var Constraints = []postgres.Constraint{
+	{Table: "products", Name: ConstraintStockNonNegative},
+}
 
 const productColumns = `sku, name, price_cents, stock_available, version, created_at, updated_at`
 
@@ -90,7 +96,7 @@ func NewStore(db *pgxpool.Pool, now func() time.Time) *Store {
 func (s *Store) Create(ctx context.Context, p Product) (Product, error) {
 	now := s.now().UTC().Truncate(time.Microsecond)
 	out, err := scanProduct(s.db.QueryRow(ctx, sqlInsertProduct, p.SKU, p.Name, p.PriceCents, p.StockAvailable, now))
-	if postgres.ConstraintViolated(err) == constraintPrimaryKey {
+	if postgres.ConstraintViolated(err) == ConstraintPrimaryKey {
 		return Product{}, problem.Errorf(problem.AlreadyExists, "product %s already exists", p.SKU)
 	}
 	if err != nil {
@@ -232,7 +238,7 @@ func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, how Take) (map[stri
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			short = append(short, l)
-		case postgres.ConstraintViolated(err) == constraintStockNonNegative:
+		case postgres.ConstraintViolated(err) == ConstraintStockNonNegative:
 			// Layer 4: the CHECK refused what the condition should have.
 			_ = results.Close()
 			return nil, stockConstraint(l)
@@ -267,7 +273,7 @@ func readCheckWrite(ctx context.Context, tx pgx.Tx, sorted []Line) (map[string]i
 			continue
 		}
 		_, err := tx.Exec(ctx, sqlWriteStock, l.SKU, stock-l.Quantity)
-		if postgres.ConstraintViolated(err) == constraintStockNonNegative {
+		if postgres.ConstraintViolated(err) == ConstraintStockNonNegative {
 			return nil, stockConstraint(l)
 		}
 		if err != nil {

@@ -16,11 +16,18 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
-// Constraints that back this package's rules (migrations/000006_likes.up.sql).
+// The constraints that back the like flow's rules (migrations/000006_likes.up.sql).
 const (
-	constraintOneLike        = "likes_pkey"                     // one like row per (post, user), ever
-	constraintCountNotBelow0 = "post_like_shards_n_nonnegative" // no counter row below zero
+	ConstraintOneLike        = "likes_pkey"                     // one like row per (post, user), ever
+	ConstraintCountNotBelow0 = "post_like_shards_n_nonnegative" // no counter row below zero
 )
+
+// Constraints is the catalogue of layer 4 of the like flow, as the race
+// lab and the ablation tests take it off.
+var Constraints = []postgres.Constraint{
+	{Table: "likes", Name: ConstraintOneLike},
+	{Table: "post_like_shards", Name: ConstraintCountNotBelow0},
+}
 
 const (
 	// A post and its counter rows, in one statement: a post never exists
@@ -318,9 +325,9 @@ func (w *likeWrite) result(err error) (Like, int64, error) {
 	// The database's error stays wrapped: what is logged names the
 	// constraint that refused the write.
 	switch postgres.ConstraintViolated(err) {
-	case constraintOneLike:
+	case ConstraintOneLike:
 		return Like{}, 0, fmt.Errorf("%w: %w", ErrDuplicateLike, err)
-	case constraintCountNotBelow0:
+	case ConstraintCountNotBelow0:
 		return Like{}, 0, fmt.Errorf("%w: %w", ErrCountBelowZero, err)
 	}
 	switch {

@@ -19,11 +19,20 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
-// Constraints that back this package's rules (migrations/000003_orders.up.sql).
+// The constraints that back the order flows' rules, layer 4
+// (migrations/000003_orders.up.sql); the stock's own is
+// inventory.ConstraintStockNonNegative.
 const (
-	constraintUserRequestKey = "orders_user_request_key" // one order per (user, request key)
-	constraintReleasedOnce   = "stock_releases_pkey"     // stock comes back once per order
+	ConstraintUserRequestKey = "orders_user_request_key" // one order per (user, request key)
+	ConstraintReleasedOnce   = "stock_releases_pkey"     // stock comes back once per order
 )
+
+// Constraints is the catalogue of layer 4 of the order flows, as the race
+// lab and the ablation tests take it off.
+var Constraints = []postgres.Constraint{
+	{Table: "orders", Name: ConstraintUserRequestKey},
+	{Table: "stock_releases", Name: ConstraintReleasedOnce},
+}
 
 const orderSelect = `SELECT o.id, o.user_id, o.request_key, o.status, o.total_cents, o.version,
 		o.created_at, o.updated_at, o.expires_at,
@@ -155,7 +164,7 @@ func queueInsert(b *pgx.Batch, o Order) {
 // insertError translates an error of the insert: orders_user_request_key
 // means the request placed its order before.
 func insertError(err error) error {
-	if postgres.ConstraintViolated(err) == constraintUserRequestKey {
+	if postgres.ConstraintViolated(err) == ConstraintUserRequestKey {
 		return ErrDuplicateRequest
 	}
 	return err
@@ -256,7 +265,7 @@ func UpdateTx(ctx context.Context, tx pgx.Tx, id string, on layers.Set, change f
 		return o, nil
 	}
 	_, err = tx.Exec(ctx, sqlInsertRelease, o.ID, string(o.Status), o.UpdatedAt)
-	if postgres.ConstraintViolated(err) == constraintReleasedOnce {
+	if postgres.ConstraintViolated(err) == ConstraintReleasedOnce {
 		return Order{}, ErrAlreadyReleased
 	}
 	if err != nil {
@@ -305,7 +314,7 @@ func (s *Store) ExpireDue(ctx context.Context, on layers.Set, now time.Time, lim
 		}
 		n = len(ids)
 		if _, err := tx.Exec(ctx, sqlInsertReleases, ids, now); err != nil {
-			if postgres.ConstraintViolated(err) == constraintReleasedOnce {
+			if postgres.ConstraintViolated(err) == ConstraintReleasedOnce {
 				return ErrAlreadyReleased
 			}
 			return fmt.Errorf("record releases: %w", err)

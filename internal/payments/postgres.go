@@ -16,13 +16,20 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
-// Constraints that back this package's rules (migrations/000004_payments.up.sql,
+// The constraints that back the pay flow's rules (migrations/000004_payments.up.sql,
 // 000008_hold_request_keys.up.sql).
 const (
-	constraintOneActive  = "payments_one_active_per_order" // one processing-or-succeeded payment per order
-	constraintChargeID   = "payments_charge_id_key"        // a charge settles one payment
-	constraintRequestKey = "payments_order_request_key"    // one payment per (order, request key)
+	ConstraintOneActive  = "payments_one_active_per_order" // one processing-or-succeeded payment per order
+	ConstraintChargeID   = "payments_charge_id_key"        // a charge settles one payment
+	ConstraintRequestKey = "payments_order_request_key"    // one payment per (order, request key): layer 0's
 )
+
+// Constraints is the catalogue of layer 4 of the pay flow, as the race
+// lab and the ablation tests take it off. The request key's belongs to
+// layer 0, and a charge id is the gateway's: neither is a race's guard.
+var Constraints = []postgres.Constraint{
+	{Table: "payments", Name: ConstraintOneActive, Index: true},
+}
 
 const paymentColumns = `id, order_id, status, amount_cents, payment_method, charge_id, refund_id,
 	failure_reason, version, created_at, updated_at`
@@ -148,9 +155,9 @@ func (s *Store) Begin(ctx context.Context, p Payment, on layers.Set, rec *idempo
 		return last, nil
 	})
 	switch postgres.ConstraintViolated(err) {
-	case constraintOneActive:
+	case ConstraintOneActive:
 		return Payment{}, orders.Order{}, ErrActivePayment
-	case constraintRequestKey:
+	case ConstraintRequestKey:
 		return Payment{}, orders.Order{}, ErrDuplicateRequest
 	}
 	if err != nil {
@@ -271,7 +278,7 @@ func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, rec *idemp
 	switch {
 	case errors.Is(err, errNotSettled):
 		return Payment{}, s.notSettled(ctx, p.ID)
-	case postgres.ConstraintViolated(err) == constraintChargeID:
+	case postgres.ConstraintViolated(err) == ConstraintChargeID:
 		return Payment{}, fmt.Errorf("settle payment %s: charge %s already settles another payment: %w", p.ID, p.ChargeID, ErrChargeSettled)
 	case err != nil:
 		return Payment{}, err

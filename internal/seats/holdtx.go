@@ -193,7 +193,7 @@ func (s *Store) Hold(ctx context.Context, h Hold, now time.Time, opts HoldOption
 	case notNull(err, "hold_seats", "seat"):
 		// A seat moved since it was read: the write did not reach it.
 		return Hold{}, ErrVersionConflict
-	case postgres.ConstraintViolated(err) == constraintOneActiveHold:
+	case postgres.ConstraintViolated(err) == ConstraintOneActiveHold:
 		return Hold{}, ErrSeatTaken
 	case err != nil:
 		return Hold{}, txError(err)
@@ -322,9 +322,9 @@ func (s *Store) Update(ctx context.Context, holdID, userID string, on layers.Set
 		// A seat is no longer this hold's: it expired and was held
 		// again in between. The re-read finds the hold expired.
 		return Hold{}, Booking{}, ErrVersionConflict
-	case violated == constraintOneBooking:
+	case violated == ConstraintOneBooking:
 		return Hold{}, Booking{}, ErrVersionConflict
-	case violated == constraintOneTicket:
+	case violated == ConstraintOneTicket:
 		return Hold{}, Booking{}, ErrSeatTaken
 	case err != nil:
 		return Hold{}, Booking{}, txError(err)

@@ -10,16 +10,26 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/platform/keyset"
+	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
-// Constraints that back this package's rules (migrations/000007_seats.up.sql,
+// The constraints that back the seat flows' rules (migrations/000007_seats.up.sql,
 // 000008_hold_request_keys.up.sql).
 const (
-	constraintOneActiveHold = "hold_seats_one_active_per_seat" // one active hold per seat
-	constraintOneTicket     = "tickets_one_per_seat"           // a seat is booked once, ever
-	constraintOneBooking    = "bookings_one_per_hold"          // one booking per hold
-	constraintHoldRequest   = "holds_user_request_key"         // one hold per (user, request key)
+	ConstraintOneActiveHold = "hold_seats_one_active_per_seat" // one active hold per seat
+	ConstraintOneTicket     = "tickets_one_per_seat"           // a seat is booked once, ever
+	ConstraintOneBooking    = "bookings_one_per_hold"          // one booking per hold
+	ConstraintHoldRequest   = "holds_user_request_key"         // one hold per (user, request key): layer 0's
 )
+
+// Constraints is the catalogue of layer 4 of the seat flows, as the race
+// lab and the ablation tests take it off. The request key's belongs to
+// layer 0.
+var Constraints = []postgres.Constraint{
+	{Table: "hold_seats", Name: ConstraintOneActiveHold, Index: true},
+	{Table: "tickets", Name: ConstraintOneTicket},
+	{Table: "bookings", Name: ConstraintOneBooking},
+}
 
 // lockTimeout bounds how long a hold's transaction waits for a lock in
 // PostgreSQL (the caps' lock, and the seats' with SHOP_SEAT_LOCK=advisory),
@@ -83,7 +93,7 @@ const (
 	// before, whose answer was lost.
 	sqlInsertHold = `INSERT INTO holds (id, event_id, user_id, request_key, seats, status, expires_at, version, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, 'active', $6, 1, $7, $7)
-		ON CONFLICT ON CONSTRAINT ` + constraintHoldRequest + ` DO NOTHING`
+		ON CONFLICT ON CONSTRAINT ` + ConstraintHoldRequest + ` DO NOTHING`
 
 	// Layers 2 and 3: each seat is written only if it is available
 	// (layer 2, asked again in the write) at the version read (layer 3),

@@ -268,3 +268,30 @@ func AsyncCommitPool(ctx context.Context, pool *pgxpool.Pool, maxConns int32) (*
 	}
 	return async, nil
 }
+
+// Constraint is one refusal of the schema that a flow leans on (layer 4):
+// a unique or check constraint, or a unique index where the rule is
+// partial (WHERE …). Each flow lists its own, in one catalogue
+// (orders.Constraints, …), which its store, the race lab's bare schema
+// and the ablation tests all read.
+type Constraint struct {
+	Table string
+	Name  string
+	Index bool // a unique index, not a table constraint
+}
+
+// Drop is the statement that takes the constraint out of a schema.
+func (c Constraint) Drop() string {
+	if c.Index {
+		return "DROP INDEX " + c.Name
+	}
+	return "ALTER TABLE " + c.Table + " DROP CONSTRAINT " + c.Name
+}
+
+// DropIfExists is Drop that leaves a schema without it as it is.
+func (c Constraint) DropIfExists() string {
+	if c.Index {
+		return "DROP INDEX IF EXISTS " + c.Name
+	}
+	return "ALTER TABLE " + c.Table + " DROP CONSTRAINT IF EXISTS " + c.Name
+}
