@@ -249,10 +249,7 @@ func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, rec *idemp
 	}
 	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
 		rec.QueueClaim(b)
-		query := sqlSettlePayment
-		if !on.On(layers.Version) {
-			query = sqlSettlePaymentUnversioned
-		}
+		query := layers.Pick(on, layers.Version, sqlSettlePayment, sqlSettlePaymentUnversioned)
 		b.Queue(query, p.ID, p.Version, string(p.Status), p.ChargeID, p.RefundID, p.FailureReason, p.UpdatedAt).
 			Exec(func(tag pgconn.CommandTag) error {
 				if tag.RowsAffected() == 0 {
@@ -312,10 +309,7 @@ func (s *Store) notSettled(ctx context.Context, id string) error {
 func (s *Store) Discard(ctx context.Context, p Payment, on layers.Set, rec *idempotency.Record, moveOrder func(*orders.Order) (bool, error)) error {
 	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
 		rec.QueueClaim(b)
-		query := sqlDiscardPayment
-		if !on.On(layers.Version) {
-			query = sqlDiscardPaymentUnversioned
-		}
+		query := layers.Pick(on, layers.Version, sqlDiscardPayment, sqlDiscardPaymentUnversioned)
 		b.Queue(query, p.ID, p.Version).Exec(func(tag pgconn.CommandTag) error {
 			if tag.RowsAffected() == 0 {
 				return errNotSettled
