@@ -149,8 +149,8 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	like := layers.Flow{Name: FlowLike, Noun: "like", Layers: cfg.Layers, Locker: cfg.Locker, Metrics: cfg.Metrics}
-	return &Service{store: cfg.Store, like: like, metrics: cfg.Metrics, counts: counts,
+	flow := layers.Flows("like", cfg.Layers, cfg.Locker, cfg.Metrics)
+	return &Service{store: cfg.Store, like: flow(FlowLike), metrics: cfg.Metrics, counts: counts,
 		logger: cfg.Logger, now: cfg.Now, shards: cfg.Shards, lock: cfg.Lock, layers: cfg.Layers}, nil
 }
 

@@ -88,9 +88,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.NaiveStock == inventory.TakeConditional {
 		cfg.NaiveStock = inventory.TakeUnconditional
 	}
-	flow := func(name string) layers.Flow {
-		return layers.Flow{Name: name, Noun: "order", Layers: cfg.Layers, Locker: cfg.Locker, Metrics: cfg.Metrics}
-	}
+	flow := layers.Flows("order", cfg.Layers, cfg.Locker, cfg.Metrics)
 	return &Service{store: cfg.Store, create: flow(FlowCreate), cancel: flow(flowCancel), expire: flow(flowExpire),
 		metrics: cfg.Metrics, logger: cfg.Logger, ttl: cfg.OrderTTL, now: cfg.Now, layers: cfg.Layers,
 		naiveStock: cfg.NaiveStock}, nil

@@ -121,9 +121,7 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	flow := func(name string) layers.Flow {
-		return layers.Flow{Name: name, Noun: "order", Layers: cfg.Layers, Locker: cfg.Locker, Metrics: cfg.Metrics}
-	}
+	flow := layers.Flows("order", cfg.Layers, cfg.Locker, cfg.Metrics)
 	return &Service{store: cfg.Store, orders: cfg.Orders, gateway: cfg.Gateway,
 		pay: flow(FlowPay), reconcile: flow(jobReconcile),
 		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger, now: cfg.Now,

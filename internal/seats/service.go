@@ -149,9 +149,7 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	flow := func(name string) layers.Flow {
-		return layers.Flow{Name: name, Noun: "hold", Layers: cfg.Layers, Locker: cfg.Locker, Metrics: cfg.Metrics}
-	}
+	flow := layers.Flows("hold", cfg.Layers, cfg.Locker, cfg.Metrics)
 	return &Service{store: cfg.Store, hold: flow(FlowHold),
 		moves:   map[string]layers.Flow{FlowConfirm: flow(FlowConfirm), FlowRelease: flow(FlowRelease)},
 		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger,

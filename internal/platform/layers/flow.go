@@ -42,6 +42,14 @@ type Flow struct {
 	Metrics *metrics.Metrics // nil counts nothing
 }
 
+// Flows makes a service's flows, each by its name, all of them writing
+// noun on the same layers, lock and counter.
+func Flows(noun string, on Set, locker Locker, m *metrics.Metrics) func(name string) Flow {
+	return func(name string) Flow {
+		return Flow{Name: name, Noun: noun, Layers: on, Locker: locker, Metrics: m}
+	}
+}
+
 // On reports whether layer l is on for this flow.
 func (f Flow) On(l Layer) bool { return f.Layers.On(l) }
 
