@@ -27,7 +27,7 @@ import (
 //	1 lock          one user's clicks on one post, never the      Store.UpdateLocked: sqlLockLike
 //	                post: pg_advisory_xact_lock on (user, post)
 //	                in the round trip that begins the like's
-//	                transaction (the default), or                 Service.lockRedis
+//	                transaction (the default), or                 Service.redisKeys
 //	                like:{user}:{post} in Redis around it
 //	                (SHOP_LIKE_LOCK=redsync)
 //	2 state         unliked ⇄ liked, asked again of the like      Like.Set

@@ -25,7 +25,7 @@ import (
 //	                the hold's row                                  holds_user_request_key
 //	1 lock          pg_advisory_xact_lock per seat, sorted, in the  Store.Hold: sqlAdvisoryLocks
 //	                transaction (SHOP_SEAT_LOCK=advisory, the
-//	                default); or seat:{event}:{seat} in Redis per   Service.lockSeats
+//	                default); or seat:{event}:{seat} in Redis per   Service.seatKeys
 //	                seat, sorted, nested, and hold:{id} on confirm
 //	                and release (SHOP_SEAT_LOCK=redsync);
 //	                pg_advisory_xact_lock on (user, event) for the  Store.Hold: sqlCapLock
