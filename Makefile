@@ -131,8 +131,8 @@ load-check:
 	$(GO) test -race -count=1 -timeout 10m ./internal/k6compat/
 
 # Local stand-ins for every image compose and the tests need, built from
-# Debian packages, for a Docker engine that cannot pull (README, "No
-# registry access?"). Writes .images/env.
+# Debian packages, for a Docker engine that cannot pull (docs/CONTAINERS.md,
+# "No registry access?"). Writes .images/env and .env.
 images:
 	deploy/images/build.sh
 
@@ -147,10 +147,12 @@ E2E_TIMEOUT ?= 20m
 e2e: image
 	$(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
 
-# The compose stack in the background, from a freshly built shop image;
-# waits for the load balancer's /readyz, then prints the addresses and the
-# demo user's token.
-up: image
+# The compose stack in the background (deploy/up.sh): the base images
+# present, pulled, or, on an engine that cannot pull, built as local
+# stand-ins (make images); a freshly built shop image (make image); then
+# compose up, saying what it waits for until the load balancer's /readyz
+# answers, and the addresses and the demo user's token.
+up:
 	COMPOSE="$(COMPOSE)" deploy/up.sh
 
 # ARGS=-v also removes the data volumes.

@@ -2,7 +2,7 @@
 // the Prometheus rules (prometheus_test.go), the Kubernetes manifests
 // (k8s_test.go), the replicas' stop grace period (compose_test.go) and, here,
 // the load balancer's configuration (nginx.conf), run in a real nginx in
-// front of two stand-in replicas. It checks what the README and the
+// front of two stand-in replicas. It checks what docs/CONTAINERS.md and the
 // comments in nginx.conf promise: nginx's own errors are problem documents
 // with the service's codes, its body limit is the service's, a replica's
 // answer (a 503 too) passes as it is and does not take the replica out of

@@ -1,44 +1,170 @@
 #!/usr/bin/env bash
 # Brings the compose stack up in the background and waits until the load
 # balancer answers /readyz, saying what it waits for, then prints where
-# everything is and the demo user's token.
+# everything is and the demo user's token. It works on a Docker engine that
+# cannot reach any registry, with docker-compose 1.29 or the plugin:
 #
-#   deploy/up.sh            (make up)
+#   1. the base images compose and the Dockerfile need (POSTGRES_IMAGE,
+#      REDIS_IMAGE, NGINX_IMAGE, GO_IMAGE, RUNTIME_IMAGE; .env may name
+#      stand-ins): a missing one is pulled, and when one cannot be pulled
+#      deploy/images/build.sh builds the local stand-ins (as root; minutes
+#      the first time) and writes .env and .images/env, which the rest of
+#      the script uses;
+#   2. the shop image (deploy/images/shop-image.sh, as `make image`);
+#   3. `compose up -d`, in the background: it returns only once every
+#      healthcheck it waits on has passed, so the script polls meanwhile,
+#      saying every 5 s which services are not ready, until compose is done
+#      and /readyz answers 200.
+#
+#   deploy/up.sh [--dry-run] [--no-build]      (make up)
+#
+# --dry-run says what steps 1-3 would do and does none of them; --no-build
+# skips step 2 when the shop image exists. Times are counted from the start
+# of the script.
 #
 # COMPOSE is the compose command (`docker compose` or `docker-compose`);
 # SHOP_PORT and SHOP_GATEWAY_PORT are compose's published ports;
-# SHOP_UP_TIMEOUT (seconds, default 300) bounds the wait.
+# SHOP_UP_TIMEOUT (seconds, default 600) bounds the wait for compose and
+# /readyz; SHOP_UP_PULL_TIMEOUT (seconds, default 60) bounds each pull.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+dry_run=false
+build=true
+for a in "$@"; do
+  case "$a" in
+    --dry-run) dry_run=true ;;
+    --no-build) build=false ;;
+    *) echo "usage: $0 [--dry-run] [--no-build]" >&2; exit 2 ;;
+  esac
+done
 
 if [ -z "${COMPOSE:-}" ]; then
   if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
 fi
 port=${SHOP_PORT:-8080}
 gateway_port=${SHOP_GATEWAY_PORT:-8081}
-timeout=${SHOP_UP_TIMEOUT:-300}
-say() { printf '[up] %s\n' "$*" >&2; }
+timeout=${SHOP_UP_TIMEOUT:-600}
+pull_timeout=${SHOP_UP_PULL_TIMEOUT:-60}
+say() { printf '[up %3ds] %s\n' "$SECONDS" "$*" >&2; }
 
-# shellcheck disable=SC2086 # COMPOSE is a command and its subcommand
-$COMPOSE up -d
+# load_env exports the KEY=value lines of file whose key the shell has not
+# set (as compose and the Makefile read .env: the shell wins), or every
+# line with "override".
+load_env() {
+  local file=$1 mode=${2:-} line key
+  [ -f "$file" ] || return 0
+  while IFS= read -r line; do
+    [[ "$line" =~ ^[A-Za-z_][A-Za-z0-9_]*=[^[:space:]]*$ ]] || continue
+    key=${line%%=*}
+    if [ "$mode" = override ] || [ -z "${!key+set}" ]; then
+      export "$line"
+    fi
+  done <"$file"
+}
+
+# The base images, as docker-compose.yml and the Dockerfile default them.
+base_images() {
+  printf '%s\n' "${POSTGRES_IMAGE:-postgres:16-alpine}" "${REDIS_IMAGE:-redis:7-alpine}" \
+    "${NGINX_IMAGE:-nginx:1.27-alpine}" "${GO_IMAGE:-golang:1.26-alpine}" "${RUNTIME_IMAGE:-alpine:3.22}"
+}
+
+missing_images() {
+  local img
+  for img in $(base_images); do
+    docker image inspect "$img" >/dev/null 2>&1 || echo "$img"
+  done
+}
+
+# Step 1: the base images.
+load_env .env
+missing=$(missing_images | paste -sd' ' || true)
+if [ -n "$missing" ]; then
+  if $dry_run; then
+    say "missing: $missing; would pull them, and if one cannot be pulled, build the local stand-ins (deploy/images/build.sh)"
+  else
+    pulled=true
+    for img in $missing; do
+      say "pulling $img"
+      if ! timeout "$pull_timeout" docker pull -q "$img" >/dev/null 2>&1; then
+        say "$img cannot be pulled: no registry reachable from the Docker engine"
+        pulled=false
+        break
+      fi
+    done
+    if ! $pulled; then
+      say "building the local stand-in images (deploy/images/build.sh; minutes the first time)"
+      deploy/images/build.sh
+      load_env .images/env override
+      missing=$(missing_images | paste -sd' ' || true)
+      if [ -n "$missing" ]; then
+        say "still missing after deploy/images/build.sh: $missing"
+        exit 1
+      fi
+      say "stand-in images ready; .env names them for compose, make and the next run"
+    fi
+  fi
+else
+  say "base images present: $(base_images | paste -sd' ')"
+fi
+
+# Step 2: the shop image.
+shop_image=${SHOP_IMAGE:-shop:local}
+if ! $build && docker image inspect "$shop_image" >/dev/null 2>&1; then
+  say "using the shop image $shop_image as it is (--no-build)"
+elif $dry_run; then
+  say "would build the shop image $shop_image (deploy/images/shop-image.sh)"
+else
+  say "building the shop image $shop_image (deploy/images/shop-image.sh)"
+  deploy/images/shop-image.sh
+fi
+
+# Step 3: compose, in the background, and the wait.
 url="http://localhost:$port/readyz"
-start=$SECONDS
-until [ "$(curl -s -o /dev/null -w '%{http_code}' "$url" 2>/dev/null || true)" = 200 ]; do
-  elapsed=$((SECONDS - start))
-  if [ "$elapsed" -ge "$timeout" ]; then
+if $dry_run; then
+  say "would run: $COMPOSE up -d, then wait for $url to answer 200"
+  exit 0
+fi
+log=$(mktemp /tmp/shop-up.XXXXXX)
+trap 'rm -f "$log"' EXIT
+say "starting the stack: $COMPOSE up -d"
+# shellcheck disable=SC2086 # COMPOSE is a command and its subcommand
+$COMPOSE up -d >"$log" 2>&1 &
+compose_pid=$!
+compose_rc=
+last_said=-5
+while :; do
+  if [ -z "$compose_rc" ] && ! kill -0 "$compose_pid" 2>/dev/null; then
+    compose_rc=0
+    wait "$compose_pid" || compose_rc=$?
+    if [ "$compose_rc" -ne 0 ]; then
+      say "$COMPOSE up -d failed (exit $compose_rc):"
+      cat "$log" >&2
+      exit 1
+    fi
+    say "compose is done: every service it waits on is healthy"
+  fi
+  if [ -n "$compose_rc" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$url" 2>/dev/null || true)" = 200 ]; then
+    break
+  fi
+  if [ "$SECONDS" -ge "$timeout" ]; then
     say "$url did not answer 200 within ${timeout}s; the services and their last lines:"
     $COMPOSE ps >&2 || true
     $COMPOSE logs --tail=20 >&2 || true
     exit 1
   fi
-  if [ $((elapsed % 5)) -eq 0 ]; then
-    # The services that are not up (or healthy) yet, from compose's table.
+  if [ $((SECONDS - last_said)) -ge 5 ]; then
+    last_said=$SECONDS
+    # The services that are not up (or healthy) yet, from compose's table,
+    # and compose's own last line.
     waiting=$($COMPOSE ps 2>/dev/null | awk 'NR > 2 && !/Up \(healthy\)|Exit 0|running \(healthy\)|exited \(0\)/ {print $1}' | paste -sd' ' || true)
-    say "waiting for $url (${elapsed}s)${waiting:+; not ready yet: $waiting}"
+    doing=$(tail -n 1 "$log" 2>/dev/null | tr -cd '[:print:]' | cut -c1-80 || true)
+    if [ -z "$compose_rc" ]; then what="compose up -d"; else what=$url; fi
+    say "waiting for $what${waiting:+; not ready yet: $waiting}${doing:+; compose: $doing}"
   fi
   sleep 1
 done
-say "ready in $((SECONDS - start))s"
+say "ready in ${SECONDS}s"
 
 token=$($COMPOSE logs --no-color seed 2>/dev/null | grep -o 'SHOP_DEMO_TOKEN=[A-Za-z0-9_-]*' | tail -n 1 || true)
 cat <<MSG

@@ -295,8 +295,16 @@ func race(t *testing.T, p page, scenario string, size int, off ...string) map[st
 	return data
 }
 
+// brokenNames lists the names in a page's prose (code without an id: a
+// header, a variable) that a line break cuts in two; app.css lets only
+// the ids and keys the page fills in break anywhere.
+const brokenNames = `[...document.querySelectorAll('p code:not([id])')].filter(c => c.getClientRects().length > 1).map(c => c.textContent)`
+
 func raceLab(t *testing.T, p page, s *stack) {
 	p.do("open the lab", chromedp.Navigate(s.url+"/web/lab.html"), chromedp.WaitVisible(chromedp.CSS("#race")))
+	if broken := eval[[]string](p, brokenNames); len(broken) > 0 {
+		t.Errorf("names in the lab's prose broken across lines at 1280 px: %q", broken)
+	}
 	const size = 10
 
 	// Six clicks from the page itself, one key: one order more.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds local stand-ins for every image that docker-compose.yml, the
 # Dockerfile and the tests need, from Debian bookworm packages, for a machine
-# whose Docker engine cannot pull from any registry (README, "No registry
-# access?").
+# whose Docker engine cannot pull from any registry (docs/CONTAINERS.md,
+# "No registry access?").
 #
 #   deploy/images/build.sh [--force] [--print-env] [image...]
 #

@@ -1,0 +1,130 @@
+package deploy_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The commands up.sh runs, as stand-ins: docker knows the images listed
+// in FAKE_IMAGES ("all": every one) and can pull none; compose takes
+// FAKE_UP_SECONDS to come up, as `compose up -d` does while it waits on
+// healthchecks, or fails with FAKE_UP_FAIL; curl answers 200 only once
+// compose is done.
+var upFakes = map[string]string{
+	"docker": `#!/usr/bin/env bash
+case "$1 $2" in
+"image inspect")
+  [ "$FAKE_IMAGES" = all ] && exit 0
+  for i in $FAKE_IMAGES; do [ "$i" = "$3" ] && exit 0; done
+  exit 1 ;;
+"compose version") exit 1 ;;
+esac
+[ "$1" = pull ] && { echo "no registry" >&2; exit 1; }
+exit 0
+`,
+	"fake-compose": `#!/usr/bin/env bash
+case "$1" in
+up)
+  echo "Creating shop_postgres_1 ... done"
+  sleep "${FAKE_UP_SECONDS:-0}"
+  [ -n "${FAKE_UP_FAIL:-}" ] && { echo "ERROR: for api-1  Container is unhealthy"; exit 1; }
+  touch "$FAKE_DIR/up-done" ;;
+ps)
+  printf 'Name  Command  State  Ports\n----------\n'
+  [ -f "$FAKE_DIR/up-done" ] || echo "shop_api-1_1  serve  Up (health: starting)" ;;
+logs) echo "seed_1 | SHOP_DEMO_TOKEN=tok123" ;;
+esac
+`,
+	"curl": `#!/usr/bin/env bash
+if [ -f "$FAKE_DIR/up-done" ]; then printf 200; else printf 000; fi
+`,
+}
+
+// runUp runs deploy/up.sh with the stand-ins first on the PATH and the
+// image variables set (so that no .env of the working tree counts), and
+// returns its output and error.
+func runUp(t *testing.T, env []string, args ...string) (string, error) {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	for name, body := range upFakes {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("bash", append([]string{"up.sh"}, args...)...)
+	cmd.Env = append(os.Environ(),
+		"PATH="+dir+":"+os.Getenv("PATH"), "FAKE_DIR="+dir, "COMPOSE="+filepath.Join(dir, "fake-compose"),
+		"POSTGRES_IMAGE=pg:t", "REDIS_IMAGE=redis:t", "NGINX_IMAGE=nginx:t", "GO_IMAGE=go:t", "RUNTIME_IMAGE=rt:t",
+		"SHOP_IMAGE=shop:t", "SHOP_UP_TIMEOUT=60")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestUp_BuildsStandInsWhenImagesCannotBePulled: with base images missing
+// on an engine that can pull none, make up's plan is the stand-ins; with
+// them present, it builds none.
+func TestUp_BuildsStandInsWhenImagesCannotBePulled(t *testing.T) {
+	out, err := runUp(t, []string{"FAKE_IMAGES=pg:t"}, "--dry-run")
+	if err != nil {
+		t.Fatalf("up.sh --dry-run: %v\n%s", err, out)
+	}
+	for _, want := range []string{"missing: redis:t nginx:t go:t rt:t", "deploy/images/build.sh", "would build the shop image shop:t", "would run:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("up.sh --dry-run with images missing does not say %q:\n%s", want, out)
+		}
+	}
+	out, err = runUp(t, []string{"FAKE_IMAGES=all"}, "--dry-run")
+	if err != nil {
+		t.Fatalf("up.sh --dry-run: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "build.sh") || !strings.Contains(out, "base images present") {
+		t.Errorf("up.sh --dry-run with every image present:\n%s", out)
+	}
+}
+
+// TestUp_SaysWhatItWaitsFor: compose up -d returns only once its
+// healthchecks pass, so up.sh says what it waits for while compose runs,
+// and counts the time from its own start.
+func TestUp_SaysWhatItWaitsFor(t *testing.T) {
+	const upSeconds = 3
+	out, err := runUp(t, []string{"FAKE_IMAGES=all", "FAKE_UP_SECONDS=" + strconv.Itoa(upSeconds)}, "--no-build")
+	if err != nil {
+		t.Fatalf("up.sh: %v\n%s", err, out)
+	}
+	waiting := strings.Index(out, "waiting for compose up -d; not ready yet: shop_api-1_1")
+	done := strings.Index(out, "compose is done")
+	if waiting < 0 || done < 0 || waiting > done {
+		t.Errorf("up.sh says nothing while compose starts (a waiting line, then compose is done):\n%s", out)
+	}
+	m := regexp.MustCompile(`ready in (\d+)s`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("up.sh does not say when it is ready:\n%s", out)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < upSeconds {
+		t.Errorf("up.sh says ready in %ss, but compose alone took %ds:\n%s", m[1], upSeconds, out)
+	}
+	if !strings.Contains(out, "export TOKEN=tok123") {
+		t.Errorf("up.sh does not print the demo user's token:\n%s", out)
+	}
+}
+
+// TestUp_ComposeFails: a compose that fails stops up.sh with its output,
+// rather than a wait for a balancer that will not come.
+func TestUp_ComposeFails(t *testing.T) {
+	out, err := runUp(t, []string{"FAKE_IMAGES=all", "FAKE_UP_FAIL=1"}, "--no-build")
+	if err == nil {
+		t.Fatalf("up.sh succeeded although compose failed:\n%s", out)
+	}
+	if !strings.Contains(out, "Container is unhealthy") {
+		t.Errorf("up.sh does not show compose's output:\n%s", out)
+	}
+}
