@@ -3,6 +3,8 @@ package app_test
 import (
 	"net/http"
 	"testing"
+
+	"github.com/shop-example/shop/internal/app/apptest"
 )
 
 // The JSON shapes of API.md, "Likes".
@@ -24,28 +26,28 @@ type (
 
 func likePath(postID string) string { return "/v1/posts/" + postID + "/like" }
 
-func mustCreatePost(t testing.TB, r *replica, token, title string) post {
+func mustCreatePost(t testing.TB, r *apptest.Replica, token, title string) post {
 	t.Helper()
-	res := r.do(t, http.MethodPost, "/v1/posts", token, map[string]string{"title": title})
-	wantStatus(t, res, http.StatusCreated)
-	return decode[post](t, res)
+	res := r.Do(t, http.MethodPost, "/v1/posts", token, map[string]string{"title": title})
+	apptest.WantStatus(t, res, http.StatusCreated)
+	return apptest.Decode[post](t, res)
 }
 
-func mustGetPost(t testing.TB, r *replica, token, id string) post {
+func mustGetPost(t testing.TB, r *apptest.Replica, token, id string) post {
 	t.Helper()
-	res := r.do(t, http.MethodGet, "/v1/posts/"+id, token, nil)
-	wantStatus(t, res, http.StatusOK)
-	return decode[post](t, res)
+	res := r.Do(t, http.MethodGet, "/v1/posts/"+id, token, nil)
+	apptest.WantStatus(t, res, http.StatusOK)
+	return apptest.Decode[post](t, res)
 }
 
 // setLike sends PUT (liked) or DELETE (not liked) of the post's like.
-func setLike(t testing.TB, r *replica, token, postID string, liked bool) response {
+func setLike(t testing.TB, r *apptest.Replica, token, postID string, liked bool) apptest.Response {
 	t.Helper()
 	method := http.MethodDelete
 	if liked {
 		method = http.MethodPut
 	}
-	return r.do(t, method, likePath(postID), token, nil)
+	return r.Do(t, method, likePath(postID), token, nil)
 }
 
 // likeCounts are the count's invariants on the database for one post.
@@ -60,17 +62,17 @@ type likeCounts struct {
 }
 
 // countLikes reads them; the GET goes to replica 0 with token.
-func (e *env) countLikes(t testing.TB, token, postID string) likeCounts {
+func countLikes(t testing.TB, e *apptest.Env, token, postID string) likeCounts {
 	t.Helper()
 	var c likeCounts
-	c.liked = e.count(t, `SELECT count(*)::int FROM likes WHERE post_id = $1 AND liked`, postID)
-	c.counted = e.count(t, `SELECT coalesce(sum(n), 0)::int FROM post_like_shards WHERE post_id = $1`, postID)
-	c.users = e.count(t, `SELECT count(DISTINCT user_id)::int FROM likes WHERE post_id = $1 AND liked`, postID)
-	c.dupes = e.count(t, `SELECT (count(*) - count(DISTINCT user_id))::int FROM likes WHERE post_id = $1`, postID)
-	c.badShards = e.count(t, `SELECT count(*)::int FROM post_like_shards s WHERE s.post_id = $1
+	c.liked = e.Count(t, `SELECT count(*)::int FROM likes WHERE post_id = $1 AND liked`, postID)
+	c.counted = e.Count(t, `SELECT coalesce(sum(n), 0)::int FROM post_like_shards WHERE post_id = $1`, postID)
+	c.users = e.Count(t, `SELECT count(DISTINCT user_id)::int FROM likes WHERE post_id = $1 AND liked`, postID)
+	c.dupes = e.Count(t, `SELECT (count(*) - count(DISTINCT user_id))::int FROM likes WHERE post_id = $1`, postID)
+	c.badShards = e.Count(t, `SELECT count(*)::int FROM post_like_shards s WHERE s.post_id = $1
 		AND s.n <> (SELECT count(*) FROM likes l WHERE l.post_id = s.post_id AND l.shard = s.shard AND l.liked)`, postID)
-	c.belowZero = e.count(t, `SELECT count(*)::int FROM post_like_shards WHERE post_id = $1 AND n < 0`, postID)
-	c.likeAnswer = int(mustGetPost(t, e.r(0), token, postID).LikeCount)
+	c.belowZero = e.Count(t, `SELECT count(*)::int FROM post_like_shards WHERE post_id = $1 AND n < 0`, postID)
+	c.likeAnswer = int(mustGetPost(t, e.R(0), token, postID).LikeCount)
 	return c
 }
 

@@ -2,76 +2,10 @@ package app_test
 
 import (
 	"context"
-	"net/http"
 	"testing"
+
+	"github.com/shop-example/shop/internal/app/apptest"
 )
-
-// The JSON shapes of API.md, "Seats".
-type (
-	event struct {
-		ID          string `json:"id"`
-		Name        string `json:"name"`
-		Available   int    `json:"available"`
-		Held        int    `json:"held"`
-		Booked      int    `json:"booked"`
-		Rows        int    `json:"rows"`
-		SeatsPerRow int    `json:"seats_per_row"`
-	}
-	seatItem struct {
-		Seat   string `json:"seat"`
-		Status string `json:"status"`
-	}
-	seatHold struct {
-		ID        string   `json:"id"`
-		EventID   string   `json:"event_id"`
-		Seats     []string `json:"seats"`
-		Status    string   `json:"status"`
-		ExpiresAt string   `json:"expires_at"`
-	}
-	booking struct {
-		ID      string   `json:"id"`
-		EventID string   `json:"event_id"`
-		HoldID  string   `json:"hold_id"`
-		Seats   []string `json:"seats"`
-		Status  string   `json:"status"`
-	}
-	// seatProblem is a seat_unavailable answer: the seats taken.
-	seatProblem struct {
-		Code  string   `json:"code"`
-		Seats []string `json:"seats"`
-	}
-)
-
-func mustCreateEvent(t testing.TB, r *replica, name string, rows, perRow int) event {
-	t.Helper()
-	res := r.do(t, http.MethodPost, "/v1/events", testAdminToken,
-		map[string]any{"name": name, "rows": rows, "seats_per_row": perRow})
-	wantStatus(t, res, http.StatusCreated)
-	return decode[event](t, res)
-}
-
-func mustGetEvent(t testing.TB, r *replica, id string) event {
-	t.Helper()
-	res := r.do(t, http.MethodGet, "/v1/events/"+id, "", nil)
-	wantStatus(t, res, http.StatusOK)
-	return decode[event](t, res)
-}
-
-// holdSeats sends POST /v1/events/{id}/holds with key.
-func holdSeats(t testing.TB, r *replica, token, eventID, key string, seats ...string) response {
-	t.Helper()
-	return r.do(t, http.MethodPost, "/v1/events/"+eventID+"/holds", token, map[string]any{"seats": seats}, "Idempotency-Key", key)
-}
-
-func confirmHold(t testing.TB, r *replica, token, holdID, key string) response {
-	t.Helper()
-	return r.do(t, http.MethodPost, "/v1/holds/"+holdID+"/confirm", token, nil, "Idempotency-Key", key)
-}
-
-func releaseHold(t testing.TB, r *replica, token, holdID string) response {
-	t.Helper()
-	return r.do(t, http.MethodDelete, "/v1/holds/"+holdID, token, nil)
-}
 
 // seatRows is what the database says about an event's seats: how many
 // are in each state, and the rows that must agree with them.
@@ -85,10 +19,10 @@ type seatRows struct {
 	doubleHeld, doubleBooked, heldWrong int
 }
 
-func (e *env) seatRows(t testing.TB, eventID string) seatRows {
+func readSeatRows(t testing.TB, e *apptest.Env, eventID string) seatRows {
 	t.Helper()
 	var s seatRows
-	err := e.db.QueryRow(context.Background(), `SELECT
+	err := e.DB.QueryRow(context.Background(), `SELECT
 		(SELECT count(*) FROM seats WHERE event_id = $1 AND status = 'available')::int,
 		(SELECT count(*) FROM seats WHERE event_id = $1 AND status = 'held')::int,
 		(SELECT count(*) FROM seats WHERE event_id = $1 AND status = 'booked')::int,
