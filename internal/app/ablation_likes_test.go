@@ -54,7 +54,7 @@ func TestAblation_Like(t *testing.T) {
 				if !who(u) {
 					return
 				}
-				res := untilNotBusy(t, func(attempt int) apptest.Response { return setLike(t, e.R(i+attempt), us[u].Token, p.ID, liked) })
+				res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response { return setLike(t, e.R(i+attempt), us[u].Token, p.ID, liked) })
 				switch {
 				case res.Status == http.StatusOK:
 				case res.Status == http.StatusInternalServerError && res.Code() == "internal":

@@ -920,22 +920,12 @@ func TestOperations(t *testing.T) {
 		m := metrics()
 		if !regexp.MustCompile(`(?m)^shop_conflicts_stopped_total\{flow="create_order",layer="idempotency"\} 1$`).MatchString(m) {
 			t.Errorf("the duplicate request is not counted as stopped by the idempotency layer:\n%s",
-				grepLines(m, "shop_conflicts_stopped_total"))
+				apptest.GrepLines(m, "shop_conflicts_stopped_total"))
 		}
 		if !regexp.MustCompile(`(?m)^shop_http_requests_total\{method="POST",route="/v1/orders",status="201"\} 2$`).MatchString(m) {
-			t.Errorf("the two order requests are not counted:\n%s", grepLines(m, "shop_http_requests_total"))
+			t.Errorf("the two order requests are not counted:\n%s", apptest.GrepLines(m, "shop_http_requests_total"))
 		}
 	})
-}
-
-func grepLines(s, substr string) string {
-	var out []string
-	for l := range strings.Lines(s) {
-		if strings.Contains(l, substr) {
-			out = append(out, strings.TrimSpace(l))
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 func TestRequestID(t *testing.T) {

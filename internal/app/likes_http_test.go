@@ -232,7 +232,7 @@ func TestLikes_PutDelete(t *testing.T) {
 			`shop_conflicts_stopped_total{flow="like_post",layer="state"} 4`, // the four requests that changed nothing
 		} {
 			if !strings.Contains(m, want) {
-				t.Errorf("metrics lack %q:\n%s", want, grepLines(m, "like"))
+				t.Errorf("metrics lack %q:\n%s", want, apptest.GrepLines(m, "like"))
 			}
 		}
 	})
@@ -283,7 +283,7 @@ func TestLikes_Reconciliation(t *testing.T) {
 	for _, want := range []string{"shop_like_count_drift 4", "shop_like_drifted_posts 1",
 		`shop_like_reconciliations_total{outcome="drift"} 1`, `shop_like_reconciliations_total{outcome="agree"} 1`} {
 		if !strings.Contains(m, want) {
-			t.Errorf("metrics lack %q:\n%s", want, grepLines(m, "shop_like"))
+			t.Errorf("metrics lack %q:\n%s", want, apptest.GrepLines(m, "shop_like"))
 		}
 	}
 }

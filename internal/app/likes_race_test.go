@@ -2,11 +2,9 @@ package app_test
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/app/apptest"
@@ -31,7 +29,7 @@ func TestLikes_Storm(t *testing.T) {
 		t.Helper()
 		testenv.Together(who*clicks, func(i int) {
 			u := us[i/clicks]
-			res := untilNotBusy(t, func(attempt int) apptest.Response { return setLike(t, e.R(i+attempt), u.Token, p.ID, liked) })
+			res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response { return setLike(t, e.R(i+attempt), u.Token, p.ID, liked) })
 			if res.Status != http.StatusOK {
 				t.Errorf("%s: %s", u.Name, res)
 				return
@@ -72,7 +70,7 @@ func TestLikes_Storm(t *testing.T) {
 	// found its twin's like made), never written twice.
 	stopped := 0
 	for _, r := range e.Replicas {
-		stopped += len(grepLines(apptest.Scrape(t, r), `shop_conflicts_stopped_total{flow="like_post",layer="state"}`))
+		stopped += len(apptest.GrepLines(apptest.Scrape(t, r), `shop_conflicts_stopped_total{flow="like_post",layer="state"}`))
 	}
 	if stopped == 0 {
 		t.Error("no replica counted a duplicate click stopped by the state rule")
@@ -153,26 +151,6 @@ func TestLikes_Spam(t *testing.T) {
 			}
 			t.Logf("%s: %d of %d rounds broke", tt.on, broken, rounds)
 		})
-	}
-}
-
-// untilNotBusy sends a request as a client honouring Retry-After would:
-// again after the time a 409 resource_busy, a 409 request_in_progress or a
-// 503 unavailable names, for up to 40 s. The longest wait it must outlast
-// is a key left claimed until its idempotency lease (30 s) ends, when both
-// tries to store its answer failed on a loaded machine; a lock whose
-// release reached no quorum stays taken for its 8 s lease. PUT and DELETE
-// of a like are safe to repeat, and a POST carries its key.
-func untilNotBusy(t testing.TB, send func(attempt int) apptest.Response) apptest.Response {
-	t.Helper()
-	start := time.Now()
-	for attempt := 0; ; attempt++ {
-		res := send(attempt)
-		if res.Header.Get("Retry-After") == "" || time.Since(start) > 40*time.Second {
-			return res
-		}
-		wait, _ := strconv.Atoi(res.Header.Get("Retry-After"))
-		time.Sleep(time.Duration(max(wait, 1)) * time.Second)
 	}
 }
 

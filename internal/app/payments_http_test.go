@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,17 +50,6 @@ func payWantCharges(t testing.TB, e *apptest.Env, orderID string, n int) []gatew
 		t.Fatalf("order %s: %d charges in the gateway's audit, want %d: %+v", orderID, len(charges), n, charges)
 	}
 	return charges
-}
-
-// payWantMetric fails unless the replica's /metrics has the sample line.
-func payWantMetric(t testing.TB, r *apptest.Replica, sample string) {
-	t.Helper()
-	m := apptest.Scrape(t, r)
-	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + `$`).MatchString(m) {
-		name, _, _ := strings.Cut(sample, "{")
-		name, _, _ = strings.Cut(name, " ")
-		t.Errorf("/metrics lacks %q; it has:\n%s", sample, grepLines(m, name))
-	}
 }
 
 // payWaitFor polls cond every 10ms until it holds or timeout passes.
@@ -153,9 +141,9 @@ func TestPayments_Pay(t *testing.T) {
 	})
 	t.Run("Metrics", func(t *testing.T) {
 		// One payment began, on replica 0; the replays began none.
-		payWantMetric(t, e.R(0), `shop_payment_attempts_total 1`)
-		payWantMetric(t, e.R(0), `shop_payment_outcomes_total{outcome="succeeded"} 1`)
-		payWantMetric(t, e.R(1), `shop_payment_attempts_total 0`)
+		apptest.WantMetric(t, e.R(0), `shop_payment_attempts_total 1`)
+		apptest.WantMetric(t, e.R(0), `shop_payment_outcomes_total{outcome="succeeded"} 1`)
+		apptest.WantMetric(t, e.R(1), `shop_payment_attempts_total 0`)
 	})
 
 	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
@@ -215,7 +203,7 @@ func TestPayments_Declined(t *testing.T) {
 		if got := payOrderStatus(t, r, u.Token, o.ID); got != "paid" {
 			t.Errorf("order is %s, want paid", got)
 		}
-		payWantMetric(t, r, `shop_payment_outcomes_total{outcome="failed"} 1`)
+		apptest.WantMetric(t, r, `shop_payment_outcomes_total{outcome="failed"} 1`)
 	})
 
 	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, o.ID); n != 1 {
@@ -287,7 +275,7 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 		if got := payOrderStatus(t, r, u.Token, o.ID); got != "paying" {
 			t.Errorf("order is %s, want paying", got)
 		}
-		payWantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
+		apptest.WantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
 	})
 	t.Run("NewKeyWhileInFlight", func(t *testing.T) {
 		res := payReq(t, r, u.Token, o.ID, gateway.MethodOK, apptest.NewKey())
@@ -316,7 +304,7 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 		// Not only settled none: looked at none, so it did not ask the
 		// gateway about a payment whose request may still be running.
 		if m := apptest.Scrape(t, r); strings.Contains(m, "shop_payment_reconciliations_total{") {
-			t.Errorf("the reconciler looked at a payment before its delay:\n%s", grepLines(m, "shop_payment_reconciliations_total"))
+			t.Errorf("the reconciler looked at a payment before its delay:\n%s", apptest.GrepLines(m, "shop_payment_reconciliations_total"))
 		}
 	})
 	t.Run("ExpiryWaits", func(t *testing.T) {
@@ -338,7 +326,7 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 		if n, err := r.App.Payments.Reconcile(ctx); err != nil || n != 1 {
 			t.Fatalf("Reconcile = %d, %v; want 1, nil", n, err)
 		}
-		payWantMetric(t, r, `shop_payment_reconciliations_total{outcome="succeeded"} 1`)
+		apptest.WantMetric(t, r, `shop_payment_reconciliations_total{outcome="succeeded"} 1`)
 		items := payList(t, r, u.Token, o.ID)
 		if len(items) != 1 || items[0].ID != p.ID || items[0].Status != "succeeded" ||
 			items[0].ChargeID == nil || *items[0].ChargeID != charge.ID {
@@ -508,8 +496,8 @@ func TestPayments_CancelInFlight(t *testing.T) {
 	if n := e.Count(t, `SELECT count(*) FROM stock_releases WHERE order_id = $1`, o.ID); n != 1 {
 		t.Errorf("%d stock releases, want 1", n)
 	}
-	payWantMetric(t, e.R(0), `shop_payment_outcomes_total{outcome="refunded"} 1`)
-	payWantMetric(t, e.R(0), `shop_payment_refunds_total 1`)
+	apptest.WantMetric(t, e.R(0), `shop_payment_outcomes_total{outcome="refunded"} 1`)
+	apptest.WantMetric(t, e.R(0), `shop_payment_refunds_total 1`)
 
 	t.Run("Replay", func(t *testing.T) {
 		again := payReq(t, e.R(1), u.Token, o.ID, gateway.MethodSlow, key)
@@ -583,7 +571,7 @@ func TestPayments_Validation(t *testing.T) {
 	if n := e.Count(t, `SELECT count(*) FROM payments`); n != 0 {
 		t.Errorf("%d payment rows written by refused requests, want 0", n)
 	}
-	payWantMetric(t, r, `shop_payment_outcomes_total{outcome="rejected"} 1`)
+	apptest.WantMetric(t, r, `shop_payment_outcomes_total{outcome="rejected"} 1`)
 	if charges := e.Gateway.Charges(""); len(charges) != 0 {
 		t.Errorf("refused requests reached the gateway: %+v", charges)
 	}
@@ -650,7 +638,7 @@ func TestPayments_StallAfterCharge(t *testing.T) {
 	if p.Status != "processing" || p.OrderID != o.ID {
 		t.Fatalf("got %s, want the processing payment of order %s", res.Body, o.ID)
 	}
-	payWantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
+	apptest.WantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
 
 	// The database moves again; the reconciler records the one charge.
 	if err := stall.Rollback(ctx); err != nil {

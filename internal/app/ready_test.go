@@ -107,7 +107,7 @@ func wantReady(t *testing.T, r *apptest.Replica, status int, postgres, lockQuoru
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + `$`).MatchString(m) {
 			name, _, _ := strings.Cut(sample, " ")
 			name, _, _ = strings.Cut(name, "{")
-			t.Errorf("metrics lack %q; they have:\n%s", sample, grepLines(m, name))
+			t.Errorf("metrics lack %q; they have:\n%s", sample, apptest.GrepLines(m, name))
 		}
 	}
 	return doc

@@ -3,7 +3,6 @@ package apptest
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/shop-example/shop/internal/ablation"
 	"github.com/shop-example/shop/internal/app"
@@ -16,7 +15,7 @@ import (
 // nothing). deps carries what else the flow's row needs (NaiveStock, a
 // Logger). The lock runs in strict mode: a row with the lock on measures
 // the lock, not its absence when a loaded machine's Redis answers late and
-// degrade mode runs the work unlocked (a refusal is Retried by the
+// degrade mode runs the work unlocked (a refusal is retried by the
 // clients).
 func NewAblation(t *testing.T, row ablation.Row, deps app.Deps, dropped ...string) *Env {
 	t.Helper()
@@ -33,18 +32,4 @@ func NewAblation(t *testing.T, row ablation.Row, deps app.Deps, dropped ...strin
 		}
 	}
 	return e
-}
-
-// Retried sends a request as a well-behaved client does: again, with the
-// same key, when the answer says when to come back (Retry-After: a busy
-// resource, a request in progress, a lock quorum a loaded machine's Redis
-// did not answer in time), within a bound. It returns the last answer.
-func Retried(send func(attempt int) Response) Response {
-	for attempt := 1; ; attempt++ {
-		res := send(attempt)
-		if res.Header.Get("Retry-After") == "" || attempt == 20 {
-			return res
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

@@ -2,7 +2,6 @@ package apptest
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -190,21 +189,6 @@ func (e *Env) AssertBooks(t *testing.T) {
 	default:
 		t.Log(r)
 	}
-}
-
-// Scrape returns the replica's metrics, from its metrics listener.
-func Scrape(t testing.TB, r *Replica) string {
-	t.Helper()
-	res, err := (&http.Client{Transport: unchecked(r.client.Transport)}).Get(r.MetricsURL + "/metrics")
-	if err != nil {
-		t.Fatalf("scrape: %v", err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("scrape: %d %s (%v)", res.StatusCode, b, err)
-	}
-	return string(b)
 }
 
 // R returns replica i modulo their number, so loops spread requests.

@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"context"
@@ -71,7 +71,7 @@ func raceOverlappingHolds(t *testing.T, strategy string) {
 		for round := range rounds {
 			want := randomSeats(rng, rows, perRow, 4)
 			call := time.Since(start)
-			res := untilNotBusy(t, func(attempt int) apptest.Response {
+			res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 				return apptest.HoldSeats(t, e.R(i+attempt), u.Token, ev.ID, fmt.Sprintf("%s-%d", u.ID, round), want...)
 			})
 			ret := time.Since(start)
@@ -164,7 +164,7 @@ func TestSeats_DuplicatedConfirms(t *testing.T) {
 		if click >= sameKey {
 			key = apptest.NewKey()
 		}
-		res := untilNotBusy(t, func(attempt int) apptest.Response {
+		res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 			return apptest.ConfirmHold(t, e.R(i+attempt), users[h].Token, holds[h].ID, key)
 		})
 		if res.Status != http.StatusCreated {
@@ -219,7 +219,7 @@ func TestSeats_ConfirmRacesExpiry(t *testing.T) {
 			}
 			return
 		}
-		answers[i] = untilNotBusy(t, func(attempt int) apptest.Response {
+		answers[i] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 			return apptest.ConfirmHold(t, e.R(i+attempt), users[i].Token, holds[i].ID, apptest.NewKey())
 		})
 	})
@@ -263,11 +263,11 @@ func TestSeats_ReleaseRacesConfirm(t *testing.T) {
 	testenv.Together(2*n, func(i int) {
 		h := i % n
 		if i < n {
-			confirms[h] = untilNotBusy(t, func(attempt int) apptest.Response {
+			confirms[h] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 				return apptest.ConfirmHold(t, e.R(i+attempt), users[h].Token, holds[h].ID, apptest.NewKey())
 			})
 		} else {
-			releases[h] = untilNotBusy(t, func(attempt int) apptest.Response {
+			releases[h] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 				return apptest.ReleaseHold(t, e.R(i+attempt), users[h].Token, holds[h].ID)
 			})
 		}

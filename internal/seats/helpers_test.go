@@ -1,11 +1,17 @@
-package app_test
+package seats_test
+
+// The seat flow's tests over HTTP: replicas of the whole service
+// (package apptest), raced, and checked on the database afterwards.
 
 import (
 	"context"
 	"testing"
 
 	"github.com/shop-example/shop/internal/app/apptest"
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // seatRows is what the database says about an event's seats: how many
 // are in each state, and the rows that must agree with them.
@@ -44,4 +50,11 @@ func readSeatRows(t testing.TB, e *apptest.Env, eventID string) seatRows {
 // the hold and ticket rows.
 func (s seatRows) violations() int {
 	return s.doubleHeld + s.doubleBooked + s.heldWrong + abs(s.held-s.activeHolds) + abs(s.booked-s.tickets)
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"context"

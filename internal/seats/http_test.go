@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"net/http"
@@ -131,6 +131,6 @@ func TestSeats_Flow(t *testing.T) {
 		`shop_conflicts_stopped_total{flow="release_hold",layer="state"} 1`,
 		`shop_seat_holds_expired_total 1`,
 	} {
-		payWantMetric(t, r, sample)
+		apptest.WantMetric(t, r, sample)
 	}
 }

@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"fmt"
@@ -79,10 +79,10 @@ func linearizabilityRun(t *testing.T, e *apptest.Env, clients, ops, events, rows
 				if pick < 10 {
 					in.Kind = seatcheck.Confirm
 					key := apptest.NewKey()
-					res = untilNotBusy(t, func(a int) apptest.Response { return apptest.ConfirmHold(t, e.R(c+a), u.Token, m.id, key) })
+					res = apptest.UntilNotBusy(t, func(a int) apptest.Response { return apptest.ConfirmHold(t, e.R(c+a), u.Token, m.id, key) })
 				} else {
 					in.Kind = seatcheck.Release
-					res = untilNotBusy(t, func(a int) apptest.Response { return apptest.ReleaseHold(t, e.R(c+a), u.Token, m.id) })
+					res = apptest.UntilNotBusy(t, func(a int) apptest.Response { return apptest.ReleaseHold(t, e.R(c+a), u.Token, m.id) })
 				}
 			case pick < 80:
 				in.Kind, in.Hold = seatcheck.Hold, next.Add(1)
@@ -91,7 +91,7 @@ func linearizabilityRun(t *testing.T, e *apptest.Env, clients, ops, events, rows
 					in.Seats = append(in.Seats, index(l))
 				}
 				key := apptest.NewKey()
-				res = untilNotBusy(t, func(a int) apptest.Response {
+				res = apptest.UntilNotBusy(t, func(a int) apptest.Response {
 					return apptest.HoldSeats(t, e.R(c+a), u.Token, evs[ev].ID, key, labels...)
 				})
 				if res.Status == http.StatusCreated {

@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"context"
@@ -94,7 +94,7 @@ func TestSeats_HoldCaps(t *testing.T) {
 	e.Clock.Advance(e.Cfg.SeatHoldTTL + time.Second)
 	apptest.WantStatus(t, apptest.HoldSeats(t, r, alice.Token, ev.ID, apptest.NewKey(), "B8", "B9", "B10"), http.StatusCreated)
 
-	payWantMetric(t, r, `shop_seat_holds_total{outcome="capped"} 2`)
+	apptest.WantMetric(t, r, `shop_seat_holds_total{outcome="capped"} 2`)
 	if v := readSeatRows(t, e, ev.ID).violations(); v != 0 {
 		t.Fatalf("seat rows disagree: %+v", readSeatRows(t, e, ev.ID))
 	}
