@@ -51,7 +51,7 @@ test-browser:
 # the packages one after another: each rewrites the same file, and each
 # measures on a machine the other does not load.
 ablation:
-	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -p 1 -timeout 20m -run '^TestAblation_' ./internal/app/ ./internal/seats/
+	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -p 1 -timeout 20m -run '^TestAblation_' ./internal/app/ ./internal/likes/ ./internal/seats/
 
 faults:
 	$(GO) test -tags faults -count=1 -timeout $(FAULTS_TIMEOUT) -v -run '^TestFaults$$' ./internal/faults/

@@ -32,16 +32,6 @@ type badRequest struct {
 	breach string
 }
 
-// limitBreach is why a list query breaks docs/openapi.yaml: a limit out of
-// 1–100 or no integer does; a cursor the service cannot read does not (the
-// document says only that it is a string).
-func limitBreach(query string) string {
-	if strings.HasPrefix(query, "limit=") {
-		return "limit is no integer 1–100"
-	}
-	return ""
-}
-
 func TestUsers_Create(t *testing.T) {
 	e := apptest.New(t, 1, nil)
 	r := e.R(0)
@@ -253,7 +243,7 @@ func TestProducts_List(t *testing.T) {
 		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("not a sku")),
 	} {
 		t.Run("Bad/"+q, func(t *testing.T) {
-			res := r.OffContract(limitBreach(q)).Do(t, http.MethodGet, "/v1/products?"+q, "", nil)
+			res := r.OffContract(apptest.LimitBreach(q)).Do(t, http.MethodGet, "/v1/products?"+q, "", nil)
 			apptest.WantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
@@ -743,7 +733,7 @@ func TestOrders_List(t *testing.T) {
 		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|not-a-uuid")),
 		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|urn:uuid:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"))} {
 		t.Run("Bad/"+q, func(t *testing.T) {
-			apptest.WantProblem(t, r.OffContract(limitBreach(q)).Do(t, http.MethodGet, "/v1/orders?"+q, a.Token, nil), http.StatusBadRequest, "invalid_request")
+			apptest.WantProblem(t, r.OffContract(apptest.LimitBreach(q)).Do(t, http.MethodGet, "/v1/orders?"+q, a.Token, nil), http.StatusBadRequest, "invalid_request")
 		})
 	}
 	t.Run("NoToken", func(t *testing.T) {

@@ -22,22 +22,22 @@ func TestRateLimit_Likes(t *testing.T) {
 	if policy, _, _ := rateLimitOf(res); policy != "writes" {
 		t.Errorf("POST /v1/posts counted against %q, want writes", policy)
 	}
-	p := apptest.Decode[post](t, res)
+	p := apptest.Decode[apptest.Post](t, res)
 
 	for i, liked := range []bool{true, false, true} {
-		res := r.Do(t, map[bool]string{true: http.MethodPut, false: http.MethodDelete}[liked], likePath(p.ID), u.Token, nil, from(addr)...)
+		res := r.Do(t, map[bool]string{true: http.MethodPut, false: http.MethodDelete}[liked], apptest.LikePath(p.ID), u.Token, nil, from(addr)...)
 		apptest.WantStatus(t, res, http.StatusOK)
 		if policy, left, ok := rateLimitOf(res); !ok || policy != "likes" || left != 2-i {
 			t.Errorf("like %d: RateLimit %q, want likes with %d left", i+1, res.Header.Get("RateLimit"), 2-i)
 		}
 	}
 	version := e.Count(t, `SELECT version::int FROM likes WHERE post_id = $1`, p.ID)
-	res = r.Do(t, http.MethodDelete, likePath(p.ID), u.Token, nil, from(addr)...)
+	res = r.Do(t, http.MethodDelete, apptest.LikePath(p.ID), u.Token, nil, from(addr)...)
 	apptest.WantProblem(t, res, http.StatusTooManyRequests, "rate_limited")
 	if v := e.Count(t, `SELECT version::int FROM likes WHERE post_id = $1`, p.ID); v != version {
 		t.Errorf("a refused unlike wrote the like (version %d → %d)", version, v)
 	}
-	if got := mustGetPost(t, r, u.Token, p.ID); !got.LikedByMe || got.LikeCount != 1 {
+	if got := apptest.MustGetPost(t, r, u.Token, p.ID); !got.LikedByMe || got.LikeCount != 1 {
 		t.Errorf("after the refused unlike: %+v, want still liked", got)
 	}
 

@@ -182,36 +182,36 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 			name:   "Like",
 			marker: "INSERT INTO likes",
 			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
-				return lostCommitTarget{id: mustCreatePost(t, r, u.Token, "lost like").ID}
+				return lostCommitTarget{id: apptest.MustCreatePost(t, r, u.Token, "lost like").ID}
 			},
 			send: func(t *testing.T, r *apptest.Replica, u apptest.User, p lostCommitTarget, _ string) apptest.Response {
-				return setLike(t, r, u.Token, p.id, true)
+				return apptest.SetLike(t, r, u.Token, p.id, true)
 			},
 			check: func(t *testing.T, e *apptest.Env, u apptest.User, p lostCommitTarget, _ string, retry apptest.Response) {
 				apptest.WantStatus(t, retry, http.StatusOK)
-				if got := apptest.Decode[likeAnswer](t, retry); !got.Liked || got.LikeCount != 1 {
+				if got := apptest.Decode[apptest.LikeAnswer](t, retry); !got.Liked || got.LikeCount != 1 {
 					t.Errorf("retry answered %s, want liked with a count of 1", retry)
 				}
-				countLikes(t, e, u.Token, p.id).check(t, 1)
+				apptest.CountLikes(t, e, u.Token, p.id).Check(t, 1)
 			},
 		},
 		{
 			name:   "Unlike",
 			marker: "UPDATE likes SET liked",
 			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
-				p := mustCreatePost(t, r, u.Token, "lost unlike")
-				apptest.WantStatus(t, setLike(t, r, u.Token, p.ID, true), http.StatusOK)
+				p := apptest.MustCreatePost(t, r, u.Token, "lost unlike")
+				apptest.WantStatus(t, apptest.SetLike(t, r, u.Token, p.ID, true), http.StatusOK)
 				return lostCommitTarget{id: p.ID}
 			},
 			send: func(t *testing.T, r *apptest.Replica, u apptest.User, p lostCommitTarget, _ string) apptest.Response {
-				return setLike(t, r, u.Token, p.id, false)
+				return apptest.SetLike(t, r, u.Token, p.id, false)
 			},
 			check: func(t *testing.T, e *apptest.Env, u apptest.User, p lostCommitTarget, _ string, retry apptest.Response) {
 				apptest.WantStatus(t, retry, http.StatusOK)
-				if got := apptest.Decode[likeAnswer](t, retry); got.Liked || got.LikeCount != 0 {
+				if got := apptest.Decode[apptest.LikeAnswer](t, retry); got.Liked || got.LikeCount != 0 {
 					t.Errorf("retry answered %s, want not liked with a count of 0", retry)
 				}
-				countLikes(t, e, u.Token, p.id).check(t, 0)
+				apptest.CountLikes(t, e, u.Token, p.id).Check(t, 0)
 			},
 		},
 	}

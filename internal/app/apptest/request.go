@@ -221,3 +221,13 @@ func (r *Replica) OffContract(why string) *Replica {
 	c.breach = why
 	return &c
 }
+
+// LimitBreach is why a list query breaks docs/openapi.yaml: a limit out of
+// 1–100 or no integer does; a cursor the service cannot read does not (the
+// document says only that it is a string).
+func LimitBreach(query string) string {
+	if strings.HasPrefix(query, "limit=") {
+		return "limit is no integer 1–100"
+	}
+	return ""
+}

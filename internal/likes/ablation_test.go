@@ -1,4 +1,4 @@
-package app_test
+package likes_test
 
 import (
 	"context"
@@ -37,10 +37,10 @@ func TestAblation_Like(t *testing.T) {
 			`ALTER TABLE likes DROP CONSTRAINT likes_pkey`,
 			`ALTER TABLE post_like_shards DROP CONSTRAINT post_like_shards_n_nonnegative`)
 		us := testenv.Users(t, e.DB, users)
-		p := mustCreatePost(t, e.R(0), us[0].Token, "ablation")
+		p := apptest.MustCreatePost(t, e.R(0), us[0].Token, "ablation")
 		for i := 0; i < users; i += 2 {
 			for _, liked := range []bool{true, false} {
-				apptest.WantStatus(t, setLike(t, e.R(i), us[i].Token, p.ID, liked), http.StatusOK)
+				apptest.WantStatus(t, apptest.SetLike(t, e.R(i), us[i].Token, p.ID, liked), http.StatusOK)
 			}
 		}
 		e.Warm(t, 32)
@@ -54,7 +54,9 @@ func TestAblation_Like(t *testing.T) {
 				if !who(u) {
 					return
 				}
-				res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response { return setLike(t, e.R(i+attempt), us[u].Token, p.ID, liked) })
+				res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
+					return apptest.SetLike(t, e.R(i+attempt), us[u].Token, p.ID, liked)
+				})
 				switch {
 				case res.Status == http.StatusOK:
 				case res.Status == http.StatusInternalServerError && res.Code() == "internal":
@@ -67,10 +69,10 @@ func TestAblation_Like(t *testing.T) {
 			if n := int(failed.Load()); n != refused {
 				t.Errorf("liked=%v: %d answers 500, %d of them logged as refused by %s: the others broke something else", liked, n, refused, refusals.name)
 			}
-			c := countLikes(t, e, us[0].Token, p.ID)
-			violations += abs(c.counted-want) + abs(c.users-want) + c.dupes + refused
+			c := apptest.CountLikes(t, e, us[0].Token, p.ID)
+			violations += abs(c.Counted-want) + abs(c.Users-want) + c.Dupes + refused
 			if liked {
-				progress = min(c.users, want)
+				progress = min(c.Users, want)
 			}
 			t.Logf("liked=%v: want %d, got %+v, %d refused by %s", liked, want, c, refused, refusals.name)
 		}
@@ -114,4 +116,11 @@ func (h constraintLog) WithAttrs(as []slog.Attr) slog.Handler {
 func (h constraintLog) WithGroup(name string) slog.Handler {
 	h.Handler = h.Handler.WithGroup(name)
 	return h
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

@@ -1,4 +1,4 @@
-package app_test
+package likes_test
 
 import (
 	"encoding/base64"
@@ -25,7 +25,7 @@ func TestPosts_Create(t *testing.T) {
 	t.Run("Created", func(t *testing.T) {
 		res := r.Do(t, http.MethodPost, "/v1/posts", u.Token, map[string]string{"title": "Hello, world"})
 		apptest.WantStatus(t, res, http.StatusCreated)
-		p := apptest.Decode[post](t, res)
+		p := apptest.Decode[apptest.Post](t, res)
 		if p.ID == "" || p.Title != "Hello, world" || p.LikeCount != 0 || p.LikedByMe || p.AuthorID != u.ID {
 			t.Errorf("created %+v", p)
 		}
@@ -35,7 +35,7 @@ func TestPosts_Create(t *testing.T) {
 		if _, err := time.Parse(time.RFC3339Nano, p.CreatedAt); err != nil {
 			t.Errorf("created_at %q: %v", p.CreatedAt, err)
 		}
-		if got := mustGetPost(t, r, u.Token, p.ID); got != p {
+		if got := apptest.MustGetPost(t, r, u.Token, p.ID); got != p {
 			t.Errorf("GET answers %+v, want what POST answered, %+v", got, p)
 		}
 		if n := e.Count(t, `SELECT count(*)::int FROM post_like_shards WHERE post_id = $1 AND n = 0`, p.ID); n < 1 {
@@ -79,7 +79,7 @@ func TestPosts_Get(t *testing.T) {
 	e := apptest.New(t, 1, nil)
 	r := e.R(0)
 	u := testenv.Users(t, e.DB, 1)[0]
-	p := mustCreatePost(t, r, u.Token, "get me")
+	p := apptest.MustCreatePost(t, r, u.Token, "get me")
 	for name, path := range map[string]string{
 		"Unknown":   "/v1/posts/0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
 		"UpperCase": "/v1/posts/" + strings.ToUpper(p.ID),
@@ -101,18 +101,18 @@ func TestPosts_List(t *testing.T) {
 	us := testenv.Users(t, e.DB, 2)
 	var ids []string
 	for i := range 5 {
-		ids = append(ids, mustCreatePost(t, r, us[i%2].Token, fmt.Sprintf("post %d", i)).ID)
+		ids = append(ids, apptest.MustCreatePost(t, r, us[i%2].Token, fmt.Sprintf("post %d", i)).ID)
 	}
 	slices.Reverse(ids) // newest first
-	apptest.WantStatus(t, setLike(t, r, us[1].Token, ids[0], true), http.StatusOK)
+	apptest.WantStatus(t, apptest.SetLike(t, r, us[1].Token, ids[0], true), http.StatusOK)
 
-	var got []post
+	var got []apptest.Post
 	var sizes []int
 	cursor := ""
 	for range 10 {
 		res := r.Do(t, http.MethodGet, "/v1/posts?limit=2&cursor="+url.QueryEscape(cursor), us[1].Token, nil)
 		apptest.WantStatus(t, res, http.StatusOK)
-		pg := apptest.Decode[apptest.Page[post]](t, res)
+		pg := apptest.Decode[apptest.Page[apptest.Post]](t, res)
 		got, sizes = append(got, pg.Items...), append(sizes, len(pg.Items))
 		if pg.NextCursor == nil {
 			break
@@ -130,13 +130,13 @@ func TestPosts_List(t *testing.T) {
 		t.Errorf("list says %+v and %+v; want the newest liked by me with count 1, the next not", got[0], got[1])
 	}
 	res := r.Do(t, http.MethodGet, "/v1/posts?limit=1", us[0].Token, nil)
-	if first := apptest.Decode[apptest.Page[post]](t, res).Items[0]; first.LikedByMe || first.LikeCount != 1 {
+	if first := apptest.Decode[apptest.Page[apptest.Post]](t, res).Items[0]; first.LikedByMe || first.LikeCount != 1 {
 		t.Errorf("another viewer sees %+v, want count 1, not liked by them", first)
 	}
 	for _, q := range []string{"limit=0", "limit=101", "limit=x", "cursor=" + url.QueryEscape("%%%"),
 		"cursor=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|not-a-uuid"))} {
 		t.Run("Bad/"+q, func(t *testing.T) {
-			apptest.WantProblem(t, r.OffContract(limitBreach(q)).Do(t, http.MethodGet, "/v1/posts?"+q, us[0].Token, nil), http.StatusBadRequest, "invalid_request")
+			apptest.WantProblem(t, r.OffContract(apptest.LimitBreach(q)).Do(t, http.MethodGet, "/v1/posts?"+q, us[0].Token, nil), http.StatusBadRequest, "invalid_request")
 		})
 	}
 }
@@ -145,11 +145,11 @@ func TestLikes_PutDelete(t *testing.T) {
 	e := apptest.New(t, 1, nil)
 	r := e.R(0)
 	us := testenv.Users(t, e.DB, 2)
-	p := mustCreatePost(t, r, us[0].Token, "like me")
+	p := apptest.MustCreatePost(t, r, us[0].Token, "like me")
 	wantLike := func(t *testing.T, res apptest.Response, liked bool, count int64) {
 		t.Helper()
 		apptest.WantStatus(t, res, http.StatusOK)
-		if a := apptest.Decode[likeAnswer](t, res); a != (likeAnswer{PostID: p.ID, Liked: liked, LikeCount: count}) {
+		if a := apptest.Decode[apptest.LikeAnswer](t, res); a != (apptest.LikeAnswer{PostID: p.ID, Liked: liked, LikeCount: count}) {
 			t.Errorf("answered %+v, want liked %v, count %d", a, liked, count)
 		}
 	}
@@ -158,39 +158,39 @@ func TestLikes_PutDelete(t *testing.T) {
 	}
 
 	t.Run("UnlikeNeverLiked", func(t *testing.T) {
-		wantLike(t, setLike(t, r, us[1].Token, p.ID, false), false, 0)
+		wantLike(t, apptest.SetLike(t, r, us[1].Token, p.ID, false), false, 0)
 		if v := version(); v != 0 {
 			t.Errorf("an unlike of what was never liked wrote a row (version %d)", v)
 		}
 	})
 	t.Run("LikeTwice", func(t *testing.T) {
-		wantLike(t, setLike(t, r, us[1].Token, p.ID, true), true, 1)
-		wantLike(t, setLike(t, r, us[1].Token, p.ID, true), true, 1)
+		wantLike(t, apptest.SetLike(t, r, us[1].Token, p.ID, true), true, 1)
+		wantLike(t, apptest.SetLike(t, r, us[1].Token, p.ID, true), true, 1)
 		if v := version(); v != 1 {
 			t.Errorf("version %d after two likes, want 1: the second changed nothing", v)
 		}
-		if got := mustGetPost(t, r, us[1].Token, p.ID); !got.LikedByMe || got.LikeCount != 1 {
+		if got := apptest.MustGetPost(t, r, us[1].Token, p.ID); !got.LikedByMe || got.LikeCount != 1 {
 			t.Errorf("liker sees %+v", got)
 		}
-		if got := mustGetPost(t, r, us[0].Token, p.ID); got.LikedByMe || got.LikeCount != 1 {
+		if got := apptest.MustGetPost(t, r, us[0].Token, p.ID); got.LikedByMe || got.LikeCount != 1 {
 			t.Errorf("another user sees %+v", got)
 		}
 	})
 	t.Run("EmptyObjectBody", func(t *testing.T) {
-		wantLike(t, r.Do(t, http.MethodPut, likePath(p.ID), us[1].Token, "{}"), true, 1)
+		wantLike(t, r.Do(t, http.MethodPut, apptest.LikePath(p.ID), us[1].Token, "{}"), true, 1)
 	})
 	t.Run("UnlikeTwice", func(t *testing.T) {
-		wantLike(t, setLike(t, r, us[1].Token, p.ID, false), false, 0)
-		wantLike(t, setLike(t, r, us[1].Token, p.ID, false), false, 0)
+		wantLike(t, apptest.SetLike(t, r, us[1].Token, p.ID, false), false, 0)
+		wantLike(t, apptest.SetLike(t, r, us[1].Token, p.ID, false), false, 0)
 		if v := version(); v != 2 {
 			t.Errorf("version %d after like, unlike, unlike; want 2", v)
 		}
-		if got := mustGetPost(t, r, us[1].Token, p.ID); got.LikedByMe || got.LikeCount != 0 {
+		if got := apptest.MustGetPost(t, r, us[1].Token, p.ID); got.LikedByMe || got.LikeCount != 0 {
 			t.Errorf("after unliking: %+v", got)
 		}
 	})
 	t.Run("LikeAgain", func(t *testing.T) {
-		wantLike(t, setLike(t, r, us[1].Token, p.ID, true), true, 1)
+		wantLike(t, apptest.SetLike(t, r, us[1].Token, p.ID, true), true, 1)
 		if n := e.Count(t, `SELECT count(*)::int FROM likes WHERE post_id = $1`, p.ID); n != 1 {
 			t.Errorf("%d like rows, want 1: the row is reused", n)
 		}
@@ -199,26 +199,26 @@ func TestLikes_PutDelete(t *testing.T) {
 	rowsBefore := e.Count(t, `SELECT count(*)::int FROM likes`)
 	for _, method := range []string{http.MethodPut, http.MethodDelete} {
 		t.Run(method+"/UnknownPost", func(t *testing.T) {
-			apptest.WantProblem(t, r.Do(t, method, likePath("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), us[1].Token, nil), http.StatusNotFound, "not_found")
+			apptest.WantProblem(t, r.Do(t, method, apptest.LikePath("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), us[1].Token, nil), http.StatusNotFound, "not_found")
 		})
 		t.Run(method+"/OtherSpelling", func(t *testing.T) {
-			apptest.WantProblem(t, r.Do(t, method, likePath(strings.ToUpper(p.ID)), us[0].Token, nil), http.StatusNotFound, "not_found")
+			apptest.WantProblem(t, r.Do(t, method, apptest.LikePath(strings.ToUpper(p.ID)), us[0].Token, nil), http.StatusNotFound, "not_found")
 		})
 		t.Run(method+"/Body", func(t *testing.T) {
-			apptest.WantProblem(t, r.OffContract("a body other than {}").Do(t, method, likePath(p.ID), us[0].Token, map[string]bool{"liked": true}), http.StatusBadRequest, "invalid_request")
+			apptest.WantProblem(t, r.OffContract("a body other than {}").Do(t, method, apptest.LikePath(p.ID), us[0].Token, map[string]bool{"liked": true}), http.StatusBadRequest, "invalid_request")
 		})
 		t.Run(method+"/NoToken", func(t *testing.T) {
-			apptest.WantProblem(t, r.Do(t, method, likePath(p.ID), "", nil), http.StatusUnauthorized, "unauthenticated")
+			apptest.WantProblem(t, r.Do(t, method, apptest.LikePath(p.ID), "", nil), http.StatusUnauthorized, "unauthenticated")
 		})
 	}
 	if after := e.Count(t, `SELECT count(*)::int FROM likes`); after != rowsBefore {
 		t.Errorf("refused requests wrote %d like rows", after-rowsBefore)
 	}
-	if got := mustGetPost(t, r, us[0].Token, p.ID); got.LikeCount != 1 || got.LikedByMe {
+	if got := apptest.MustGetPost(t, r, us[0].Token, p.ID); got.LikeCount != 1 || got.LikedByMe {
 		t.Errorf("refused requests changed the post: %+v", got)
 	}
 	t.Run("MethodNotAllowed", func(t *testing.T) {
-		res := r.OffContract("no such method").Do(t, http.MethodPost, likePath(p.ID), us[0].Token, nil)
+		res := r.OffContract("no such method").Do(t, http.MethodPost, apptest.LikePath(p.ID), us[0].Token, nil)
 		apptest.WantProblem(t, res, http.StatusMethodNotAllowed, "method_not_allowed")
 		if allow := res.Header.Get("Allow"); !strings.Contains(allow, "PUT") || !strings.Contains(allow, "DELETE") {
 			t.Errorf("Allow %q, want PUT and DELETE", allow)
@@ -245,10 +245,10 @@ func TestLikes_Reconciliation(t *testing.T) {
 	e := apptest.New(t, 1, nil)
 	r := e.R(0)
 	us := testenv.Users(t, e.DB, 3)
-	p := mustCreatePost(t, r, us[0].Token, "counted")
-	mustCreatePost(t, r, us[0].Token, "never liked")
+	p := apptest.MustCreatePost(t, r, us[0].Token, "counted")
+	apptest.MustCreatePost(t, r, us[0].Token, "never liked")
 	for _, u := range us {
-		apptest.WantStatus(t, setLike(t, r, u.Token, p.ID, true), http.StatusOK)
+		apptest.WantStatus(t, apptest.SetLike(t, r, u.Token, p.ID, true), http.StatusOK)
 	}
 	type report struct {
 		Checked int   `json:"posts_checked"`

@@ -1,4 +1,4 @@
-package app_test
+package likes_test
 
 import (
 	"net/http"
@@ -22,19 +22,19 @@ func TestLikes_Storm(t *testing.T) {
 	const users, clicks = 150, 3
 	e := apptest.New(t, 2, nil)
 	us := testenv.Users(t, e.DB, users)
-	p := mustCreatePost(t, e.R(0), us[0].Token, "a viral post")
+	p := apptest.MustCreatePost(t, e.R(0), us[0].Token, "a viral post")
 	e.Warm(t, 32)
 
 	storm := func(who int, liked bool) {
 		t.Helper()
 		testenv.Together(who*clicks, func(i int) {
 			u := us[i/clicks]
-			res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response { return setLike(t, e.R(i+attempt), u.Token, p.ID, liked) })
+			res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response { return apptest.SetLike(t, e.R(i+attempt), u.Token, p.ID, liked) })
 			if res.Status != http.StatusOK {
 				t.Errorf("%s: %s", u.Name, res)
 				return
 			}
-			a := apptest.Decode[likeAnswer](t, res)
+			a := apptest.Decode[apptest.LikeAnswer](t, res)
 			if a.Liked != liked || a.PostID != p.ID || a.LikeCount < 0 || a.LikeCount > users {
 				t.Errorf("%s: answered %+v, want liked=%v and a count in [0, %d]", u.Name, a, liked, users)
 			}
@@ -43,7 +43,7 @@ func TestLikes_Storm(t *testing.T) {
 	checkLikedByMe := func(likes func(i int) bool) {
 		t.Helper()
 		apptest.InParallel(users, 16, func(i int) {
-			got := mustGetPost(t, e.R(i), us[i].Token, p.ID)
+			got := apptest.MustGetPost(t, e.R(i), us[i].Token, p.ID)
 			if got.LikedByMe != likes(i) {
 				t.Errorf("%s: liked_by_me %v, want %v", us[i].Name, got.LikedByMe, likes(i))
 			}
@@ -51,11 +51,11 @@ func TestLikes_Storm(t *testing.T) {
 	}
 
 	storm(users, true)
-	countLikes(t, e, us[0].Token, p.ID).check(t, users)
+	apptest.CountLikes(t, e, us[0].Token, p.ID).Check(t, users)
 	checkLikedByMe(func(int) bool { return true })
 
 	storm(users/2, false)
-	countLikes(t, e, us[0].Token, p.ID).check(t, users/2)
+	apptest.CountLikes(t, e, us[0].Token, p.ID).Check(t, users/2)
 	checkLikedByMe(func(i int) bool { return i >= users/2 })
 
 	res := e.R(1).Do(t, http.MethodGet, "/v1/likes/reconciliation", apptest.AdminToken, nil)
@@ -101,7 +101,7 @@ func TestLikes_Spam(t *testing.T) {
 		t.Run(tt.lock+"/"+strings.ReplaceAll(tt.on.String(), ", ", "+"), func(t *testing.T) {
 			e := apptest.NewWith(t, 2, map[string]string{"SHOP_LIKE_LOCK": tt.lock}, app.Deps{Layers: tt.on})
 			u := testenv.Users(t, e.DB, 1)[0]
-			p := mustCreatePost(t, e.R(0), u.Token, "spammed")
+			p := apptest.MustCreatePost(t, e.R(0), u.Token, "spammed")
 			e.Warm(t, 16)
 			broken := 0
 			for round := range rounds {
@@ -110,11 +110,11 @@ func TestLikes_Spam(t *testing.T) {
 				refused := 0 // see countRefused
 				testenv.Together(requests, func(i int) {
 					liked := (i+round)%2 == 0
-					res := setLike(t, e.R(i), u.Token, p.ID, liked)
+					res := apptest.SetLike(t, e.R(i), u.Token, p.ID, liked)
 					switch {
 					case res.Status == http.StatusOK:
 						mu.Lock()
-						answered[apptest.Decode[likeAnswer](t, res).Liked] = true
+						answered[apptest.Decode[apptest.LikeAnswer](t, res).Liked] = true
 						mu.Unlock()
 					case res.Code() == "resource_busy":
 					case tt.breaks && countRefused(res):
@@ -128,16 +128,16 @@ func TestLikes_Spam(t *testing.T) {
 						t.Errorf("round %d: %s", round, res)
 					}
 				})
-				final := mustGetPost(t, e.R(round), u.Token, p.ID)
+				final := apptest.MustGetPost(t, e.R(round), u.Token, p.ID)
 				want := 0
 				if final.LikedByMe {
 					want = 1
 				}
-				c := countLikes(t, e, u.Token, p.ID)
+				c := apptest.CountLikes(t, e, u.Token, p.ID)
 				// No row until the first like is made; then one, ever.
 				rows := e.Count(t, `SELECT count(*)::int FROM likes WHERE post_id = $1`, p.ID)
 				ok := refused == 0 && answered[final.LikedByMe] && rows <= 1 &&
-					c == (likeCounts{liked: want, counted: want, users: want, likeAnswer: want})
+					c == (apptest.LikeCounts{Liked: want, Counted: want, Users: want, LikeAnswer: want})
 				if !ok {
 					broken++
 					if !tt.breaks {
