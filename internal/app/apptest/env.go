@@ -34,11 +34,11 @@ const (
 // as docker compose runs them, with a payment gateway reached over HTTP,
 // plus a direct pool for checking invariants.
 type Env struct {
-	DB       *pgxpool.Pool
-	Clock    *testenv.Clock // shared by every replica; it runs with real time, so lists sort by it
-	Gateway  *gateway.Server
+	DB       *pgxpool.Pool         // straight to the database, for the checks afterwards
+	Clock    *testenv.Clock        // shared by every replica; it runs with real time, so lists sort by it
+	Gateway  *gateway.Server       // the payment gateway, with its audit of charges
 	Slow     *gatewaytest.HoldBack // the gateway's pm_card_slow answers wait for its Release
-	Cfg      config.Config
+	Cfg      config.Config         // every replica's configuration
 	Replicas []*Replica
 }
 
