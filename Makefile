@@ -46,9 +46,12 @@ test:
 test-browser:
 	SHOP_SCREENSHOTS=$(CURDIR)/bin/screenshots $(GO) test -tags browser -count=1 -timeout 10m -run '^TestBrowser$$' ./web/
 
-# The ablation matrices, rewriting docs/ABLATION.md with what they saw.
+# The ablation matrices, rewriting docs/ABLATION.md with what they saw:
+# the cross-flow ones in internal/app, each flow's own beside it. -p 1 runs
+# the packages one after another: each rewrites the same file, and each
+# measures on a machine the other does not load.
 ablation:
-	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -timeout 20m -run '^TestAblation_' ./internal/app/
+	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -p 1 -timeout 20m -run '^TestAblation_' ./internal/app/ ./internal/likes/ ./internal/seats/
 
 faults:
 	$(GO) test -tags faults -count=1 -timeout $(FAULTS_TIMEOUT) -v -run '^TestFaults$$' ./internal/faults/
@@ -56,7 +59,7 @@ faults:
 # The seat map's linearizability check at its larger size (64 clients,
 # thousands of operations); `make test` runs it small.
 linearizability:
-	SHOP_SEATS_LINEARIZABILITY_LARGE=1 $(GO) test -race -count=1 -run '^TestSeats_Linearizable' ./internal/app/
+	SHOP_SEATS_LINEARIZABILITY_LARGE=1 $(GO) test -race -count=1 -run '^TestSeats_Linearizable' ./internal/seats/
 
 # Pure rule tests only: no database, no Redis.
 test-short:

@@ -1,6 +1,7 @@
 // Package ablation lists the ablation matrices of docs/ABLATION.md: for
 // each flow, the layer sets its race scenario runs with and what each row
-// must show. The tests in internal/app run them (testenv.Matrix) and write
+// must show. Each flow's tests run them (testenv.Matrix: internal/app for
+// orders and payments, internal/seats, internal/likes) and write
 // the tables; docs/docs_test.go compares the rows a table names with Rows,
 // without running anything.
 //

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/shop-example/shop/internal/ablation"
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/books"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/platform/layers"
@@ -23,31 +23,6 @@ import (
 // any row fails if a layer it takes off was never asked for. The same run
 // checks docs/ABLATION.md (make ablation rewrites it).
 
-// ablationEnv is two replicas with row's layers, and the row's
-// constraints dropped from the test's database (a row with the
-// constraints off and nothing to drop fails: its switch would switch
-// nothing). deps carries what else the flow's row needs (NaiveStock, a
-// Logger). The lock runs in strict mode: a row with the lock on measures
-// the lock, not its absence when a loaded machine's Redis answers late and
-// degrade mode runs the work unlocked (a refusal is retried by the
-// clients).
-func ablationEnv(t *testing.T, row ablation.Row, deps app.Deps, dropped ...string) *env {
-	t.Helper()
-	deps.Layers = row.Layers
-	e := newEnvWith(t, 2, map[string]string{"SHOP_LOCK_MODE": "strict"}, deps)
-	if !row.Layers.On(layers.Constraint) {
-		if len(dropped) == 0 {
-			t.Fatal("the constraints are off, but the flow names none to drop")
-		}
-		for _, sql := range dropped {
-			if _, err := e.db.Exec(context.Background(), sql); err != nil {
-				t.Fatalf("%s: %v", sql, err)
-			}
-		}
-	}
-	return e
-}
-
 func TestAblation_CreateOrder(t *testing.T) {
 	const buyers, stock, copies = 120, 40, 2
 	testenv.Matrix(t, ablation.CreateOrder(), ablation.Scenario{
@@ -60,27 +35,27 @@ func TestAblation_CreateOrder(t *testing.T) {
 		if row.Variant == "read-check-write" {
 			naive = inventory.TakeReadCheckWrite
 		}
-		e := ablationEnv(t, row, app.Deps{NaiveStock: naive},
+		e := apptest.NewAblation(t, row, app.Deps{NaiveStock: naive},
 			`ALTER TABLE products DROP CONSTRAINT products_stock_nonnegative`,
 			`ALTER TABLE orders DROP CONSTRAINT orders_user_request_key`)
-		mustCreateProduct(t, e.r(0), "ABL-HOT", 1000, stock)
-		users := testenv.Users(t, e.db, buyers)
-		e.warm(t, 32)
+		apptest.MustCreateProduct(t, e.R(0), "ABL-HOT", 1000, stock)
+		users := testenv.Users(t, e.DB, buyers)
+		e.Warm(t, 32)
 		probe.Reset()
 		testenv.Together(buyers*copies, func(i int) {
 			u := users[i/copies]
-			res := retried(func(attempt int) response {
-				return e.r(i+attempt).do(t, http.MethodPost, "/v1/orders", u.Token, orderBody(line{"ABL-HOT", 1}), "Idempotency-Key", "buy-"+u.ID)
+			res := apptest.Retried(func(attempt int) apptest.Response {
+				return e.R(i+attempt).Do(t, http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: "ABL-HOT", Quantity: 1}), "Idempotency-Key", "buy-"+u.ID)
 			})
 			// Every buyer is answered: an order, or no stock left. A
 			// refusal of any other kind is a run that did not race.
-			if res.Status != http.StatusCreated && res.code() != "out_of_stock" {
+			if res.Status != http.StatusCreated && res.Code() != "out_of_stock" {
 				t.Errorf("buy: %s", res)
 			}
 		})
-		sold := e.count(t, `SELECT coalesce(sum(quantity), 0)::int FROM order_items WHERE sku = 'ABL-HOT'`)
-		taken := stock - e.stock(t, "ABL-HOT")
-		dupes := e.count(t, `SELECT (count(*) - count(DISTINCT (user_id, request_key)))::int FROM orders`)
+		sold := e.Count(t, `SELECT coalesce(sum(quantity), 0)::int FROM order_items WHERE sku = 'ABL-HOT'`)
+		taken := stock - e.Stock(t, "ABL-HOT")
+		dupes := e.Count(t, `SELECT (count(*) - count(DISTINCT (user_id, request_key)))::int FROM orders`)
 		t.Logf("sold %d, taken from stock %d, second orders %d", sold, taken, dupes)
 		return testenv.Outcome{Violations: abs(sold-taken) + max(sold-stock, 0) + dupes, Progress: min(sold, stock)}
 	})
@@ -94,27 +69,27 @@ func TestAblation_CancelOrder(t *testing.T) {
 		Progress:     fmt.Sprintf("orders the race cancelled, of %d", orders),
 		ProgressWant: orders,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
-		e := ablationEnv(t, row, app.Deps{}, `ALTER TABLE stock_releases DROP CONSTRAINT stock_releases_pkey`)
+		e := apptest.NewAblation(t, row, app.Deps{}, `ALTER TABLE stock_releases DROP CONSTRAINT stock_releases_pkey`)
 		const initial = 100
-		mustCreateProduct(t, e.r(0), "ABL-CANCEL", 1000, initial)
-		users := testenv.Users(t, e.db, orders)
+		apptest.MustCreateProduct(t, e.R(0), "ABL-CANCEL", 1000, initial)
+		users := testenv.Users(t, e.DB, orders)
 		ids := make([]string, orders)
 		for i, u := range users {
-			ids[i] = mustCreateOrder(t, e.r(i), u.Token, line{"ABL-CANCEL", 1}).ID
+			ids[i] = apptest.MustCreateOrder(t, e.R(i), u.Token, apptest.Line{SKU: "ABL-CANCEL", Quantity: 1}).ID
 		}
-		e.warm(t, 32)
+		e.Warm(t, 32)
 		probe.Reset()
 		testenv.Together(orders*cancels, func(i int) {
 			o := i % orders
-			res := retried(func(attempt int) response {
-				return e.r(i+attempt).do(t, http.MethodPost, "/v1/orders/"+ids[o]+"/cancel", users[o].Token, nil)
+			res := apptest.Retried(func(attempt int) apptest.Response {
+				return e.R(i+attempt).Do(t, http.MethodPost, "/v1/orders/"+ids[o]+"/cancel", users[o].Token, nil)
 			})
-			if res.Status != http.StatusOK && res.code() != "resource_busy" && res.code() != "unavailable" {
+			if res.Status != http.StatusOK && res.Code() != "resource_busy" && res.Code() != "unavailable" {
 				t.Errorf("cancel: %s", res)
 			}
 		})
-		cancelled := e.count(t, `SELECT count(*)::int FROM orders WHERE status = 'cancelled'`)
-		returned := e.stock(t, "ABL-CANCEL") - (initial - orders)
+		cancelled := e.Count(t, `SELECT count(*)::int FROM orders WHERE status = 'cancelled'`)
+		returned := e.Stock(t, "ABL-CANCEL") - (initial - orders)
 		return testenv.Outcome{Violations: abs(returned - cancelled), Progress: cancelled}
 	})
 }
@@ -127,39 +102,39 @@ func TestAblation_PayOrder(t *testing.T) {
 		Progress:     fmt.Sprintf("orders paid, of %d", orders),
 		ProgressWant: orders,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
-		e := ablationEnv(t, row, app.Deps{}, `DROP INDEX payments_one_active_per_order`)
-		mustCreateProduct(t, e.r(0), "ABL-PAY", 1500, orders)
-		users := testenv.Users(t, e.db, orders)
+		e := apptest.NewAblation(t, row, app.Deps{}, `DROP INDEX payments_one_active_per_order`)
+		apptest.MustCreateProduct(t, e.R(0), "ABL-PAY", 1500, orders)
+		users := testenv.Users(t, e.DB, orders)
 		ids, keys := make([]string, orders), make([]string, orders)
 		for i, u := range users {
-			ids[i], keys[i] = mustCreateOrder(t, e.r(i), u.Token, line{"ABL-PAY", 1}).ID, newKey()
+			ids[i], keys[i] = apptest.MustCreateOrder(t, e.R(i), u.Token, apptest.Line{SKU: "ABL-PAY", Quantity: 1}).ID, apptest.NewKey()
 		}
-		e.warm(t, 32)
+		e.Warm(t, 32)
 		probe.Reset()
 		clicks := sameKey + ownKeys
 		testenv.Together(orders*clicks, func(i int) {
 			o, click := i%orders, i/orders
 			key := keys[o]
 			if click >= sameKey {
-				key = newKey()
+				key = apptest.NewKey()
 			}
-			res := retried(func(attempt int) response {
-				return e.r(i+attempt).do(t, http.MethodPost, payPath(ids[o]), users[o].Token,
+			res := apptest.Retried(func(attempt int) apptest.Response {
+				return e.R(i+attempt).Do(t, http.MethodPost, payPath(ids[o]), users[o].Token,
 					map[string]string{"payment_method": "pm_card_ok"}, "Idempotency-Key", key)
 			})
-			if res.Status >= 500 && res.code() != "unavailable" {
+			if res.Status >= 500 && res.Code() != "unavailable" {
 				t.Errorf("pay: %s", res)
 			}
 		})
-		e.settleLeftovers(t)
-		r, err := books.Check(context.Background(), e.db, nil, e.cfg.GatewayURL)
+		e.SettleLeftovers(t)
+		r, err := books.Check(context.Background(), e.DB, nil, e.Cfg.GatewayURL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		paid := e.count(t, `SELECT count(*)::int FROM orders WHERE status = 'paid'`)
+		paid := e.Count(t, `SELECT count(*)::int FROM orders WHERE status = 'paid'`)
 		wrong := orders - paid
 		for _, id := range ids {
-			if n := len(e.gateway.Charges(id)); n != 1 {
+			if n := len(e.Gateway.Charges(id)); n != 1 {
 				wrong++
 			}
 		}
@@ -168,20 +143,6 @@ func TestAblation_PayOrder(t *testing.T) {
 		}
 		return testenv.Outcome{Violations: wrong, Progress: paid}
 	})
-}
-
-// retried sends a request as a well-behaved client does: again, with the
-// same key, when the answer says when to come back (Retry-After: a busy
-// resource, a request in progress, a lock quorum a loaded machine's Redis
-// did not answer in time), within a bound. It returns the last answer.
-func retried(send func(attempt int) response) response {
-	for attempt := 1; ; attempt++ {
-		res := send(attempt)
-		if res.Header.Get("Retry-After") == "" || attempt == 20 {
-			return res
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func abs(n int) int {

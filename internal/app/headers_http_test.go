@@ -3,50 +3,52 @@ package app_test
 import (
 	"net/http"
 	"testing"
+
+	"github.com/shop-example/shop/internal/app/apptest"
 )
 
 // Every 201 names what it created in Location (the harness checks each
 // one); these are the routes and the paths they name. A replay carries the
 // same Location.
 func TestHeaders_Location(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
 
-	res := r.do(t, http.MethodPost, "/v1/users", "", `{"name": "lou"}`)
-	wantStatus(t, res, http.StatusCreated)
-	u := decode[user](t, res)
+	res := r.Do(t, http.MethodPost, "/v1/users", "", `{"name": "lou"}`)
+	apptest.WantStatus(t, res, http.StatusCreated)
+	u := apptest.Decode[apptest.User](t, res)
 	if loc := res.Header.Get("Location"); loc != "/v1/me" {
 		t.Errorf("user: Location %q, want /v1/me (the user, read with its token)", loc)
 	}
-	if me := r.do(t, http.MethodGet, res.Header.Get("Location"), u.Token, nil); me.Status != http.StatusOK {
+	if me := r.Do(t, http.MethodGet, res.Header.Get("Location"), u.Token, nil); me.Status != http.StatusOK {
 		t.Errorf("GET the user's Location: %s, want 200", me)
 	}
 
-	res = r.do(t, http.MethodPost, "/v1/products", testAdminToken,
+	res = r.Do(t, http.MethodPost, "/v1/products", apptest.AdminToken,
 		`{"sku": "LOC-1", "name": "Mug", "price_cents": 100, "stock": 5}`)
-	wantStatus(t, res, http.StatusCreated)
+	apptest.WantStatus(t, res, http.StatusCreated)
 	if loc := res.Header.Get("Location"); loc != "/v1/products/LOC-1" {
 		t.Errorf("product: Location %q, want /v1/products/LOC-1", loc)
 	}
 
-	key := newKey()
-	first := r.do(t, http.MethodPost, "/v1/orders", u.Token, orderBody(line{"LOC-1", 1}), "Idempotency-Key", key)
-	wantStatus(t, first, http.StatusCreated)
-	o := decode[order](t, first)
-	replay := r.do(t, http.MethodPost, "/v1/orders", u.Token, orderBody(line{"LOC-1", 1}), "Idempotency-Key", key)
-	wantStatus(t, replay, http.StatusCreated)
-	for _, res := range []response{first, replay} {
+	key := apptest.NewKey()
+	first := r.Do(t, http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: "LOC-1", Quantity: 1}), "Idempotency-Key", key)
+	apptest.WantStatus(t, first, http.StatusCreated)
+	o := apptest.Decode[apptest.Order](t, first)
+	replay := r.Do(t, http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: "LOC-1", Quantity: 1}), "Idempotency-Key", key)
+	apptest.WantStatus(t, replay, http.StatusCreated)
+	for _, res := range []apptest.Response{first, replay} {
 		if loc := res.Header.Get("Location"); loc != "/v1/orders/"+o.ID {
 			t.Errorf("order (replayed %q): Location %q, want /v1/orders/%s", res.Header.Get("Idempotent-Replayed"), loc, o.ID)
 		}
 	}
 
-	payKey := newKey()
+	payKey := apptest.NewKey()
 	pay := payReq(t, r, u.Token, o.ID, "pm_card_ok", payKey)
-	wantStatus(t, pay, http.StatusCreated)
+	apptest.WantStatus(t, pay, http.StatusCreated)
 	again := payReq(t, r, u.Token, o.ID, "pm_card_ok", payKey)
-	wantStatus(t, again, http.StatusCreated)
-	for _, res := range []response{pay, again} {
+	apptest.WantStatus(t, again, http.StatusCreated)
+	for _, res := range []apptest.Response{pay, again} {
 		if loc := res.Header.Get("Location"); loc != payPath(o.ID) {
 			t.Errorf("payment (replayed %q): Location %q, want %s", res.Header.Get("Idempotent-Replayed"), loc, payPath(o.ID))
 		}
@@ -56,8 +58,8 @@ func TestHeaders_Location(t *testing.T) {
 // Every answer, error or not, carries nosniff and no-store (the harness
 // checks each one); these are answers made outside the handlers.
 func TestHeaders_EveryAnswer(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
 	for _, tc := range []struct {
 		name, method, path string
 		body               any
@@ -72,7 +74,7 @@ func TestHeaders_EveryAnswer(t *testing.T) {
 		{"TooLarge", http.MethodPost, "/v1/users", make([]byte, 65<<10), http.StatusRequestEntityTooLarge, "body over 64 KiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantStatus(t, r.offContract(tc.offContract).do(t, tc.method, tc.path, "", tc.body), tc.status)
+			apptest.WantStatus(t, r.OffContract(tc.offContract).Do(t, tc.method, tc.path, "", tc.body), tc.status)
 		})
 	}
 }
@@ -80,9 +82,9 @@ func TestHeaders_EveryAnswer(t *testing.T) {
 // A 401 says how to authenticate (RFC 9110 §11.6.1): a bearer token, and
 // with RFC 6750's error="invalid_token" when the one sent is not valid.
 func TestHeaders_WWWAuthenticate(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	u := mustCreateUser(t, r, "walt")
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	u := apptest.MustCreateUser(t, r, "walt")
 	for _, tc := range []struct {
 		name, method, path, authorization, want string
 	}{
@@ -98,16 +100,16 @@ func TestHeaders_WWWAuthenticate(t *testing.T) {
 			if tc.authorization != "" {
 				hdr = []string{"Authorization", tc.authorization}
 			}
-			res := r.do(t, tc.method, tc.path, "", nil, hdr...)
-			wantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
+			res := r.Do(t, tc.method, tc.path, "", nil, hdr...)
+			apptest.WantProblem(t, res, http.StatusUnauthorized, "unauthenticated")
 			if got := res.Header.Get("WWW-Authenticate"); got != tc.want {
 				t.Errorf("WWW-Authenticate %q, want %q", got, tc.want)
 			}
 		})
 	}
 	t.Run("NotOn403", func(t *testing.T) {
-		res := r.do(t, http.MethodGet, "/v1/likes/reconciliation", u.Token, nil)
-		wantProblem(t, res, http.StatusForbidden, "forbidden")
+		res := r.Do(t, http.MethodGet, "/v1/likes/reconciliation", u.Token, nil)
+		apptest.WantProblem(t, res, http.StatusForbidden, "forbidden")
 		if got := res.Header.Get("WWW-Authenticate"); got != "" {
 			t.Errorf("WWW-Authenticate %q on a 403, want none", got)
 		}
@@ -119,12 +121,12 @@ func TestHeaders_WWWAuthenticate(t *testing.T) {
 // §13.1.2, so W/"1" matches "1"; * matches any product that exists; a list
 // matches if one of its tags does.
 func TestProducts_IfNoneMatch(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	mustCreateProduct(t, r, "INM-1", 100, 3)
-	get := func(t *testing.T, sku, ifNoneMatch string) response {
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	apptest.MustCreateProduct(t, r, "INM-1", 100, 3)
+	get := func(t *testing.T, sku, ifNoneMatch string) apptest.Response {
 		t.Helper()
-		return r.do(t, http.MethodGet, "/v1/products/"+sku, "", nil, "If-None-Match", ifNoneMatch)
+		return r.Do(t, http.MethodGet, "/v1/products/"+sku, "", nil, "If-None-Match", ifNoneMatch)
 	}
 	for _, tc := range []struct {
 		name, header string
@@ -144,28 +146,28 @@ func TestProducts_IfNoneMatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := get(t, "INM-1", tc.header)
-			wantStatus(t, res, tc.status)
+			apptest.WantStatus(t, res, tc.status)
 			if etag := res.Header.Get("ETag"); etag != `"1"` {
 				t.Errorf(`ETag %q, want "1"`, etag)
 			}
 			if tc.status == http.StatusNotModified && len(res.Body) != 0 {
 				t.Errorf("304 with a body: %q", res.Body)
 			}
-			if tc.status == http.StatusOK && decode[product](t, res).SKU != "INM-1" {
+			if tc.status == http.StatusOK && apptest.Decode[apptest.Product](t, res).SKU != "INM-1" {
 				t.Errorf("200 without the product: %s", res.Body)
 			}
 		})
 	}
 	t.Run("AfterAnEdit", func(t *testing.T) {
-		wantStatus(t, r.do(t, http.MethodPatch, "/v1/products/INM-1", testAdminToken, `{"price_cents": 5}`, "If-Match", `"1"`), http.StatusOK)
+		apptest.WantStatus(t, r.Do(t, http.MethodPatch, "/v1/products/INM-1", apptest.AdminToken, `{"price_cents": 5}`, "If-Match", `"1"`), http.StatusOK)
 		res := get(t, "INM-1", `"1"`)
-		wantStatus(t, res, http.StatusOK)
-		if got := decode[product](t, res); got.PriceCents != 5 || res.Header.Get("ETag") != `"2"` {
+		apptest.WantStatus(t, res, http.StatusOK)
+		if got := apptest.Decode[apptest.Product](t, res); got.PriceCents != 5 || res.Header.Get("ETag") != `"2"` {
 			t.Errorf("got %s with ETag %q, want the edited product at \"2\"", res.Body, res.Header.Get("ETag"))
 		}
-		wantStatus(t, get(t, "INM-1", `"2"`), http.StatusNotModified)
+		apptest.WantStatus(t, get(t, "INM-1", `"2"`), http.StatusNotModified)
 	})
 	t.Run("StarOnMissing", func(t *testing.T) {
-		wantProblem(t, get(t, "NOPE", `*`), http.StatusNotFound, "not_found")
+		apptest.WantProblem(t, get(t, "NOPE", `*`), http.StatusNotFound, "not_found")
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -29,9 +30,9 @@ func spellings(id string) map[string]string {
 }
 
 // lockAcquisitions is the replica's count of locks taken.
-func lockAcquisitions(t testing.TB, r *replica) float64 {
+func lockAcquisitions(t testing.TB, r *apptest.Replica) float64 {
 	t.Helper()
-	families, err := r.app.Metrics.Registry.Gather()
+	families, err := r.App.Metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +61,11 @@ func labelOf(m *dto.Metric, name string) string {
 // Every route with an order id answers 404 to another spelling of the id,
 // before any lock or row is touched; none answers 500.
 func TestOrders_IDSpellings(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	mustCreateProduct(t, r, "IDS", 100, 10)
-	u := mustCreateUser(t, r, "ida")
-	o := mustCreateOrder(t, r, u.Token, line{"IDS", 2})
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	apptest.MustCreateProduct(t, r, "IDS", 100, 10)
+	u := apptest.MustCreateUser(t, r, "ida")
+	o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "IDS", Quantity: 2})
 	locks := lockAcquisitions(t, r)
 
 	for name, id := range spellings(o.ID) {
@@ -79,8 +80,8 @@ func TestOrders_IDSpellings(t *testing.T) {
 				if req.path == payPath(id) && req.method == http.MethodPost {
 					body = map[string]string{"payment_method": gateway.MethodOK}
 				}
-				res := r.do(t, req.method, req.path, u.Token, body, "Idempotency-Key", newKey())
-				if res.Status != http.StatusNotFound || res.code() != "not_found" {
+				res := r.Do(t, req.method, req.path, u.Token, body, "Idempotency-Key", apptest.NewKey())
+				if res.Status != http.StatusNotFound || res.Code() != "not_found" {
 					t.Errorf("%s %s: got %s, want 404 not_found", req.method, req.path, res)
 				}
 			}
@@ -89,20 +90,20 @@ func TestOrders_IDSpellings(t *testing.T) {
 	if got := lockAcquisitions(t, r); got != locks {
 		t.Errorf("%v locks taken for other spellings of the id, want none", got-locks)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM payments`); n != 0 {
+	if n := e.Count(t, `SELECT count(*)::int FROM payments`); n != 0 {
 		t.Errorf("%d payments written, want none", n)
 	}
-	if charges := e.gateway.Charges(""); len(charges) != 0 {
+	if charges := e.Gateway.Charges(""); len(charges) != 0 {
 		t.Errorf("other spellings reached the gateway: %+v", charges)
 	}
 	if got := payOrderStatus(t, r, u.Token, o.ID); got != "pending_payment" {
 		t.Errorf("order is %s, want pending_payment", got)
 	}
-	if got := e.stock(t, "IDS"); got != 8 {
+	if got := e.Stock(t, "IDS"); got != 8 {
 		t.Errorf("stock %d, want 8 (the order keeps its stock)", got)
 	}
 	// The one spelling still works.
-	wantStatus(t, r.do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil), http.StatusOK)
+	apptest.WantStatus(t, r.Do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil), http.StatusOK)
 }
 
 // TestPayments_IDSpellingsRace: twelve pay requests for one order at once,
@@ -114,26 +115,26 @@ func TestPayments_IDSpellingsRace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("races real PostgreSQL, Redis and a gateway")
 	}
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	mustCreateProduct(t, r, "IDS-RACE", 700, 10)
-	u := mustCreateUser(t, r, "ivo")
-	o := mustCreateOrder(t, r, u.Token, line{"IDS-RACE", 1})
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	apptest.MustCreateProduct(t, r, "IDS-RACE", 700, 10)
+	u := apptest.MustCreateUser(t, r, "ivo")
+	o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "IDS-RACE", Quantity: 1})
 	ids := []string{o.ID, strings.ToUpper(o.ID), "{" + o.ID + "}", strings.ReplaceAll(o.ID, "-", "")}
-	e.warm(t, 12)
+	e.Warm(t, 12)
 	locks := lockAcquisitions(t, r)
 
 	var mu sync.Mutex
 	answers := map[string][]string{} // spelling → answers
 	testenv.Together(12, func(i int) {
 		id := ids[i%len(ids)]
-		res := payReq(t, r, u.Token, id, gateway.MethodOK, newKey())
+		res := payReq(t, r, u.Token, id, gateway.MethodOK, apptest.NewKey())
 		label := http.StatusText(res.Status)
 		if res.Status >= 400 {
-			label = res.code()
+			label = res.Code()
 		}
 		if res.Status == http.StatusCreated {
-			if p := decode[paymentJSON](t, res); p.OrderID != o.ID {
+			if p := apptest.Decode[paymentJSON](t, res); p.OrderID != o.ID {
 				t.Errorf("payment answered for order %q, want the canonical %s", p.OrderID, o.ID)
 			}
 		}
@@ -161,11 +162,11 @@ func TestPayments_IDSpellingsRace(t *testing.T) {
 		t.Errorf("%v payment locks taken for 3 requests in the canonical spelling, want at most 3", got)
 	}
 	payWantCharges(t, e, o.ID, 1)
-	if n := e.count(t, `SELECT count(*)::int FROM payments WHERE order_id = $1 AND status = 'succeeded'`, o.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM payments WHERE order_id = $1 AND status = 'succeeded'`, o.ID); n != 1 {
 		t.Errorf("%d succeeded payments, want 1", n)
 	}
 	if got := payOrderStatus(t, r, u.Token, o.ID); got != "paid" {
 		t.Errorf("order is %s, want paid", got)
 	}
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }

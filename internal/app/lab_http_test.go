@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 )
@@ -20,10 +21,10 @@ import (
 // TestLab_DemoOnly: without SHOP_DEMO the lab's routes are 404, whatever
 // is asked; every answer names its replica.
 func TestLab_DemoOnly(t *testing.T) {
-	e := newEnv(t, 1, map[string]string{"SHOP_REPLICA_NAME": "api-7"})
+	e := apptest.New(t, 1, map[string]string{"SHOP_REPLICA_NAME": "api-7"})
 	for _, c := range []struct{ method, path string }{{"GET", "/v1/lab/stats"}, {"POST", "/v1/lab/races"}} {
-		res := e.r(0).do(t, c.method, c.path, "", map[string]any{"scenario": "flash_sale", "size": 10, "layers_off": []string{"version"}})
-		if res.Status != http.StatusNotFound || res.code() != "not_found" {
+		res := e.R(0).Do(t, c.method, c.path, "", map[string]any{"scenario": "flash_sale", "size": 10, "layers_off": []string{"version"}})
+		if res.Status != http.StatusNotFound || res.Code() != "not_found" {
 			t.Errorf("%s %s: %s, want 404 not_found", c.method, c.path, res)
 		}
 		if got := res.Header.Get("X-Served-By"); got != "api-7" {
@@ -34,8 +35,8 @@ func TestLab_DemoOnly(t *testing.T) {
 
 // TestLab_Refusals: a demo lab still refuses what it cannot bound.
 func TestLab_Refusals(t *testing.T) {
-	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
-	u := mustCreateUser(t, e.r(0), "lab visitor")
+	e := apptest.New(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	u := apptest.MustCreateUser(t, e.R(0), "lab visitor")
 	for name, body := range map[string]string{
 		"TooBig":          `{"scenario":"flash_sale","size":201}`,
 		"TooSmall":        `{"scenario":"flash_sale","size":9}`,
@@ -44,8 +45,8 @@ func TestLab_Refusals(t *testing.T) {
 		"UnknownField":    `{"scenario":"flash_sale","size":10,"amplify":true}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			res := e.r(0).offContract("a body outside the lab's schema, on purpose").do(t, "POST", "/v1/lab/races", u.Token, body)
-			if res.Status != http.StatusBadRequest || res.code() != "invalid_request" {
+			res := e.R(0).OffContract("a body outside the lab's schema, on purpose").Do(t, "POST", "/v1/lab/races", u.Token, body)
+			if res.Status != http.StatusBadRequest || res.Code() != "invalid_request" {
 				t.Errorf("%s: %s, want 400 invalid_request", body, res)
 			}
 		})
@@ -57,15 +58,15 @@ func TestLab_Refusals(t *testing.T) {
 // outcome counts what the sandbox's tables hold: more orders than units,
 // the lost updates of read-check-write. The real tables never see it.
 func TestLab_SandboxOversells(t *testing.T) {
-	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
-	u := mustCreateUser(t, e.r(0), "lab visitor")
+	e := apptest.New(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	u := apptest.MustCreateUser(t, e.R(0), "lab visitor")
 	const size = 50
-	run := startRace(t, e.r(0), u.Token, map[string]any{"scenario": "flash_sale", "size": size, "layers_off": []string{"version"}})
+	run := startRace(t, e.R(0), u.Token, map[string]any{"scenario": "flash_sale", "size": size, "layers_off": []string{"version"}})
 	if run.Start.Target != "sandbox" || run.Start.Layers != "version off" {
 		t.Errorf("start: %+v", run.Start)
 	}
 	sku := "LAB-" + run.Start.Run
-	orders := e.count(t, `SELECT count(*) FROM shop_lab.order_items WHERE sku = $1`, sku)
+	orders := e.Count(t, `SELECT count(*) FROM shop_lab.order_items WHERE sku = $1`, sku)
 	if run.Out.Facts["orders"] != int64(orders) || run.Out.Tally["201"] != orders {
 		t.Errorf("outcome %+v; the sandbox holds %d orders", run.Out, orders)
 	}
@@ -74,7 +75,7 @@ func TestLab_SandboxOversells(t *testing.T) {
 	if run.Out.OK || orders <= size/2 || run.Out.Facts["oversold"] != int64(orders-size/2) {
 		t.Errorf("%d orders of %d units, outcome %q (ok=%t): the sandbox did not oversell", orders, size/2, run.Out.Line, run.Out.OK)
 	}
-	if n := e.count(t, `SELECT count(*) FROM products WHERE sku = $1`, sku); n != 0 {
+	if n := e.Count(t, `SELECT count(*) FROM products WHERE sku = $1`, sku); n != 0 {
 		t.Errorf("the sandbox's product is in the real catalogue")
 	}
 	t.Log(run.Out.Line)
@@ -90,19 +91,19 @@ func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, labGateway := gatewaytest.Start(t, gateway.Options{Logger: testLogger(t)})
-	e := newEnv(t, 2, map[string]string{"SHOP_DEMO": "true", "SHOP_LAB_TARGET": "http://" + ln.Addr().String(),
+	_, labGateway := gatewaytest.Start(t, gateway.Options{Logger: apptest.Logger(t)})
+	e := apptest.New(t, 2, map[string]string{"SHOP_DEMO": "true", "SHOP_LAB_TARGET": "http://" + ln.Addr().String(),
 		"SHOP_LAB_GATEWAY_URL": labGateway})
 	served := serveBalancer(t, ln, e)
-	u := mustCreateUser(t, e.r(0), "lab visitor")
+	u := apptest.MustCreateUser(t, e.R(0), "lab visitor")
 
 	before := shopRows(t, e)
 	for i, scenario := range []string{"flash_sale", "pay_storm", "like_storm", "seat_rush"} {
 		// One run at a time per replica, a second apart: the lab's clock
 		// is the replicas'.
-		e.clock.Advance(2 * time.Second)
+		e.Clock.Advance(2 * time.Second)
 		was := served()
-		run := startRace(t, e.r(i), u.Token, map[string]any{"scenario": scenario, "size": 10})
+		run := startRace(t, e.R(i), u.Token, map[string]any{"scenario": scenario, "size": 10})
 		if run.Start.Target != "live" || !run.Out.OK {
 			t.Errorf("%s: start %+v, outcome %+v; want a live run that holds", scenario, run.Start, run.Out)
 		}
@@ -126,7 +127,7 @@ func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
 	if len(charges.Items) != 1 {
 		t.Errorf("the lab's gateway has %d charges, want the pay storm's one", len(charges.Items))
 	}
-	if n := e.count(t, `SELECT count(*) FROM shop_lab_live.users`); n == 0 {
+	if n := e.Count(t, `SELECT count(*) FROM shop_lab_live.users`); n == 0 {
 		t.Errorf("the live copy's tables are empty: the runs went elsewhere")
 	}
 }
@@ -134,10 +135,10 @@ func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
 // TestLab_LiveCopyNeedsItsKey: only the lab's own key reaches the live
 // copy; a request with any other X-Shop-Lab is the real shop's.
 func TestLab_LiveCopyNeedsItsKey(t *testing.T) {
-	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
-	res := e.r(0).do(t, "POST", "/v1/users", "", map[string]string{"name": "guesser"}, "X-Shop-Lab", "guessed")
-	wantStatus(t, res, http.StatusCreated)
-	if n := e.count(t, `SELECT count(*) FROM public.users WHERE name = 'guesser'`); n != 1 {
+	e := apptest.New(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	res := e.R(0).Do(t, "POST", "/v1/users", "", map[string]string{"name": "guesser"}, "X-Shop-Lab", "guessed")
+	apptest.WantStatus(t, res, http.StatusCreated)
+	if n := e.Count(t, `SELECT count(*) FROM public.users WHERE name = 'guesser'`); n != 1 {
 		t.Errorf("a request with a guessed key made %d users in the real shop, want 1: it went elsewhere", n)
 	}
 }
@@ -145,17 +146,17 @@ func TestLab_LiveCopyNeedsItsKey(t *testing.T) {
 // TestLab_NeedsToken: a race is started by a user, named by a bearer
 // token; without one, or with one nobody holds, nothing runs.
 func TestLab_NeedsToken(t *testing.T) {
-	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	e := apptest.New(t, 1, map[string]string{"SHOP_DEMO": "true"})
 	body := map[string]any{"scenario": "flash_sale", "size": 10, "layers_off": []string{"version"}}
 	for name, token := range map[string]string{"None": "", "Unknown": "not-a-token"} {
 		t.Run(name, func(t *testing.T) {
-			res := e.r(0).do(t, "POST", "/v1/lab/races", token, body)
-			if res.Status != http.StatusUnauthorized || res.code() != "unauthenticated" {
+			res := e.R(0).Do(t, "POST", "/v1/lab/races", token, body)
+			if res.Status != http.StatusUnauthorized || res.Code() != "unauthenticated" {
 				t.Errorf("race with token %q: %s, want 401 unauthenticated", token, res)
 			}
 		})
 	}
-	if n := e.count(t, `SELECT count(*) FROM users`); n != 0 {
+	if n := e.Count(t, `SELECT count(*) FROM users`); n != 0 {
 		t.Errorf("%d users after refused races", n)
 	}
 }
@@ -165,23 +166,23 @@ func TestLab_NeedsToken(t *testing.T) {
 // held back by it.
 func TestLab_RateLimited(t *testing.T) {
 	e := limitedEnv(t, 1, map[string]string{"SHOP_DEMO": "true", "SHOP_RATE_LIMIT_LAB": "2/h"})
-	a := decode[user](t, register(t, e.r(0), "lab visitor a", "203.0.113.1"))
-	b := decode[user](t, register(t, e.r(0), "lab visitor b", "203.0.113.2"))
+	a := apptest.Decode[apptest.User](t, register(t, e.R(0), "lab visitor a", "203.0.113.1"))
+	b := apptest.Decode[apptest.User](t, register(t, e.R(0), "lab visitor b", "203.0.113.2"))
 	// Refused bodies count too: the limit is on what a user asks of the
 	// lab, and they are the cheapest to ask.
-	r := e.r(0).offContract("a size outside the lab's bounds, on purpose")
+	r := e.R(0).OffContract("a size outside the lab's bounds, on purpose")
 	tooSmall := `{"scenario":"flash_sale","size":9}`
 	for i := range 2 {
-		if res := r.do(t, "POST", "/v1/lab/races", a.Token, tooSmall); res.Status != http.StatusBadRequest {
+		if res := r.Do(t, "POST", "/v1/lab/races", a.Token, tooSmall); res.Status != http.StatusBadRequest {
 			t.Fatalf("race %d: %s, want 400", i+1, res)
 		}
 	}
-	res := r.do(t, "POST", "/v1/lab/races", a.Token, tooSmall)
+	res := r.Do(t, "POST", "/v1/lab/races", a.Token, tooSmall)
 	policy, _, _ := rateLimitOf(res)
-	if res.Status != http.StatusTooManyRequests || res.code() != "rate_limited" || res.Header.Get("Retry-After") == "" || policy != "lab" {
+	if res.Status != http.StatusTooManyRequests || res.Code() != "rate_limited" || res.Header.Get("Retry-After") == "" || policy != "lab" {
 		t.Errorf("third race: %s (policy %q), want 429 rate_limited by the lab policy, with Retry-After", res, policy)
 	}
-	if res := r.do(t, "POST", "/v1/lab/races", b.Token, tooSmall); res.Status != http.StatusBadRequest {
+	if res := r.Do(t, "POST", "/v1/lab/races", b.Token, tooSmall); res.Status != http.StatusBadRequest {
 		t.Errorf("another user's race: %s, want 400", res)
 	}
 }
@@ -202,9 +203,9 @@ type race struct {
 
 // startRace posts a race as token and reads its stream, which must be a
 // start, one answer per request and an outcome.
-func startRace(t *testing.T, r *replica, token string, body map[string]any) race {
+func startRace(t *testing.T, r *apptest.Replica, token string, body map[string]any) race {
 	t.Helper()
-	res := r.do(t, "POST", "/v1/lab/races", token, body)
+	res := r.Do(t, "POST", "/v1/lab/races", token, body)
 	if res.Status != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("race: %s", res)
 	}
@@ -237,17 +238,17 @@ func startRace(t *testing.T, r *replica, token string, body map[string]any) race
 
 // shopRows counts what the real shop holds: the rows of its tables, and
 // the charges at its gateway.
-func shopRows(t *testing.T, e *env) map[string]int {
+func shopRows(t *testing.T, e *apptest.Env) map[string]int {
 	t.Helper()
 	rows := map[string]int{}
 	for _, table := range []string{"users", "products", "orders", "order_items", "payments", "stock_releases",
 		"events", "seats", "holds", "hold_seats", "bookings", "tickets", "posts", "likes", "post_like_shards", "idempotency_keys"} {
-		rows[table] = e.count(t, `SELECT count(*) FROM public.`+table)
+		rows[table] = e.Count(t, `SELECT count(*) FROM public.`+table)
 	}
 	var charges struct {
 		Items []struct{} `json:"items"`
 	}
-	getJSON(t, e.cfg.GatewayURL+"/v1/charges", &charges)
+	getJSON(t, e.Cfg.GatewayURL+"/v1/charges", &charges)
 	rows["gateway charges"] = len(charges.Items)
 	return rows
 }
@@ -273,11 +274,11 @@ func getJSON(t *testing.T, url string, v any) {
 // ln, as nginx does under compose: the lab's live runs go through it. It
 // returns how many requests each replica was sent, the lab's own reads of
 // its counters (GET /v1/lab/stats) left out.
-func serveBalancer(t *testing.T, ln net.Listener, e *env) func() []int64 {
+func serveBalancer(t *testing.T, ln net.Listener, e *apptest.Env) func() []int64 {
 	t.Helper()
 	var backends []*url.URL
-	for _, r := range e.replicas {
-		u, err := url.Parse(r.url)
+	for _, r := range e.Replicas {
+		u, err := url.Parse(r.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,9 +313,9 @@ func serveBalancer(t *testing.T, ln net.Listener, e *env) func() []int64 {
 // and the constraints off runs on the bare sandbox schema, and its outcome
 // counts the active holds that schema has.
 func TestLab_SeatRushSandbox(t *testing.T) {
-	e := newEnv(t, 1, map[string]string{"SHOP_DEMO": "true"})
-	u := mustCreateUser(t, e.r(0), "lab visitor")
-	res := e.r(0).do(t, "POST", "/v1/lab/races", u.Token, map[string]any{"scenario": "seat_rush", "size": 20, "layers_off": []string{"lock", "version", "constraint"}})
+	e := apptest.New(t, 1, map[string]string{"SHOP_DEMO": "true"})
+	u := apptest.MustCreateUser(t, e.R(0), "lab visitor")
+	res := e.R(0).Do(t, "POST", "/v1/lab/races", u.Token, map[string]any{"scenario": "seat_rush", "size": 20, "layers_off": []string{"lock", "version", "constraint"}})
 	if res.Status != http.StatusOK {
 		t.Fatalf("race: %s", res)
 	}
@@ -332,7 +333,7 @@ func TestLab_SeatRushSandbox(t *testing.T) {
 			_ = json.Unmarshal([]byte(data), &out)
 		}
 	}
-	active := e.count(t, `SELECT count(*) FROM shop_lab_bare.hold_seats h JOIN shop_lab_bare.events v ON v.id = h.event_id
+	active := e.Count(t, `SELECT count(*) FROM shop_lab_bare.hold_seats h JOIN shop_lab_bare.events v ON v.id = h.event_id
 		WHERE v.name = $1 AND h.seat = 'A1' AND h.active`, "Race lab seat rush "+start.Run)
 	if out.Line == "" || out.Facts["active_holds"] != int64(active) {
 		t.Fatalf("outcome %+v; the bare sandbox has %d active holds on A1\n%s", out, active, res.Body)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -18,10 +19,10 @@ type lostCommitCase struct {
 	marker string
 	// setup makes what the request needs, through the replica; send is
 	// the request, sent twice with the same key.
-	setup func(t *testing.T, e *env, u user) lostCommitTarget
-	send  func(t *testing.T, r *replica, u user, target lostCommitTarget, key string) response
+	setup func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget
+	send  func(t *testing.T, r *apptest.Replica, u apptest.User, target lostCommitTarget, key string) apptest.Response
 	// check judges the retry's answer against the database.
-	check func(t *testing.T, e *env, u user, target lostCommitTarget, key string, retry response)
+	check func(t *testing.T, e *apptest.Env, u apptest.User, target lostCommitTarget, key string, retry apptest.Response)
 }
 
 // lostCommitTarget is what a case's request acts on.
@@ -34,29 +35,29 @@ type lostCommitTarget struct{ id, sku string }
 // once: after a commit, the key finds what was committed.
 func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 	cutter := testenv.NewCommitCutter(t)
-	e := newEnvThrough(t, 1, nil, app.Deps{}, cutter)
-	r := e.r(0)
+	e := apptest.NewThrough(t, 1, nil, app.Deps{}, cutter)
+	r := e.R(0)
 
 	cases := []lostCommitCase{
 		{
 			name:   "Hold",
 			marker: "INSERT INTO holds",
-			setup: func(t *testing.T, e *env, u user) lostCommitTarget {
-				return lostCommitTarget{id: mustCreateEvent(t, r, "lost hold", 2, 5).ID}
+			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+				return lostCommitTarget{id: apptest.MustCreateEvent(t, r, "lost hold", 2, 5).ID}
 			},
-			send: func(t *testing.T, r *replica, u user, ev lostCommitTarget, key string) response {
-				return holdSeats(t, r, u.Token, ev.id, key, "A1", "A2")
+			send: func(t *testing.T, r *apptest.Replica, u apptest.User, ev lostCommitTarget, key string) apptest.Response {
+				return apptest.HoldSeats(t, r, u.Token, ev.id, key, "A1", "A2")
 			},
-			check: func(t *testing.T, e *env, u user, ev lostCommitTarget, key string, retry response) {
-				wantStatus(t, retry, http.StatusCreated)
-				h := decode[seatHold](t, retry)
-				if n := e.count(t, `SELECT count(*) FROM holds WHERE event_id = $1`, ev.id); n != 1 {
+			check: func(t *testing.T, e *apptest.Env, u apptest.User, ev lostCommitTarget, key string, retry apptest.Response) {
+				apptest.WantStatus(t, retry, http.StatusCreated)
+				h := apptest.Decode[apptest.SeatHold](t, retry)
+				if n := e.Count(t, `SELECT count(*) FROM holds WHERE event_id = $1`, ev.id); n != 1 {
 					t.Errorf("%d holds on the event, want 1", n)
 				}
-				if n := e.count(t, `SELECT count(*) FROM holds WHERE id = $1 AND user_id = $2 AND status = 'active'`, h.ID, u.ID); n != 1 {
+				if n := e.Count(t, `SELECT count(*) FROM holds WHERE id = $1 AND user_id = $2 AND status = 'active'`, h.ID, u.ID); n != 1 {
 					t.Errorf("the retry answered hold %s, which is not the user's one active hold", h.ID)
 				}
-				if n := e.count(t, `SELECT count(*) FROM seats WHERE event_id = $1 AND hold_id = $2`, ev.id, h.ID); n != 2 {
+				if n := e.Count(t, `SELECT count(*) FROM seats WHERE event_id = $1 AND hold_id = $2`, ev.id, h.ID); n != 2 {
 					t.Errorf("hold %s holds %d seats, want 2", h.ID, n)
 				}
 			},
@@ -64,22 +65,22 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 		{
 			name:   "Confirm",
 			marker: "INSERT INTO bookings",
-			setup: func(t *testing.T, e *env, u user) lostCommitTarget {
-				ev := mustCreateEvent(t, r, "lost confirm", 2, 5)
-				res := holdSeats(t, r, u.Token, ev.ID, newKey(), "B1")
-				wantStatus(t, res, http.StatusCreated)
-				return lostCommitTarget{id: decode[seatHold](t, res).ID}
+			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+				ev := apptest.MustCreateEvent(t, r, "lost confirm", 2, 5)
+				res := apptest.HoldSeats(t, r, u.Token, ev.ID, apptest.NewKey(), "B1")
+				apptest.WantStatus(t, res, http.StatusCreated)
+				return lostCommitTarget{id: apptest.Decode[apptest.SeatHold](t, res).ID}
 			},
-			send: func(t *testing.T, r *replica, u user, h lostCommitTarget, key string) response {
-				return confirmHold(t, r, u.Token, h.id, key)
+			send: func(t *testing.T, r *apptest.Replica, u apptest.User, h lostCommitTarget, key string) apptest.Response {
+				return apptest.ConfirmHold(t, r, u.Token, h.id, key)
 			},
-			check: func(t *testing.T, e *env, u user, h lostCommitTarget, key string, retry response) {
-				wantStatus(t, retry, http.StatusCreated)
-				b := decode[booking](t, retry)
-				if n := e.count(t, `SELECT count(*) FROM bookings WHERE hold_id = $1`, h.id); n != 1 {
+			check: func(t *testing.T, e *apptest.Env, u apptest.User, h lostCommitTarget, key string, retry apptest.Response) {
+				apptest.WantStatus(t, retry, http.StatusCreated)
+				b := apptest.Decode[apptest.Booking](t, retry)
+				if n := e.Count(t, `SELECT count(*) FROM bookings WHERE hold_id = $1`, h.id); n != 1 {
 					t.Errorf("%d bookings of the hold, want 1", n)
 				}
-				if n := e.count(t, `SELECT count(*) FROM bookings WHERE id = $1 AND hold_id = $2`, b.ID, h.id); n != 1 {
+				if n := e.Count(t, `SELECT count(*) FROM bookings WHERE id = $1 AND hold_id = $2`, b.ID, h.id); n != 1 {
 					t.Errorf("the retry answered booking %s, not the hold's", b.ID)
 				}
 			},
@@ -87,21 +88,21 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 		{
 			name:   "Release",
 			marker: "UPDATE seats SET status = 'available'",
-			setup: func(t *testing.T, e *env, u user) lostCommitTarget {
-				ev := mustCreateEvent(t, r, "lost release", 2, 5)
-				res := holdSeats(t, r, u.Token, ev.ID, newKey(), "A3")
-				wantStatus(t, res, http.StatusCreated)
-				return lostCommitTarget{id: decode[seatHold](t, res).ID}
+			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+				ev := apptest.MustCreateEvent(t, r, "lost release", 2, 5)
+				res := apptest.HoldSeats(t, r, u.Token, ev.ID, apptest.NewKey(), "A3")
+				apptest.WantStatus(t, res, http.StatusCreated)
+				return lostCommitTarget{id: apptest.Decode[apptest.SeatHold](t, res).ID}
 			},
-			send: func(t *testing.T, r *replica, u user, h lostCommitTarget, _ string) response {
-				return releaseHold(t, r, u.Token, h.id)
+			send: func(t *testing.T, r *apptest.Replica, u apptest.User, h lostCommitTarget, _ string) apptest.Response {
+				return apptest.ReleaseHold(t, r, u.Token, h.id)
 			},
-			check: func(t *testing.T, e *env, u user, h lostCommitTarget, _ string, retry response) {
-				wantStatus(t, retry, http.StatusOK)
-				if got := decode[seatHold](t, retry); got.ID != h.id || got.Status != "released" {
+			check: func(t *testing.T, e *apptest.Env, u apptest.User, h lostCommitTarget, _ string, retry apptest.Response) {
+				apptest.WantStatus(t, retry, http.StatusOK)
+				if got := apptest.Decode[apptest.SeatHold](t, retry); got.ID != h.id || got.Status != "released" {
 					t.Errorf("retry answered %s, want hold %s released", retry, h.id)
 				}
-				if n := e.count(t, `SELECT count(*) FROM seats WHERE hold_id = $1`, h.id); n != 0 {
+				if n := e.Count(t, `SELECT count(*) FROM seats WHERE hold_id = $1`, h.id); n != 0 {
 					t.Errorf("%d seats still held by the released hold", n)
 				}
 			},
@@ -109,22 +110,22 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 		{
 			name:   "CreateOrder",
 			marker: "INSERT INTO orders",
-			setup: func(t *testing.T, e *env, u user) lostCommitTarget {
-				return lostCommitTarget{sku: mustCreateProduct(t, r, "LOST-ORDER", 500, 10).SKU}
+			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+				return lostCommitTarget{sku: apptest.MustCreateProduct(t, r, "LOST-ORDER", 500, 10).SKU}
 			},
-			send: func(t *testing.T, r *replica, u user, p lostCommitTarget, key string) response {
-				return r.do(t, http.MethodPost, "/v1/orders", u.Token, orderBody(line{SKU: p.sku, Quantity: 2}), "Idempotency-Key", key)
+			send: func(t *testing.T, r *apptest.Replica, u apptest.User, p lostCommitTarget, key string) apptest.Response {
+				return r.Do(t, http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: p.sku, Quantity: 2}), "Idempotency-Key", key)
 			},
-			check: func(t *testing.T, e *env, u user, p lostCommitTarget, key string, retry response) {
-				wantStatus(t, retry, http.StatusCreated)
-				o := decode[order](t, retry)
-				if n := e.count(t, `SELECT count(*) FROM orders WHERE user_id = $1`, u.ID); n != 1 {
+			check: func(t *testing.T, e *apptest.Env, u apptest.User, p lostCommitTarget, key string, retry apptest.Response) {
+				apptest.WantStatus(t, retry, http.StatusCreated)
+				o := apptest.Decode[apptest.Order](t, retry)
+				if n := e.Count(t, `SELECT count(*) FROM orders WHERE user_id = $1`, u.ID); n != 1 {
 					t.Errorf("%d orders of the user, want 1", n)
 				}
-				if n := e.count(t, `SELECT count(*) FROM orders WHERE id = $1 AND request_key = $2`, o.ID, key); n != 1 {
+				if n := e.Count(t, `SELECT count(*) FROM orders WHERE id = $1 AND request_key = $2`, o.ID, key); n != 1 {
 					t.Errorf("the retry answered order %s, not the one of its key", o.ID)
 				}
-				if got := e.stock(t, p.sku); got != 8 {
+				if got := e.Stock(t, p.sku); got != 8 {
 					t.Errorf("stock %d, want 8: the order's 2 taken once", got)
 				}
 			},
@@ -132,22 +133,22 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 		{
 			name:   "CancelOrder",
 			marker: "INSERT INTO stock_releases",
-			setup: func(t *testing.T, e *env, u user) lostCommitTarget {
-				p := mustCreateProduct(t, r, "LOST-CANCEL", 500, 10)
-				return lostCommitTarget{id: mustCreateOrder(t, r, u.Token, line{SKU: p.SKU, Quantity: 3}).ID, sku: p.SKU}
+			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+				p := apptest.MustCreateProduct(t, r, "LOST-CANCEL", 500, 10)
+				return lostCommitTarget{id: apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: p.SKU, Quantity: 3}).ID, sku: p.SKU}
 			},
-			send: func(t *testing.T, r *replica, u user, o lostCommitTarget, _ string) response {
-				return r.do(t, http.MethodPost, "/v1/orders/"+o.id+"/cancel", u.Token, nil)
+			send: func(t *testing.T, r *apptest.Replica, u apptest.User, o lostCommitTarget, _ string) apptest.Response {
+				return r.Do(t, http.MethodPost, "/v1/orders/"+o.id+"/cancel", u.Token, nil)
 			},
-			check: func(t *testing.T, e *env, u user, o lostCommitTarget, _ string, retry response) {
-				wantStatus(t, retry, http.StatusOK)
-				if got := decode[order](t, retry); got.ID != o.id || got.Status != "cancelled" {
+			check: func(t *testing.T, e *apptest.Env, u apptest.User, o lostCommitTarget, _ string, retry apptest.Response) {
+				apptest.WantStatus(t, retry, http.StatusOK)
+				if got := apptest.Decode[apptest.Order](t, retry); got.ID != o.id || got.Status != "cancelled" {
 					t.Errorf("retry answered %s, want order %s cancelled", retry, o.id)
 				}
-				if n := e.count(t, `SELECT count(*) FROM stock_releases WHERE order_id = $1`, o.id); n != 1 {
+				if n := e.Count(t, `SELECT count(*) FROM stock_releases WHERE order_id = $1`, o.id); n != 1 {
 					t.Errorf("%d stock releases of the order, want 1", n)
 				}
-				if got := e.stock(t, o.sku); got != 10 {
+				if got := e.Stock(t, o.sku); got != 10 {
 					t.Errorf("stock %d, want 10: the order's 3 back once", got)
 				}
 			},
@@ -155,23 +156,23 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 		{
 			name:   "Pay",
 			marker: "INSERT INTO payments",
-			setup: func(t *testing.T, e *env, u user) lostCommitTarget {
-				p := mustCreateProduct(t, r, "LOST-PAY", 700, 10)
-				return lostCommitTarget{id: mustCreateOrder(t, r, u.Token, line{SKU: p.SKU, Quantity: 1}).ID}
+			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+				p := apptest.MustCreateProduct(t, r, "LOST-PAY", 700, 10)
+				return lostCommitTarget{id: apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: p.SKU, Quantity: 1}).ID}
 			},
-			send: func(t *testing.T, r *replica, u user, o lostCommitTarget, key string) response {
+			send: func(t *testing.T, r *apptest.Replica, u apptest.User, o lostCommitTarget, key string) apptest.Response {
 				return payReq(t, r, u.Token, o.id, gateway.MethodOK, key)
 			},
-			check: func(t *testing.T, e *env, u user, o lostCommitTarget, key string, retry response) {
-				wantStatus(t, retry, http.StatusCreated)
-				p := decode[paymentJSON](t, retry)
-				if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.id); n != 1 {
+			check: func(t *testing.T, e *apptest.Env, u apptest.User, o lostCommitTarget, key string, retry apptest.Response) {
+				apptest.WantStatus(t, retry, http.StatusCreated)
+				p := apptest.Decode[paymentJSON](t, retry)
+				if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.id); n != 1 {
 					t.Errorf("%d payments of the order, want 1", n)
 				}
-				if n := e.count(t, `SELECT count(*) FROM payments WHERE id = $1 AND status = 'succeeded'`, p.ID); n != 1 {
+				if n := e.Count(t, `SELECT count(*) FROM payments WHERE id = $1 AND status = 'succeeded'`, p.ID); n != 1 {
 					t.Errorf("the retry answered payment %s, not the order's one succeeded payment", p.ID)
 				}
-				if n := e.count(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'paid'`, o.id); n != 1 {
+				if n := e.Count(t, `SELECT count(*) FROM orders WHERE id = $1 AND status = 'paid'`, o.id); n != 1 {
 					t.Errorf("order %s is not paid", o.id)
 				}
 				payWantCharges(t, e, o.id, 1)
@@ -180,45 +181,45 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 		{
 			name:   "Like",
 			marker: "INSERT INTO likes",
-			setup: func(t *testing.T, e *env, u user) lostCommitTarget {
-				return lostCommitTarget{id: mustCreatePost(t, r, u.Token, "lost like").ID}
+			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+				return lostCommitTarget{id: apptest.MustCreatePost(t, r, u.Token, "lost like").ID}
 			},
-			send: func(t *testing.T, r *replica, u user, p lostCommitTarget, _ string) response {
-				return setLike(t, r, u.Token, p.id, true)
+			send: func(t *testing.T, r *apptest.Replica, u apptest.User, p lostCommitTarget, _ string) apptest.Response {
+				return apptest.SetLike(t, r, u.Token, p.id, true)
 			},
-			check: func(t *testing.T, e *env, u user, p lostCommitTarget, _ string, retry response) {
-				wantStatus(t, retry, http.StatusOK)
-				if got := decode[likeAnswer](t, retry); !got.Liked || got.LikeCount != 1 {
+			check: func(t *testing.T, e *apptest.Env, u apptest.User, p lostCommitTarget, _ string, retry apptest.Response) {
+				apptest.WantStatus(t, retry, http.StatusOK)
+				if got := apptest.Decode[apptest.LikeAnswer](t, retry); !got.Liked || got.LikeCount != 1 {
 					t.Errorf("retry answered %s, want liked with a count of 1", retry)
 				}
-				e.countLikes(t, u.Token, p.id).check(t, 1)
+				apptest.CountLikes(t, e, u.Token, p.id).Check(t, 1)
 			},
 		},
 		{
 			name:   "Unlike",
 			marker: "UPDATE likes SET liked",
-			setup: func(t *testing.T, e *env, u user) lostCommitTarget {
-				p := mustCreatePost(t, r, u.Token, "lost unlike")
-				wantStatus(t, setLike(t, r, u.Token, p.ID, true), http.StatusOK)
+			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+				p := apptest.MustCreatePost(t, r, u.Token, "lost unlike")
+				apptest.WantStatus(t, apptest.SetLike(t, r, u.Token, p.ID, true), http.StatusOK)
 				return lostCommitTarget{id: p.ID}
 			},
-			send: func(t *testing.T, r *replica, u user, p lostCommitTarget, _ string) response {
-				return setLike(t, r, u.Token, p.id, false)
+			send: func(t *testing.T, r *apptest.Replica, u apptest.User, p lostCommitTarget, _ string) apptest.Response {
+				return apptest.SetLike(t, r, u.Token, p.id, false)
 			},
-			check: func(t *testing.T, e *env, u user, p lostCommitTarget, _ string, retry response) {
-				wantStatus(t, retry, http.StatusOK)
-				if got := decode[likeAnswer](t, retry); got.Liked || got.LikeCount != 0 {
+			check: func(t *testing.T, e *apptest.Env, u apptest.User, p lostCommitTarget, _ string, retry apptest.Response) {
+				apptest.WantStatus(t, retry, http.StatusOK)
+				if got := apptest.Decode[apptest.LikeAnswer](t, retry); got.Liked || got.LikeCount != 0 {
 					t.Errorf("retry answered %s, want not liked with a count of 0", retry)
 				}
-				e.countLikes(t, u.Token, p.id).check(t, 0)
+				apptest.CountLikes(t, e, u.Token, p.id).Check(t, 0)
 			},
 		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			u := mustCreateUser(t, r, "lost "+c.name)
+			u := apptest.MustCreateUser(t, r, "lost "+c.name)
 			target := c.setup(t, e, u)
-			key := newKey()
+			key := apptest.NewKey()
 
 			lost := cutter.Lost()
 			cutter.LoseCommitOf(c.marker)
@@ -226,7 +227,7 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 			if cutter.Lost() != lost+1 {
 				t.Fatalf("no commit answer of %q was lost; the first request answered %s", c.marker, first)
 			}
-			wantProblem(t, first, http.StatusServiceUnavailable, "unavailable")
+			apptest.WantProblem(t, first, http.StatusServiceUnavailable, "unavailable")
 
 			c.check(t, e, u, target, key, c.send(t, r, u, target, key))
 		})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/contract"
 )
 
@@ -21,13 +22,13 @@ var echoParam = regexp.MustCompile(`:([A-Za-z0-9_]+)`)
 // without its contract, or a contract left behind by a removed route, fails
 // here. The HTTP tests check what each operation answers.
 func TestOpenAPI_Routes(t *testing.T) {
-	e := newEnv(t, 1, nil)
+	e := apptest.New(t, 1, nil)
 	spec, err := contract.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var routes []string
-	for _, r := range e.r(0).app.Echo.Routes() {
+	for _, r := range e.R(0).App.Echo.Routes() {
 		routes = append(routes, r.Method+" "+echoParam.ReplaceAllString(r.Path, "{$1}"))
 	}
 	slices.Sort(routes)
@@ -50,13 +51,13 @@ func TestOpenAPI_Routes(t *testing.T) {
 
 // GET /openapi.yaml serves docs/openapi.yaml byte for byte.
 func TestOpenAPI_Served(t *testing.T) {
-	e := newEnv(t, 1, nil)
+	e := apptest.New(t, 1, nil)
 	want, err := os.ReadFile("../../docs/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := e.r(0).do(t, http.MethodGet, "/openapi.yaml", "", nil)
-	wantStatus(t, res, http.StatusOK)
+	res := e.R(0).Do(t, http.MethodGet, "/openapi.yaml", "", nil)
+	apptest.WantStatus(t, res, http.StatusOK)
 	if !bytes.Equal(res.Body, want) {
 		t.Errorf("GET /openapi.yaml serves %d bytes that are not docs/openapi.yaml (%d bytes)", len(res.Body), len(want))
 	}
@@ -69,10 +70,10 @@ func TestOpenAPI_Served(t *testing.T) {
 // contract says (each exchange is checked against it), and name the
 // replica that served them.
 func TestWeb_Served(t *testing.T) {
-	e := newEnv(t, 1, nil)
+	e := apptest.New(t, 1, nil)
 	for path, ct := range map[string]string{"/": "text/html", "/web/seats.html": "text/html", "/web/app.css": "text/css"} {
-		res := e.r(0).do(t, http.MethodGet, path, "", nil)
-		wantStatus(t, res, http.StatusOK)
+		res := e.R(0).Do(t, http.MethodGet, path, "", nil)
+		apptest.WantStatus(t, res, http.StatusOK)
 		if got := res.Header.Get("Content-Type"); !strings.HasPrefix(got, ct) {
 			t.Errorf("GET %s: Content-Type %q, want %s", path, got, ct)
 		}
@@ -80,5 +81,5 @@ func TestWeb_Served(t *testing.T) {
 			t.Errorf("GET %s: no X-Served-By", path)
 		}
 	}
-	wantProblem(t, e.r(0).do(t, http.MethodGet, "/web/missing.js", "", nil), http.StatusNotFound, "not_found")
+	apptest.WantProblem(t, e.R(0).Do(t, http.MethodGet, "/web/missing.js", "", nil), http.StatusNotFound, "not_found")
 }

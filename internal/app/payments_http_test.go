@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/gateway"
 )
 
@@ -20,47 +20,36 @@ import (
 func payPath(orderID string) string { return "/v1/orders/" + orderID + "/payments" }
 
 // payReq sends POST /v1/orders/{id}/payments with method under key.
-func payReq(t testing.TB, r *replica, token, orderID, method, key string) response {
+func payReq(t testing.TB, r *apptest.Replica, token, orderID, method, key string) apptest.Response {
 	t.Helper()
-	return r.do(t, http.MethodPost, payPath(orderID), token, map[string]string{"payment_method": method}, "Idempotency-Key", key)
+	return r.Do(t, http.MethodPost, payPath(orderID), token, map[string]string{"payment_method": method}, "Idempotency-Key", key)
 }
 
 // payList returns GET /v1/orders/{id}/payments.
-func payList(t testing.TB, r *replica, token, orderID string) []paymentJSON {
+func payList(t testing.TB, r *apptest.Replica, token, orderID string) []paymentJSON {
 	t.Helper()
-	res := r.do(t, http.MethodGet, payPath(orderID), token, nil)
-	wantStatus(t, res, http.StatusOK)
-	return decode[page[paymentJSON]](t, res).Items
+	res := r.Do(t, http.MethodGet, payPath(orderID), token, nil)
+	apptest.WantStatus(t, res, http.StatusOK)
+	return apptest.Decode[apptest.Page[paymentJSON]](t, res).Items
 }
 
 // payOrderStatus returns the order's status as GET /v1/orders/{id} shows it.
-func payOrderStatus(t testing.TB, r *replica, token, orderID string) string {
+func payOrderStatus(t testing.TB, r *apptest.Replica, token, orderID string) string {
 	t.Helper()
-	res := r.do(t, http.MethodGet, "/v1/orders/"+orderID, token, nil)
-	wantStatus(t, res, http.StatusOK)
-	return decode[order](t, res).Status
+	res := r.Do(t, http.MethodGet, "/v1/orders/"+orderID, token, nil)
+	apptest.WantStatus(t, res, http.StatusOK)
+	return apptest.Decode[apptest.Order](t, res).Status
 }
 
 // payWantCharges fails unless the gateway's audit holds n charges for the
 // order, and returns them.
-func payWantCharges(t testing.TB, e *env, orderID string, n int) []gateway.Charge {
+func payWantCharges(t testing.TB, e *apptest.Env, orderID string, n int) []gateway.Charge {
 	t.Helper()
-	charges := e.gateway.Charges(orderID)
+	charges := e.Gateway.Charges(orderID)
 	if len(charges) != n {
 		t.Fatalf("order %s: %d charges in the gateway's audit, want %d: %+v", orderID, len(charges), n, charges)
 	}
 	return charges
-}
-
-// payWantMetric fails unless the replica's /metrics has the sample line.
-func payWantMetric(t testing.TB, r *replica, sample string) {
-	t.Helper()
-	m := scrape(t, r)
-	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + `$`).MatchString(m) {
-		name, _, _ := strings.Cut(sample, "{")
-		name, _, _ = strings.Cut(name, " ")
-		t.Errorf("/metrics lacks %q; it has:\n%s", sample, grepLines(m, name))
-	}
 }
 
 // payWaitFor polls cond every 10ms until it holds or timeout passes.
@@ -76,18 +65,18 @@ func payWaitFor(t testing.TB, timeout time.Duration, what string, cond func() bo
 }
 
 func TestPayments_Pay(t *testing.T) {
-	e := newEnv(t, 2, nil)
-	mustCreateProduct(t, e.r(0), "PAY-OK", 1250, 10)
-	u := mustCreateUser(t, e.r(0), "paula")
-	o := mustCreateOrder(t, e.r(0), u.Token, line{"PAY-OK", 3})
+	e := apptest.New(t, 2, nil)
+	apptest.MustCreateProduct(t, e.R(0), "PAY-OK", 1250, 10)
+	u := apptest.MustCreateUser(t, e.R(0), "paula")
+	o := apptest.MustCreateOrder(t, e.R(0), u.Token, apptest.Line{SKU: "PAY-OK", Quantity: 3})
 	if o.TotalCents != 3*1250 {
 		t.Fatalf("order total %d, want %d", o.TotalCents, 3*1250)
 	}
-	key := newKey()
+	key := apptest.NewKey()
 
-	first := payReq(t, e.r(0), u.Token, o.ID, gateway.MethodOK, key)
-	wantStatus(t, first, http.StatusCreated)
-	p := decode[paymentJSON](t, first)
+	first := payReq(t, e.R(0), u.Token, o.ID, gateway.MethodOK, key)
+	apptest.WantStatus(t, first, http.StatusCreated)
+	p := apptest.Decode[paymentJSON](t, first)
 	charges := payWantCharges(t, e, o.ID, 1)
 
 	t.Run("Created", func(t *testing.T) {
@@ -108,10 +97,10 @@ func TestPayments_Pay(t *testing.T) {
 		}
 	})
 	t.Run("OrderPaid", func(t *testing.T) {
-		if got := payOrderStatus(t, e.r(1), u.Token, o.ID); got != "paid" {
+		if got := payOrderStatus(t, e.R(1), u.Token, o.ID); got != "paid" {
 			t.Errorf("order is %s, want paid", got)
 		}
-		if got := e.stock(t, "PAY-OK"); got != 7 {
+		if got := e.Stock(t, "PAY-OK"); got != 7 {
 			t.Errorf("stock %d, want 7 (a paid order keeps its stock)", got)
 		}
 	})
@@ -122,7 +111,7 @@ func TestPayments_Pay(t *testing.T) {
 		}
 	})
 	t.Run("List", func(t *testing.T) {
-		items := payList(t, e.r(1), u.Token, o.ID)
+		items := payList(t, e.R(1), u.Token, o.ID)
 		if len(items) != 1 || items[0].ID != p.ID || items[0].Status != "succeeded" ||
 			items[0].ChargeID == nil || *items[0].ChargeID != *p.ChargeID || items[0].AmountCents != p.AmountCents ||
 			items[0].CreatedAt != p.CreatedAt || items[0].OrderID != o.ID {
@@ -131,8 +120,8 @@ func TestPayments_Pay(t *testing.T) {
 	})
 	t.Run("Replay", func(t *testing.T) {
 		for i := range 2 { // the other replica, then the one that charged
-			res := payReq(t, e.r(i+1), u.Token, o.ID, gateway.MethodOK, key)
-			wantStatus(t, res, http.StatusCreated)
+			res := payReq(t, e.R(i+1), u.Token, o.ID, gateway.MethodOK, key)
+			apptest.WantStatus(t, res, http.StatusCreated)
 			if !bytes.Equal(res.Body, first.Body) {
 				t.Errorf("replay on replica %d:\n%s\nfirst answer:\n%s", (i+1)%2, res.Body, first.Body)
 			}
@@ -143,40 +132,40 @@ func TestPayments_Pay(t *testing.T) {
 		payWantCharges(t, e, o.ID, 1)
 	})
 	t.Run("AgainWithNewKey", func(t *testing.T) {
-		res := payReq(t, e.r(1), u.Token, o.ID, gateway.MethodOK, newKey())
-		wantProblem(t, res, http.StatusConflict, "invalid_state")
-		if d := res.problem().Detail; !strings.Contains(d, "paid") {
+		res := payReq(t, e.R(1), u.Token, o.ID, gateway.MethodOK, apptest.NewKey())
+		apptest.WantProblem(t, res, http.StatusConflict, "invalid_state")
+		if d := res.Problem().Detail; !strings.Contains(d, "paid") {
 			t.Errorf("detail %q does not say the order is paid", d)
 		}
 		payWantCharges(t, e, o.ID, 1)
 	})
 	t.Run("Metrics", func(t *testing.T) {
 		// One payment began, on replica 0; the replays began none.
-		payWantMetric(t, e.r(0), `shop_payment_attempts_total 1`)
-		payWantMetric(t, e.r(0), `shop_payment_outcomes_total{outcome="succeeded"} 1`)
-		payWantMetric(t, e.r(1), `shop_payment_attempts_total 0`)
+		apptest.WantMetric(t, e.R(0), `shop_payment_attempts_total 1`)
+		apptest.WantMetric(t, e.R(0), `shop_payment_outcomes_total{outcome="succeeded"} 1`)
+		apptest.WantMetric(t, e.R(1), `shop_payment_attempts_total 0`)
 	})
 
-	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
 		t.Errorf("%d payment rows, want 1", n)
 	}
-	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded' AND charge_id = $2`, o.ID, charges[0].ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded' AND charge_id = $2`, o.ID, charges[0].ID); n != 1 {
 		t.Errorf("%d succeeded payments recording charge %s, want 1", n, charges[0].ID)
 	}
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }
 
 func TestPayments_Declined(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	mustCreateProduct(t, r, "PAY-DECL", 500, 10)
-	u := mustCreateUser(t, r, "dora")
-	o := mustCreateOrder(t, r, u.Token, line{"PAY-DECL", 2})
-	key := newKey()
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	apptest.MustCreateProduct(t, r, "PAY-DECL", 500, 10)
+	u := apptest.MustCreateUser(t, r, "dora")
+	o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "PAY-DECL", Quantity: 2})
+	key := apptest.NewKey()
 
 	declined := payReq(t, r, u.Token, o.ID, gateway.MethodDeclined, key)
-	wantProblem(t, declined, http.StatusPaymentRequired, "payment_declined")
-	if d := declined.problem().Detail; !strings.Contains(d, "declined") {
+	apptest.WantProblem(t, declined, http.StatusPaymentRequired, "payment_declined")
+	if d := declined.Problem().Detail; !strings.Contains(d, "declined") {
 		t.Errorf("detail %q does not give the gateway's reason", d)
 	}
 	t.Run("PaymentFailed", func(t *testing.T) {
@@ -191,18 +180,18 @@ func TestPayments_Declined(t *testing.T) {
 	})
 	t.Run("Replay", func(t *testing.T) {
 		res := payReq(t, r, u.Token, o.ID, gateway.MethodDeclined, key)
-		wantProblem(t, res, http.StatusPaymentRequired, "payment_declined")
+		apptest.WantProblem(t, res, http.StatusPaymentRequired, "payment_declined")
 		if !bytes.Equal(res.Body, declined.Body) || res.Header.Get("Idempotent-Replayed") != "true" {
 			t.Errorf("replay %s (replayed %q), want the first answer %s replayed", res, res.Header.Get("Idempotent-Replayed"), declined.Body)
 		}
-		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
+		if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
 			t.Errorf("%d payment rows after the replay, want 1", n)
 		}
 	})
 	t.Run("PaidWithNewKey", func(t *testing.T) {
-		res := payReq(t, r, u.Token, o.ID, gateway.MethodOK, newKey())
-		wantStatus(t, res, http.StatusCreated)
-		p := decode[paymentJSON](t, res)
+		res := payReq(t, r, u.Token, o.ID, gateway.MethodOK, apptest.NewKey())
+		apptest.WantStatus(t, res, http.StatusCreated)
+		p := apptest.Decode[paymentJSON](t, res)
 		charges := payWantCharges(t, e, o.ID, 1)
 		if p.Status != "succeeded" || p.ChargeID == nil || *p.ChargeID != charges[0].ID {
 			t.Errorf("got %s, want succeeded with charge %s", res.Body, charges[0].ID)
@@ -214,31 +203,31 @@ func TestPayments_Declined(t *testing.T) {
 		if got := payOrderStatus(t, r, u.Token, o.ID); got != "paid" {
 			t.Errorf("order is %s, want paid", got)
 		}
-		payWantMetric(t, r, `shop_payment_outcomes_total{outcome="failed"} 1`)
+		apptest.WantMetric(t, r, `shop_payment_outcomes_total{outcome="failed"} 1`)
 	})
 
-	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, o.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, o.ID); n != 1 {
 		t.Errorf("%d succeeded payments, want 1", n)
 	}
-	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'failed' AND charge_id IS NULL`, o.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'failed' AND charge_id IS NULL`, o.ID); n != 1 {
 		t.Errorf("%d failed payments without a charge, want 1", n)
 	}
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }
 
 // TestPayments_Flaky: the gateway fails the first attempt of a key and
 // charges nothing; the client tries again with the same key, which is the
 // only way the charge can succeed (a new key would fail first again).
 func TestPayments_Flaky(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	mustCreateProduct(t, r, "PAY-FLAKY", 700, 10)
-	u := mustCreateUser(t, r, "fritz")
-	o := mustCreateOrder(t, r, u.Token, line{"PAY-FLAKY", 1})
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	apptest.MustCreateProduct(t, r, "PAY-FLAKY", 700, 10)
+	u := apptest.MustCreateUser(t, r, "fritz")
+	o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "PAY-FLAKY", Quantity: 1})
 
-	res := payReq(t, r, u.Token, o.ID, gateway.MethodFlaky, newKey())
-	wantStatus(t, res, http.StatusCreated)
-	p := decode[paymentJSON](t, res)
+	res := payReq(t, r, u.Token, o.ID, gateway.MethodFlaky, apptest.NewKey())
+	apptest.WantStatus(t, res, http.StatusCreated)
+	p := apptest.Decode[paymentJSON](t, res)
 	charges := payWantCharges(t, e, o.ID, 1)
 	if p.Status != "succeeded" || p.ChargeID == nil || *p.ChargeID != charges[0].ID {
 		t.Errorf("got %s, want succeeded with charge %s", res.Body, charges[0].ID)
@@ -246,10 +235,10 @@ func TestPayments_Flaky(t *testing.T) {
 	if got := payOrderStatus(t, r, u.Token, o.ID); got != "paid" {
 		t.Errorf("order is %s, want paid", got)
 	}
-	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
 		t.Errorf("%d payment rows, want 1 (the retry is the same payment)", n)
 	}
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }
 
 // TestPayments_OutcomeUnknown: the gateway charges but answers after the
@@ -257,19 +246,19 @@ func TestPayments_Flaky(t *testing.T) {
 // the order waits for it, even past its expiry time, and the reconciler
 // settles it with the same key, without a second charge.
 func TestPayments_OutcomeUnknown(t *testing.T) {
-	e := newEnv(t, 1, map[string]string{
+	e := apptest.New(t, 1, map[string]string{
 		"SHOP_GATEWAY_TIMEOUT":    "200ms",
 		"SHOP_GATEWAY_SLOW_DELAY": "1m", // answered once the test releases it
 	})
-	r := e.r(0)
+	r := e.R(0)
 	ctx := context.Background()
-	mustCreateProduct(t, r, "PAY-SLOW", 900, 10)
-	u := mustCreateUser(t, r, "sly")
-	o := mustCreateOrder(t, r, u.Token, line{"PAY-SLOW", 2})
+	apptest.MustCreateProduct(t, r, "PAY-SLOW", 900, 10)
+	u := apptest.MustCreateUser(t, r, "sly")
+	o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "PAY-SLOW", Quantity: 2})
 
-	res := payReq(t, r, u.Token, o.ID, gateway.MethodSlow, newKey())
-	wantStatus(t, res, http.StatusAccepted)
-	p := decode[paymentJSON](t, res)
+	res := payReq(t, r, u.Token, o.ID, gateway.MethodSlow, apptest.NewKey())
+	apptest.WantStatus(t, res, http.StatusAccepted)
+	p := apptest.Decode[paymentJSON](t, res)
 	if p.Status != "processing" || p.ChargeID != nil || p.OrderID != o.ID || p.AmountCents != o.TotalCents {
 		t.Fatalf("got %s, want a processing payment of order %s without a charge", res.Body, o.ID)
 	}
@@ -286,15 +275,15 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 		if got := payOrderStatus(t, r, u.Token, o.ID); got != "paying" {
 			t.Errorf("order is %s, want paying", got)
 		}
-		payWantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
+		apptest.WantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
 	})
 	t.Run("NewKeyWhileInFlight", func(t *testing.T) {
-		res := payReq(t, r, u.Token, o.ID, gateway.MethodOK, newKey())
-		wantProblem(t, res, http.StatusConflict, "resource_busy")
+		res := payReq(t, r, u.Token, o.ID, gateway.MethodOK, apptest.NewKey())
+		apptest.WantProblem(t, res, http.StatusConflict, "resource_busy")
 		// Come back when the payment in flight has settled: within its
 		// request's budget, not a second later.
 		wait, err := strconv.Atoi(res.Header.Get("Retry-After"))
-		if budget := int(e.cfg.PaymentBudget.Seconds()); err != nil || wait < budget-1 || wait > budget {
+		if budget := int(e.Cfg.PaymentBudget.Seconds()); err != nil || wait < budget-1 || wait > budget {
 			t.Errorf("Retry-After %q, want about the payment budget (%ds)", res.Header.Get("Retry-After"), budget)
 		}
 		var doc struct {
@@ -304,40 +293,40 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 			t.Errorf("payments_url %q, want %s to look at", doc.PaymentsURL, payPath(o.ID))
 		}
 		payWantCharges(t, e, o.ID, 1)
-		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
+		if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, o.ID); n != 1 {
 			t.Errorf("%d payment rows, want 1", n)
 		}
 	})
 	t.Run("NotDueYet", func(t *testing.T) {
-		if n, err := r.app.Payments.Reconcile(ctx); err != nil || n != 0 {
+		if n, err := r.App.Payments.Reconcile(ctx); err != nil || n != 0 {
 			t.Errorf("Reconcile before the reconcile delay = %d, %v; want 0, nil", n, err)
 		}
 		// Not only settled none: looked at none, so it did not ask the
 		// gateway about a payment whose request may still be running.
-		if m := scrape(t, r); strings.Contains(m, "shop_payment_reconciliations_total{") {
-			t.Errorf("the reconciler looked at a payment before its delay:\n%s", grepLines(m, "shop_payment_reconciliations_total"))
+		if m := apptest.Scrape(t, r); strings.Contains(m, "shop_payment_reconciliations_total{") {
+			t.Errorf("the reconciler looked at a payment before its delay:\n%s", apptest.GrepLines(m, "shop_payment_reconciliations_total"))
 		}
 	})
 	t.Run("ExpiryWaits", func(t *testing.T) {
 		// Past the order's expiry time and the reconcile delay at once.
-		e.clock.Advance(max(orderTTL, e.cfg.ReconcileAfter) + time.Second)
-		if n, err := r.app.Orders.ExpireDue(ctx); err != nil || n != 0 {
+		e.Clock.Advance(max(apptest.OrderTTL, e.Cfg.ReconcileAfter) + time.Second)
+		if n, err := r.App.Orders.ExpireDue(ctx); err != nil || n != 0 {
 			t.Errorf("ExpireDue = %d, %v; want 0: the order's payment is processing", n, err)
 		}
 		if got := payOrderStatus(t, r, u.Token, o.ID); got != "paying" {
 			t.Errorf("order is %s, want paying while its payment is processing", got)
 		}
-		if got := e.stock(t, "PAY-SLOW"); got != 8 {
+		if got := e.Stock(t, "PAY-SLOW"); got != 8 {
 			t.Errorf("stock %d, want 8 (still reserved)", got)
 		}
 	})
 	t.Run("Reconciled", func(t *testing.T) {
 		// The gateway answers this charge's key once its hold-back is over.
-		e.slow.Release()
-		if n, err := r.app.Payments.Reconcile(ctx); err != nil || n != 1 {
+		e.Slow.Release()
+		if n, err := r.App.Payments.Reconcile(ctx); err != nil || n != 1 {
 			t.Fatalf("Reconcile = %d, %v; want 1, nil", n, err)
 		}
-		payWantMetric(t, r, `shop_payment_reconciliations_total{outcome="succeeded"} 1`)
+		apptest.WantMetric(t, r, `shop_payment_reconciliations_total{outcome="succeeded"} 1`)
 		items := payList(t, r, u.Token, o.ID)
 		if len(items) != 1 || items[0].ID != p.ID || items[0].Status != "succeeded" ||
 			items[0].ChargeID == nil || *items[0].ChargeID != charge.ID {
@@ -347,52 +336,52 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 			t.Errorf("order is %s, want paid", got)
 		}
 		payWantCharges(t, e, o.ID, 1)
-		if n, err := r.app.Payments.Reconcile(ctx); err != nil || n != 0 {
+		if n, err := r.App.Payments.Reconcile(ctx); err != nil || n != 0 {
 			t.Errorf("Reconcile again = %d, %v; want 0, nil", n, err)
 		}
-		if n, err := r.app.Orders.ExpireDue(ctx); err != nil || n != 0 {
+		if n, err := r.App.Orders.ExpireDue(ctx); err != nil || n != 0 {
 			t.Errorf("ExpireDue after payment = %d, %v; want 0", n, err)
 		}
-		if got := e.stock(t, "PAY-SLOW"); got != 8 {
+		if got := e.Stock(t, "PAY-SLOW"); got != 8 {
 			t.Errorf("stock %d, want 8 (a paid order keeps its stock)", got)
 		}
 	})
 
-	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, o.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, o.ID); n != 1 {
 		t.Errorf("%d succeeded payments, want 1", n)
 	}
-	if n := e.count(t, `SELECT count(*) FROM stock_releases WHERE order_id = $1`, o.ID); n != 0 {
+	if n := e.Count(t, `SELECT count(*) FROM stock_releases WHERE order_id = $1`, o.ID); n != 0 {
 		t.Errorf("%d stock releases of a paid order, want 0", n)
 	}
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }
 
 // TestPayments_InvalidState: only a pending order within its time can be
 // paid; anything else is refused before the gateway is asked.
 func TestPayments_InvalidState(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
 	ctx := context.Background()
-	mustCreateProduct(t, r, "PAY-STATE", 300, 20)
-	u := mustCreateUser(t, r, "stan")
-	paid := mustCreateOrder(t, r, u.Token, line{"PAY-STATE", 1})
-	cancelled := mustCreateOrder(t, r, u.Token, line{"PAY-STATE", 1})
-	expired := mustCreateOrder(t, r, u.Token, line{"PAY-STATE", 1})
-	overdue := mustCreateOrder(t, r, u.Token, line{"PAY-STATE", 1})
+	apptest.MustCreateProduct(t, r, "PAY-STATE", 300, 20)
+	u := apptest.MustCreateUser(t, r, "stan")
+	paid := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "PAY-STATE", Quantity: 1})
+	cancelled := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "PAY-STATE", Quantity: 1})
+	expired := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "PAY-STATE", Quantity: 1})
+	overdue := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "PAY-STATE", Quantity: 1})
 
 	wantRefused := func(t *testing.T, orderID, state string) {
 		t.Helper()
-		res := payReq(t, r, u.Token, orderID, gateway.MethodOK, newKey())
-		wantProblem(t, res, http.StatusConflict, "invalid_state")
-		if d := res.problem().Detail; !strings.Contains(d, state) {
+		res := payReq(t, r, u.Token, orderID, gateway.MethodOK, apptest.NewKey())
+		apptest.WantProblem(t, res, http.StatusConflict, "invalid_state")
+		if d := res.Problem().Detail; !strings.Contains(d, state) {
 			t.Errorf("detail %q does not give the state %q", d, state)
 		}
 	}
 
-	wantStatus(t, payReq(t, r, u.Token, paid.ID, gateway.MethodOK, newKey()), http.StatusCreated)
+	apptest.WantStatus(t, payReq(t, r, u.Token, paid.ID, gateway.MethodOK, apptest.NewKey()), http.StatusCreated)
 	t.Run("Paid/Cancel", func(t *testing.T) {
-		res := r.do(t, http.MethodPost, "/v1/orders/"+paid.ID+"/cancel", u.Token, nil)
-		wantProblem(t, res, http.StatusConflict, "invalid_state")
+		res := r.Do(t, http.MethodPost, "/v1/orders/"+paid.ID+"/cancel", u.Token, nil)
+		apptest.WantProblem(t, res, http.StatusConflict, "invalid_state")
 		if got := payOrderStatus(t, r, u.Token, paid.ID); got != "paid" {
 			t.Errorf("order is %s, want paid", got)
 		}
@@ -402,22 +391,22 @@ func TestPayments_InvalidState(t *testing.T) {
 		payWantCharges(t, e, paid.ID, 1)
 	})
 	t.Run("NothingToCharge", func(t *testing.T) {
-		mustCreateProduct(t, r, "PAY-FREE", 0, 5)
-		free := mustCreateOrder(t, r, u.Token, line{"PAY-FREE", 1})
+		apptest.MustCreateProduct(t, r, "PAY-FREE", 0, 5)
+		free := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "PAY-FREE", Quantity: 1})
 		wantRefused(t, free.ID, "nothing to charge")
 		payWantCharges(t, e, free.ID, 0)
-		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, free.ID); n != 0 {
+		if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, free.ID); n != 0 {
 			t.Errorf("%d payment rows for an order with nothing to charge", n)
 		}
-		wantStatus(t, r.do(t, http.MethodPost, "/v1/orders/"+free.ID+"/cancel", u.Token, nil), http.StatusOK)
+		apptest.WantStatus(t, r.Do(t, http.MethodPost, "/v1/orders/"+free.ID+"/cancel", u.Token, nil), http.StatusOK)
 	})
 	t.Run("Cancelled", func(t *testing.T) {
-		wantStatus(t, r.do(t, http.MethodPost, "/v1/orders/"+cancelled.ID+"/cancel", u.Token, nil), http.StatusOK)
+		apptest.WantStatus(t, r.Do(t, http.MethodPost, "/v1/orders/"+cancelled.ID+"/cancel", u.Token, nil), http.StatusOK)
 		wantRefused(t, cancelled.ID, "cancelled")
 		payWantCharges(t, e, cancelled.ID, 0)
 	})
 
-	e.clock.Advance(orderTTL + time.Second)
+	e.Clock.Advance(apptest.OrderTTL + time.Second)
 	t.Run("PastExpiryNotYetExpired", func(t *testing.T) {
 		wantRefused(t, overdue.ID, "expired")
 		if got := payOrderStatus(t, r, u.Token, overdue.ID); got != "pending_payment" {
@@ -426,7 +415,7 @@ func TestPayments_InvalidState(t *testing.T) {
 		payWantCharges(t, e, overdue.ID, 0)
 	})
 	t.Run("Expired", func(t *testing.T) {
-		if n, err := r.app.Orders.ExpireDue(ctx); err != nil || n != 2 {
+		if n, err := r.App.Orders.ExpireDue(ctx); err != nil || n != 2 {
 			t.Fatalf("ExpireDue = %d, %v; want 2 (the expired and the overdue order)", n, err)
 		}
 		wantRefused(t, expired.ID, "expired")
@@ -434,17 +423,17 @@ func TestPayments_InvalidState(t *testing.T) {
 	})
 
 	for _, id := range []string{cancelled.ID, expired.ID, overdue.ID} {
-		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, id); n != 0 {
+		if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1`, id); n != 0 {
 			t.Errorf("order %s: %d payment rows written for an order that cannot be paid", id, n)
 		}
 	}
-	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, paid.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, paid.ID); n != 1 {
 		t.Errorf("%d succeeded payments of the paid order, want 1", n)
 	}
-	if got := e.stock(t, "PAY-STATE"); got != 19 {
+	if got := e.Stock(t, "PAY-STATE"); got != 19 {
 		t.Errorf("stock %d, want 19 (only the paid order keeps its unit)", got)
 	}
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }
 
 // TestPayments_CancelInFlight cancels an order while its charge is held at
@@ -454,39 +443,39 @@ func TestPayments_CancelInFlight(t *testing.T) {
 	// The gateway holds the charge's answer until the cancel is made; the
 	// client waits for it (up to its timeout), so the pay request sees the
 	// charge through.
-	e := newEnv(t, 2, map[string]string{
+	e := apptest.New(t, 2, map[string]string{
 		"SHOP_GATEWAY_TIMEOUT":    "3s",
 		"SHOP_GATEWAY_SLOW_DELAY": "1m",
 	})
-	mustCreateProduct(t, e.r(0), "PAY-RACE", 400, 10)
-	u := mustCreateUser(t, e.r(0), "rita")
-	o := mustCreateOrder(t, e.r(0), u.Token, line{"PAY-RACE", 3})
-	key := newKey()
+	apptest.MustCreateProduct(t, e.R(0), "PAY-RACE", 400, 10)
+	u := apptest.MustCreateUser(t, e.R(0), "rita")
+	o := apptest.MustCreateOrder(t, e.R(0), u.Token, apptest.Line{SKU: "PAY-RACE", Quantity: 3})
+	key := apptest.NewKey()
 
-	answered := make(chan response, 1)
-	go func() { answered <- payReq(t, e.r(0), u.Token, o.ID, gateway.MethodSlow, key) }()
-	payWaitFor(t, 5*time.Second, "the charge to reach the gateway", func() bool { return len(e.gateway.Charges(o.ID)) == 1 })
+	answered := make(chan apptest.Response, 1)
+	go func() { answered <- payReq(t, e.R(0), u.Token, o.ID, gateway.MethodSlow, key) }()
+	payWaitFor(t, 5*time.Second, "the charge to reach the gateway", func() bool { return len(e.Gateway.Charges(o.ID)) == 1 })
 
-	cancel := e.r(1).do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil)
+	cancel := e.R(1).Do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil)
 	select {
 	case res := <-answered:
 		t.Fatalf("the pay request answered %s before the cancel was made; the race was not staged", res)
 	default:
 	}
-	wantStatus(t, cancel, http.StatusOK)
-	if got := decode[order](t, cancel).Status; got != "cancelled" {
+	apptest.WantStatus(t, cancel, http.StatusOK)
+	if got := apptest.Decode[apptest.Order](t, cancel).Status; got != "cancelled" {
 		t.Fatalf("cancel answered an order %s, want cancelled", got)
 	}
-	e.slow.Release()
+	e.Slow.Release()
 
-	var res response
+	var res apptest.Response
 	select {
 	case res = <-answered:
 	case <-time.After(15 * time.Second):
 		t.Fatal("the pay request did not answer")
 	}
-	wantProblem(t, res, http.StatusConflict, "invalid_state")
-	if d := res.problem().Detail; !strings.Contains(d, "refunded") {
+	apptest.WantProblem(t, res, http.StatusConflict, "invalid_state")
+	if d := res.Problem().Detail; !strings.Contains(d, "refunded") {
 		t.Errorf("detail %q does not say the charge was refunded", d)
 	}
 
@@ -494,50 +483,50 @@ func TestPayments_CancelInFlight(t *testing.T) {
 	if charges[0].Status != gateway.StatusRefunded {
 		t.Errorf("the gateway's charge is %s, want refunded", charges[0].Status)
 	}
-	items := payList(t, e.r(1), u.Token, o.ID)
+	items := payList(t, e.R(1), u.Token, o.ID)
 	if len(items) != 1 || items[0].Status != "refunded" || items[0].ChargeID == nil || *items[0].ChargeID != charges[0].ID {
 		t.Errorf("payments %+v, want one refunded payment of charge %s", items, charges[0].ID)
 	}
-	if got := payOrderStatus(t, e.r(0), u.Token, o.ID); got != "cancelled" {
+	if got := payOrderStatus(t, e.R(0), u.Token, o.ID); got != "cancelled" {
 		t.Errorf("order is %s, want cancelled", got)
 	}
-	if got := e.stock(t, "PAY-RACE"); got != 10 {
+	if got := e.Stock(t, "PAY-RACE"); got != 10 {
 		t.Errorf("stock %d, want 10 (returned by the cancel)", got)
 	}
-	if n := e.count(t, `SELECT count(*) FROM stock_releases WHERE order_id = $1`, o.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*) FROM stock_releases WHERE order_id = $1`, o.ID); n != 1 {
 		t.Errorf("%d stock releases, want 1", n)
 	}
-	payWantMetric(t, e.r(0), `shop_payment_outcomes_total{outcome="refunded"} 1`)
-	payWantMetric(t, e.r(0), `shop_payment_refunds_total 1`)
+	apptest.WantMetric(t, e.R(0), `shop_payment_outcomes_total{outcome="refunded"} 1`)
+	apptest.WantMetric(t, e.R(0), `shop_payment_refunds_total 1`)
 
 	t.Run("Replay", func(t *testing.T) {
-		again := payReq(t, e.r(1), u.Token, o.ID, gateway.MethodSlow, key)
+		again := payReq(t, e.R(1), u.Token, o.ID, gateway.MethodSlow, key)
 		if !bytes.Equal(again.Body, res.Body) || again.Status != res.Status || again.Header.Get("Idempotent-Replayed") != "true" {
 			t.Errorf("replay %s, want the first answer %s replayed", again, res)
 		}
 	})
 	t.Run("PayAgain", func(t *testing.T) {
-		wantProblem(t, payReq(t, e.r(1), u.Token, o.ID, gateway.MethodOK, newKey()), http.StatusConflict, "invalid_state")
+		apptest.WantProblem(t, payReq(t, e.R(1), u.Token, o.ID, gateway.MethodOK, apptest.NewKey()), http.StatusConflict, "invalid_state")
 		payWantCharges(t, e, o.ID, 1)
 	})
 
-	if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status IN ('processing', 'succeeded')`, o.ID); n != 0 {
+	if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status IN ('processing', 'succeeded')`, o.ID); n != 0 {
 		t.Errorf("%d payments processing or succeeded for a cancelled order, want 0", n)
 	}
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }
 
 func TestPayments_Validation(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	mustCreateProduct(t, r, "PAY-VAL", 100, 10)
-	owner, other := mustCreateUser(t, r, "vera"), mustCreateUser(t, r, "otis")
-	o := mustCreateOrder(t, r, owner.Token, line{"PAY-VAL", 1})
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	apptest.MustCreateProduct(t, r, "PAY-VAL", 100, 10)
+	owner, other := apptest.MustCreateUser(t, r, "vera"), apptest.MustCreateUser(t, r, "otis")
+	o := apptest.MustCreateOrder(t, r, owner.Token, apptest.Line{SKU: "PAY-VAL", Quantity: 1})
 	valid := `{"payment_method": "pm_card_ok"}`
 
 	t.Run("NoIdempotencyKey", func(t *testing.T) {
-		res := r.offContract("no Idempotency-Key").do(t, http.MethodPost, payPath(o.ID), owner.Token, valid)
-		wantProblem(t, res, http.StatusBadRequest, "idempotency_key_required")
+		res := r.OffContract("no Idempotency-Key").Do(t, http.MethodPost, payPath(o.ID), owner.Token, valid)
+		apptest.WantProblem(t, res, http.StatusBadRequest, "idempotency_key_required")
 	})
 	for _, tc := range []badRequest{
 		{"MalformedJSON", `{"payment_method": `, "body breaks the schema"},
@@ -557,44 +546,44 @@ func TestPayments_Validation(t *testing.T) {
 		{"UnknownMethod", `{"payment_method": "pm_card_gold"}`, ""},
 	} {
 		t.Run("Invalid/"+tc.name, func(t *testing.T) {
-			res := r.offContract(tc.breach).do(t, http.MethodPost, payPath(o.ID), owner.Token, tc.body, "Idempotency-Key", newKey())
-			wantProblem(t, res, http.StatusBadRequest, "invalid_request")
+			res := r.OffContract(tc.breach).Do(t, http.MethodPost, payPath(o.ID), owner.Token, tc.body, "Idempotency-Key", apptest.NewKey())
+			apptest.WantProblem(t, res, http.StatusBadRequest, "invalid_request")
 		})
 	}
 	t.Run("OtherUsersOrder", func(t *testing.T) {
-		wantProblem(t, payReq(t, r, other.Token, o.ID, gateway.MethodOK, newKey()), http.StatusNotFound, "not_found")
-		wantProblem(t, r.do(t, http.MethodGet, payPath(o.ID), other.Token, nil), http.StatusNotFound, "not_found")
+		apptest.WantProblem(t, payReq(t, r, other.Token, o.ID, gateway.MethodOK, apptest.NewKey()), http.StatusNotFound, "not_found")
+		apptest.WantProblem(t, r.Do(t, http.MethodGet, payPath(o.ID), other.Token, nil), http.StatusNotFound, "not_found")
 	})
 	for _, tc := range []struct{ name, id string }{
 		{"NotAUUID", "xyz"},
 		{"Unknown", "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"},
 	} {
 		t.Run("NotFound/"+tc.name, func(t *testing.T) {
-			wantProblem(t, payReq(t, r, owner.Token, tc.id, gateway.MethodOK, newKey()), http.StatusNotFound, "not_found")
-			wantProblem(t, r.do(t, http.MethodGet, payPath(tc.id), owner.Token, nil), http.StatusNotFound, "not_found")
+			apptest.WantProblem(t, payReq(t, r, owner.Token, tc.id, gateway.MethodOK, apptest.NewKey()), http.StatusNotFound, "not_found")
+			apptest.WantProblem(t, r.Do(t, http.MethodGet, payPath(tc.id), owner.Token, nil), http.StatusNotFound, "not_found")
 		})
 	}
 	t.Run("NoToken", func(t *testing.T) {
-		wantProblem(t, payReq(t, r, "", o.ID, gateway.MethodOK, newKey()), http.StatusUnauthorized, "unauthenticated")
-		wantProblem(t, r.do(t, http.MethodGet, payPath(o.ID), "", nil), http.StatusUnauthorized, "unauthenticated")
+		apptest.WantProblem(t, payReq(t, r, "", o.ID, gateway.MethodOK, apptest.NewKey()), http.StatusUnauthorized, "unauthenticated")
+		apptest.WantProblem(t, r.Do(t, http.MethodGet, payPath(o.ID), "", nil), http.StatusUnauthorized, "unauthenticated")
 	})
 
-	if n := e.count(t, `SELECT count(*) FROM payments`); n != 0 {
+	if n := e.Count(t, `SELECT count(*) FROM payments`); n != 0 {
 		t.Errorf("%d payment rows written by refused requests, want 0", n)
 	}
-	payWantMetric(t, r, `shop_payment_outcomes_total{outcome="rejected"} 1`)
-	if charges := e.gateway.Charges(""); len(charges) != 0 {
+	apptest.WantMetric(t, r, `shop_payment_outcomes_total{outcome="rejected"} 1`)
+	if charges := e.Gateway.Charges(""); len(charges) != 0 {
 		t.Errorf("refused requests reached the gateway: %+v", charges)
 	}
 	if got := payOrderStatus(t, r, owner.Token, o.ID); got != "pending_payment" {
 		t.Errorf("order is %s, want pending_payment", got)
 	}
 	// The order is still payable by its owner.
-	wantStatus(t, payReq(t, r, owner.Token, o.ID, gateway.MethodOK, newKey()), http.StatusCreated)
+	apptest.WantStatus(t, payReq(t, r, owner.Token, o.ID, gateway.MethodOK, apptest.NewKey()), http.StatusCreated)
 	if items := payList(t, r, owner.Token, o.ID); len(items) != 1 {
 		t.Errorf("%d payments listed, want 1", len(items))
 	}
-	if items := payList(t, r, owner.Token, mustCreateOrder(t, r, owner.Token, line{"PAY-VAL", 1}).ID); items == nil || len(items) != 0 {
+	if items := payList(t, r, owner.Token, apptest.MustCreateOrder(t, r, owner.Token, apptest.Line{SKU: "PAY-VAL", Quantity: 1}).ID); items == nil || len(items) != 0 {
 		t.Errorf("an unpaid order lists %v, want an empty list", items)
 	}
 }
@@ -606,24 +595,24 @@ func TestPayments_Validation(t *testing.T) {
 // the processing payment well inside its request timeout, and the
 // reconciler records the charge once the database moves again.
 func TestPayments_StallAfterCharge(t *testing.T) {
-	e := newEnv(t, 1, map[string]string{
+	e := apptest.New(t, 1, map[string]string{
 		"SHOP_REQUEST_TIMEOUT":    "5s",
 		"SHOP_PAYMENT_BUDGET":     "2s",
 		"SHOP_GATEWAY_TIMEOUT":    "1500ms",
 		"SHOP_GATEWAY_SLOW_DELAY": "1m", // answered once the test releases it
 	})
-	r := e.r(0)
+	r := e.R(0)
 	ctx := context.Background()
-	mustCreateProduct(t, r, "PAY-STALL", 700, 5)
-	u := mustCreateUser(t, r, "stella")
-	o := mustCreateOrder(t, r, u.Token, line{"PAY-STALL", 1})
+	apptest.MustCreateProduct(t, r, "PAY-STALL", 700, 5)
+	u := apptest.MustCreateUser(t, r, "stella")
+	o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "PAY-STALL", Quantity: 1})
 
-	answered := make(chan response, 1)
-	go func() { answered <- payReq(t, r, u.Token, o.ID, gateway.MethodSlow, newKey()) }()
+	answered := make(chan apptest.Response, 1)
+	go func() { answered <- payReq(t, r, u.Token, o.ID, gateway.MethodSlow, apptest.NewKey()) }()
 	// The charge is made and its answer held back until the order's row
 	// is taken, so the request cannot record anything.
-	payWaitFor(t, 5*time.Second, "the charge to reach the gateway", func() bool { return len(e.gateway.Charges(o.ID)) == 1 })
-	stall, err := e.db.Begin(ctx)
+	payWaitFor(t, 5*time.Second, "the charge to reach the gateway", func() bool { return len(e.Gateway.Charges(o.ID)) == 1 })
+	stall, err := e.DB.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -636,32 +625,32 @@ func TestPayments_StallAfterCharge(t *testing.T) {
 	if _, err := stall.Exec(ctx, `SELECT 1 FROM orders WHERE id = $1 FOR UPDATE`, o.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.slow.Release()
+	e.Slow.Release()
 
-	var res response
+	var res apptest.Response
 	select {
 	case res = <-answered:
 	case <-time.After(15 * time.Second):
 		t.Fatal("the pay request did not answer")
 	}
-	wantStatus(t, res, http.StatusAccepted)
-	p := decode[paymentJSON](t, res)
+	apptest.WantStatus(t, res, http.StatusAccepted)
+	p := apptest.Decode[paymentJSON](t, res)
 	if p.Status != "processing" || p.OrderID != o.ID {
 		t.Fatalf("got %s, want the processing payment of order %s", res.Body, o.ID)
 	}
-	payWantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
+	apptest.WantMetric(t, r, `shop_payment_outcomes_total{outcome="unknown"} 1`)
 
 	// The database moves again; the reconciler records the one charge.
 	if err := stall.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Advance(e.cfg.ReconcileAfter + time.Second)
-	if n, err := r.app.Payments.Reconcile(ctx); err != nil || n != 1 {
+	e.Clock.Advance(e.Cfg.ReconcileAfter + time.Second)
+	if n, err := r.App.Payments.Reconcile(ctx); err != nil || n != 1 {
 		t.Fatalf("Reconcile = %d, %v; want 1, nil", n, err)
 	}
 	if got := payOrderStatus(t, r, u.Token, o.ID); got != "paid" {
 		t.Errorf("order is %s, want paid", got)
 	}
 	payWantCharges(t, e, o.ID, 1)
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }

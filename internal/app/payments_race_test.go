@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/platform/testenv"
@@ -55,25 +56,25 @@ func TestPayments_Storm(t *testing.T) {
 		unitPrice  = 1999
 		orderStock = orders
 	)
-	e := newEnv(t, 2, nil)
-	mustCreateProduct(t, e.r(0), "SKU-STORM", unitPrice, orderStock)
+	e := apptest.New(t, 2, nil)
+	apptest.MustCreateProduct(t, e.R(0), "SKU-STORM", unitPrice, orderStock)
 	type target struct {
-		user   user
-		order  order
+		user   apptest.User
+		order  apptest.Order
 		key    string
 		method string
 	}
 	targets := make([]target, orders)
 	for i := range targets {
-		u := mustCreateUser(t, e.r(i), "storm-buyer")
+		u := apptest.MustCreateUser(t, e.R(i), "storm-buyer")
 		method := gateway.MethodOK
 		if i%slowEvery == 0 {
 			method = gateway.MethodSlow
 		}
-		targets[i] = target{user: u, order: mustCreateOrder(t, e.r(i), u.Token, line{SKU: "SKU-STORM", Quantity: 1}),
-			key: newKey(), method: method}
+		targets[i] = target{user: u, order: apptest.MustCreateOrder(t, e.R(i), u.Token, apptest.Line{SKU: "SKU-STORM", Quantity: 1}),
+			key: apptest.NewKey(), method: method}
 	}
-	e.warm(t, 32)
+	e.Warm(t, 32)
 
 	var mu sync.Mutex
 	answers := map[string]int{}
@@ -85,13 +86,13 @@ func TestPayments_Storm(t *testing.T) {
 		click := i / orders
 		key := tg.key
 		if click >= sameKey {
-			key = newKey()
+			key = apptest.NewKey()
 		}
 		// A click told to come back (409 with Retry-After) does, a few
 		// times at most, with the same key, as a well-behaved client.
-		var res response
+		var res apptest.Response
 		for attempt := 1; ; attempt++ {
-			res = e.r(i+attempt).do(t, http.MethodPost, payPath(tg.order.ID), tg.user.Token,
+			res = e.R(i+attempt).Do(t, http.MethodPost, payPath(tg.order.ID), tg.user.Token,
 				map[string]string{"payment_method": tg.method}, "Idempotency-Key", key)
 			if res.Header.Get("Retry-After") == "" || attempt == 5 {
 				break
@@ -100,7 +101,7 @@ func TestPayments_Storm(t *testing.T) {
 		}
 		label := http.StatusText(res.Status)
 		if res.Status >= 400 {
-			label = res.code()
+			label = res.Code()
 		}
 		var p paymentJSON
 		if res.Status == http.StatusCreated || res.Status == http.StatusAccepted {
@@ -139,8 +140,8 @@ func TestPayments_Storm(t *testing.T) {
 	t.Logf("answers: %v", answers)
 	// The slow charges' answers go out, and the reconciler settles what
 	// the storm left processing.
-	e.slow.Release()
-	e.settleLeftovers(t)
+	e.Slow.Release()
+	e.SettleLeftovers(t)
 
 	for code := range answers {
 		switch code {
@@ -152,17 +153,17 @@ func TestPayments_Storm(t *testing.T) {
 	followed := 0
 	for _, tg := range targets {
 		id := tg.order.ID
-		if n := len(e.gateway.Charges(id)); n != 1 {
+		if n := len(e.Gateway.Charges(id)); n != 1 {
 			t.Errorf("order %s: %d charges in the gateway's audit, want 1", id, n)
 		}
-		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, id); n != 1 {
+		if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded'`, id); n != 1 {
 			t.Errorf("order %s: %d succeeded payments, want 1", id, n)
 		}
-		if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'processing'`, id); n != 0 {
+		if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'processing'`, id); n != 0 {
 			t.Errorf("order %s: %d payments left processing", id, n)
 		}
-		res := e.r(0).do(t, http.MethodGet, "/v1/orders/"+id, tg.user.Token, nil)
-		if got := decode[order](t, res); got.Status != "paid" {
+		res := e.R(0).Do(t, http.MethodGet, "/v1/orders/"+id, tg.user.Token, nil)
+		if got := apptest.Decode[apptest.Order](t, res); got.Status != "paid" {
 			t.Errorf("order %s is %s, want paid", id, got.Status)
 		}
 		if n := len(replays[id]); n > 1 {
@@ -173,9 +174,9 @@ func TestPayments_Storm(t *testing.T) {
 		}
 		// The audit agrees with the database: the charge is the one the
 		// succeeded payment recorded.
-		charges := e.gateway.Charges(id)
+		charges := e.Gateway.Charges(id)
 		if len(charges) == 1 {
-			if n := e.count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded' AND charge_id = $2`,
+			if n := e.Count(t, `SELECT count(*) FROM payments WHERE order_id = $1 AND status = 'succeeded' AND charge_id = $2`,
 				id, charges[0].ID); n != 1 {
 				t.Errorf("order %s: the gateway's charge %s is not the one recorded", id, charges[0].ID)
 			}
@@ -189,7 +190,7 @@ func TestPayments_Storm(t *testing.T) {
 			}
 			continue
 		}
-		items := payList(t, e.r(0), tg.user.Token, id)
+		items := payList(t, e.R(0), tg.user.Token, id)
 		for pid := range accepted[id] {
 			followed++
 			i := slices.IndexFunc(items, func(p paymentJSON) bool { return p.ID == pid })
@@ -204,10 +205,10 @@ func TestPayments_Storm(t *testing.T) {
 		}
 	}
 	t.Logf("%d payments answered 202 were followed up", followed)
-	if n := e.count(t, `SELECT count(*) FROM orders WHERE status = 'paid'`); n != orders {
+	if n := e.Count(t, `SELECT count(*) FROM orders WHERE status = 'paid'`); n != orders {
 		t.Errorf("%d orders paid, want %d", n, orders)
 	}
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }
 
 // TestPayments_ReconcilersWithoutLock is the outage that once cost paid
@@ -233,43 +234,43 @@ func TestPayments_ReconcilersWithoutLock(t *testing.T) {
 		gw.Handler().ServeHTTP(w, req)
 	}))
 	t.Cleanup(proxy.Close)
-	e := newEnv(t, 2, map[string]string{
+	e := apptest.New(t, 2, map[string]string{
 		"SHOP_REDIS_ADDRS":     "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", // nothing listens: no quorum
 		"SHOP_GATEWAY_URL":     proxy.URL,
 		"SHOP_GATEWAY_TIMEOUT": "500ms",
 	})
-	mustCreateProduct(t, e.r(0), "SKU-OUTAGE", 1500, orders)
-	users := make([]user, orders)
+	apptest.MustCreateProduct(t, e.R(0), "SKU-OUTAGE", 1500, orders)
+	users := make([]apptest.User, orders)
 	ids := make([]string, orders)
 	for i := range ids {
-		users[i] = mustCreateUser(t, e.r(i), "outage")
-		ids[i] = mustCreateOrder(t, e.r(i), users[i].Token, line{SKU: "SKU-OUTAGE", Quantity: 1}).ID
+		users[i] = apptest.MustCreateUser(t, e.R(i), "outage")
+		ids[i] = apptest.MustCreateOrder(t, e.R(i), users[i].Token, apptest.Line{SKU: "SKU-OUTAGE", Quantity: 1}).ID
 	}
 	testenv.Together(orders, func(i int) {
-		res := e.r(i).do(t, http.MethodPost, "/v1/orders/"+ids[i]+"/payments", users[i].Token,
-			map[string]string{"payment_method": "pm_card_ok"}, "Idempotency-Key", newKey())
+		res := e.R(i).Do(t, http.MethodPost, "/v1/orders/"+ids[i]+"/payments", users[i].Token,
+			map[string]string{"payment_method": "pm_card_ok"}, "Idempotency-Key", apptest.NewKey())
 		if res.Status != http.StatusAccepted {
 			t.Errorf("pay with the gateway down: %s, want 202 processing", res)
 		}
 	})
-	if n := e.count(t, `SELECT count(*) FROM payments WHERE status = 'processing'`); n != orders {
+	if n := e.Count(t, `SELECT count(*) FROM payments WHERE status = 'processing'`); n != orders {
 		t.Fatalf("%d payments processing, want %d", n, orders)
 	}
 
 	down.Store(false)
-	e.clock.Advance(e.cfg.ReconcileAfter + time.Second)
+	e.Clock.Advance(e.Cfg.ReconcileAfter + time.Second)
 	testenv.Together(2*3, func(i int) {
 		for range 3 {
-			if _, err := e.r(i).app.Payments.Reconcile(context.Background()); err != nil {
+			if _, err := e.R(i).App.Payments.Reconcile(context.Background()); err != nil {
 				t.Errorf("reconcile on replica %d: %v", i%2, err)
 			}
 		}
 	})
-	if n := e.count(t, `SELECT count(*) FROM orders WHERE status = 'paid'`); n != orders {
+	if n := e.Count(t, `SELECT count(*) FROM orders WHERE status = 'paid'`); n != orders {
 		t.Errorf("%d orders paid, want %d", n, orders)
 	}
 	if charges := gw.Charges(""); len(charges) != orders {
 		t.Errorf("%d charges, want %d", len(charges), orders)
 	}
-	e.assertBooks(t)
+	e.AssertBooks(t)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -26,32 +27,32 @@ func TestOrders_FlashSale(t *testing.T) {
 		workers = 32
 		sku     = "FLASH-1"
 	)
-	e := newEnv(t, 2, nil)
-	mustCreateProduct(t, e.r(0), sku, 1999, initial)
-	users := make([]user, buyers)
+	e := apptest.New(t, 2, nil)
+	apptest.MustCreateProduct(t, e.R(0), sku, 1999, initial)
+	users := make([]apptest.User, buyers)
 	for i := range users {
-		users[i] = mustCreateUser(t, e.r(i), "buyer")
+		users[i] = apptest.MustCreateUser(t, e.R(i), "buyer")
 	}
-	body, _ := json.Marshal(orderBody(line{SKU: sku, Quantity: 1}))
+	body, _ := json.Marshal(apptest.OrderBody(apptest.Line{SKU: sku, Quantity: 1}))
 
 	var (
 		mu      sync.Mutex
 		created []string
 		refused = map[string]int{}
 	)
-	inParallel(buyers, workers, func(i int) {
-		res := e.r(i).do(t, http.MethodPost, "/v1/orders", users[i].Token, body, "Idempotency-Key", newKey())
+	apptest.InParallel(buyers, workers, func(i int) {
+		res := e.R(i).Do(t, http.MethodPost, "/v1/orders", users[i].Token, body, "Idempotency-Key", apptest.NewKey())
 		mu.Lock()
 		defer mu.Unlock()
 		switch res.Status {
 		case http.StatusCreated:
-			var o order
+			var o apptest.Order
 			if err := json.Unmarshal(res.Body, &o); err != nil || o.ID == "" {
 				t.Errorf("buyer %d: 201 without an order: %s", i, res.Body)
 			}
 			created = append(created, o.ID)
 		case http.StatusConflict:
-			refused[res.code()]++
+			refused[res.Code()]++
 		default:
 			t.Errorf("buyer %d: got %s, want 201 or 409 out_of_stock", i, res)
 		}
@@ -61,19 +62,19 @@ func TestOrders_FlashSale(t *testing.T) {
 		t.Errorf("got %d created and refusals %v, want %d created and %d out_of_stock",
 			len(created), refused, initial, buyers-initial)
 	}
-	remaining := e.stock(t, sku)
-	sold := e.count(t, `SELECT coalesce(sum(quantity), 0)::int FROM order_items WHERE sku = $1`, sku)
+	remaining := e.Stock(t, sku)
+	sold := e.Count(t, `SELECT coalesce(sum(quantity), 0)::int FROM order_items WHERE sku = $1`, sku)
 	if remaining != 0 || sold != initial || initial-sold != remaining {
 		t.Errorf("stock_available %d, sold %d: want 0 and %d (initial %d − sold = remaining)", remaining, sold, initial, initial)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM orders`); n != initial {
+	if n := e.Count(t, `SELECT count(*)::int FROM orders`); n != initial {
 		t.Errorf("count(orders) = %d, want %d", n, initial)
 	}
-	if n := e.count(t, `SELECT count(DISTINCT user_id)::int FROM orders`); n != initial {
+	if n := e.Count(t, `SELECT count(DISTINCT user_id)::int FROM orders`); n != initial {
 		t.Errorf("orders belong to %d users, want %d (one each)", n, initial)
 	}
 	var ids []string
-	rows, err := e.db.Query(context.Background(), `SELECT id::text FROM orders`)
+	rows, err := e.DB.Query(context.Background(), `SELECT id::text FROM orders`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +94,10 @@ func TestOrders_FlashSale(t *testing.T) {
 		t.Errorf("the orders in the database are not the ones answered 201")
 	}
 	// Layer 0 kept every answer: none left claimed, one stored per buyer.
-	if n := e.count(t, `SELECT count(*)::int FROM idempotency_keys WHERE status_code IS NULL`); n != 0 {
+	if n := e.Count(t, `SELECT count(*)::int FROM idempotency_keys WHERE status_code IS NULL`); n != 0 {
 		t.Errorf("%d idempotency keys left claimed", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM idempotency_keys WHERE status_code = 201`); n != initial {
+	if n := e.Count(t, `SELECT count(*)::int FROM idempotency_keys WHERE status_code = 201`); n != initial {
 		t.Errorf("%d keys store a 201, want %d", n, initial)
 	}
 }
@@ -111,16 +112,16 @@ func TestOrders_CreateSameKey(t *testing.T) {
 		initial = 10
 		sku     = "SAME-KEY"
 	)
-	e := newEnv(t, 2, nil)
-	mustCreateProduct(t, e.r(0), sku, 500, initial)
-	u := mustCreateUser(t, e.r(0), "alice")
-	key := newKey()
-	body, _ := json.Marshal(orderBody(line{SKU: sku, Quantity: 3}))
+	e := apptest.New(t, 2, nil)
+	apptest.MustCreateProduct(t, e.R(0), sku, 500, initial)
+	u := apptest.MustCreateUser(t, e.R(0), "alice")
+	key := apptest.NewKey()
+	body, _ := json.Marshal(apptest.OrderBody(apptest.Line{SKU: sku, Quantity: 3}))
 
-	e.warm(t, n)
-	results := make([]response, n)
+	e.Warm(t, n)
+	results := make([]apptest.Response, n)
 	testenv.Together(n, func(i int) {
-		results[i] = e.r(i).do(t, http.MethodPost, "/v1/orders", u.Token, body, "Idempotency-Key", key)
+		results[i] = e.R(i).Do(t, http.MethodPost, "/v1/orders", u.Token, body, "Idempotency-Key", key)
 	})
 
 	var first []byte
@@ -139,7 +140,7 @@ func TestOrders_CreateSameKey(t *testing.T) {
 			} else {
 				originals++
 			}
-		case res.Status == http.StatusConflict && res.code() == "request_in_progress":
+		case res.Status == http.StatusConflict && res.Code() == "request_in_progress":
 			inProgress++ // checkProblem saw its Retry-After
 		default:
 			t.Errorf("request %d: got %s, want 201 or 409 request_in_progress", i, res)
@@ -149,22 +150,22 @@ func TestOrders_CreateSameKey(t *testing.T) {
 	if originals != 1 {
 		t.Errorf("%d answers ran the request, want exactly 1", originals)
 	}
-	o := decode[order](t, response{Body: first})
+	o := apptest.Decode[apptest.Order](t, apptest.Response{Body: first})
 
-	if n := e.count(t, `SELECT count(*)::int FROM orders WHERE user_id = $1 AND request_key = $2`, u.ID, key); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM orders WHERE user_id = $1 AND request_key = $2`, u.ID, key); n != 1 {
 		t.Errorf("%d orders for the key, want 1", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM orders`); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM orders`); n != 1 {
 		t.Errorf("%d orders in all, want 1", n)
 	}
-	if got := e.stock(t, sku); got != initial-3 {
+	if got := e.Stock(t, sku); got != initial-3 {
 		t.Errorf("stock_available %d, want %d (taken once)", got, initial-3)
 	}
 	var (
 		status int
 		stored []byte
 	)
-	err := e.db.QueryRow(context.Background(), `SELECT status_code, body FROM idempotency_keys
+	err := e.DB.QueryRow(context.Background(), `SELECT status_code, body FROM idempotency_keys
 		WHERE principal = $1 AND key = $2 AND completed_at IS NOT NULL`, u.ID, key).Scan(&status, &stored)
 	if err != nil {
 		t.Fatalf("completed idempotency key: %v", err)
@@ -174,8 +175,8 @@ func TestOrders_CreateSameKey(t *testing.T) {
 	}
 
 	// Once the dust settles, the key replays the same order.
-	res := e.r(1).do(t, http.MethodPost, "/v1/orders", u.Token, body, "Idempotency-Key", key)
-	wantStatus(t, res, http.StatusCreated)
+	res := e.R(1).Do(t, http.MethodPost, "/v1/orders", u.Token, body, "Idempotency-Key", key)
+	apptest.WantStatus(t, res, http.StatusCreated)
 	if res.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(res.Body, first) {
 		t.Errorf("late retry: got %s (replayed %q), want the replay of order %s", res, res.Header.Get("Idempotent-Replayed"), o.ID)
 	}
@@ -190,18 +191,18 @@ func TestOrders_CancelRace(t *testing.T) {
 		initial = 10
 		sku     = "CANCEL-RACE"
 	)
-	e := newEnv(t, 2, nil)
-	mustCreateProduct(t, e.r(0), sku, 250, initial)
-	u := mustCreateUser(t, e.r(0), "bob")
-	o := mustCreateOrder(t, e.r(0), u.Token, line{SKU: sku, Quantity: 4})
-	if got := e.stock(t, sku); got != initial-4 {
+	e := apptest.New(t, 2, nil)
+	apptest.MustCreateProduct(t, e.R(0), sku, 250, initial)
+	u := apptest.MustCreateUser(t, e.R(0), "bob")
+	o := apptest.MustCreateOrder(t, e.R(0), u.Token, apptest.Line{SKU: sku, Quantity: 4})
+	if got := e.Stock(t, sku); got != initial-4 {
 		t.Fatalf("stock after the order %d, want %d", got, initial-4)
 	}
 
-	e.warm(t, n)
-	results := make([]response, n)
+	e.Warm(t, n)
+	results := make([]apptest.Response, n)
 	testenv.Together(n, func(i int) {
-		results[i] = e.r(i).do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil)
+		results[i] = e.R(i).Do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil)
 	})
 
 	var first []byte
@@ -213,11 +214,11 @@ func TestOrders_CancelRace(t *testing.T) {
 			if first == nil {
 				first = res.Body
 			}
-			got := decode[order](t, res)
+			got := apptest.Decode[apptest.Order](t, res)
 			if got.Status != "cancelled" || got.Version != 2 || !bytes.Equal(res.Body, first) {
 				t.Errorf("cancel %d: got %s, want the cancelled order at version 2, as every other 200", i, res.Body)
 			}
-		case res.Status == http.StatusConflict && res.code() == "resource_busy":
+		case res.Status == http.StatusConflict && res.Code() == "resource_busy":
 			busy++ // checkProblem saw its Retry-After
 		default:
 			t.Errorf("cancel %d: got %s, want 200 cancelled or 409 resource_busy", i, res)
@@ -228,16 +229,16 @@ func TestOrders_CancelRace(t *testing.T) {
 		t.Errorf("no cancel succeeded")
 	}
 
-	if got := e.stock(t, sku); got != initial {
+	if got := e.Stock(t, sku); got != initial {
 		t.Errorf("stock_available %d, want %d (returned exactly once)", got, initial)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM stock_releases WHERE order_id = $1 AND reason = 'cancelled'`, o.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM stock_releases WHERE order_id = $1 AND reason = 'cancelled'`, o.ID); n != 1 {
 		t.Errorf("%d cancelled releases recorded, want 1", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM stock_releases`); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM stock_releases`); n != 1 {
 		t.Errorf("%d releases recorded in all, want 1", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM orders WHERE id = $1 AND status = 'cancelled' AND version = 2`, o.ID); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM orders WHERE id = $1 AND status = 'cancelled' AND version = 2`, o.ID); n != 1 {
 		t.Errorf("order is not cancelled at version 2 (one status change)")
 	}
 }
@@ -255,32 +256,32 @@ func TestOrders_ExpiryRace(t *testing.T) {
 		orders  = 30
 		initial = 200
 	)
-	e := newEnv(t, 3, nil)
+	e := apptest.New(t, 3, nil)
 	skus := []string{"EXP-A", "EXP-B", "EXP-C"}
 	for _, s := range skus {
-		mustCreateProduct(t, e.r(0), s, 100, initial)
+		apptest.MustCreateProduct(t, e.R(0), s, 100, initial)
 	}
-	users := []user{mustCreateUser(t, e.r(0), "u0"), mustCreateUser(t, e.r(1), "u1"), mustCreateUser(t, e.r(2), "u2")}
+	users := []apptest.User{apptest.MustCreateUser(t, e.R(0), "u0"), apptest.MustCreateUser(t, e.R(1), "u1"), apptest.MustCreateUser(t, e.R(2), "u2")}
 
 	type placed struct {
-		order
-		user user
+		apptest.Order
+		user apptest.User
 	}
 	all := make([]placed, orders)
 	for i := range all {
-		lines := []line{{SKU: "EXP-A", Quantity: i%3 + 1}}
+		lines := []apptest.Line{{SKU: "EXP-A", Quantity: i%3 + 1}}
 		if i%2 == 0 {
-			lines = append(lines, line{SKU: "EXP-B", Quantity: 2})
+			lines = append(lines, apptest.Line{SKU: "EXP-B", Quantity: 2})
 		}
 		if i%5 == 0 {
-			lines = append(lines, line{SKU: "EXP-C", Quantity: 5})
+			lines = append(lines, apptest.Line{SKU: "EXP-C", Quantity: 5})
 		}
 		u := users[i%len(users)]
-		all[i] = placed{order: mustCreateOrder(t, e.r(i), u.Token, lines...), user: u}
-		e.clock.Advance(time.Second)
+		all[i] = placed{Order: apptest.MustCreateOrder(t, e.R(i), u.Token, lines...), user: u}
+		e.Clock.Advance(time.Second)
 	}
 	ctx := context.Background()
-	if n, err := e.replicas[0].app.Orders.ExpireDue(ctx); err != nil || n != 0 {
+	if n, err := e.Replicas[0].App.Orders.ExpireDue(ctx); err != nil || n != 0 {
 		t.Fatalf("ExpireDue before the TTL: %d, %v; want 0, nil", n, err)
 	}
 
@@ -290,27 +291,27 @@ func TestOrders_ExpiryRace(t *testing.T) {
 			cancelTargets = append(cancelTargets, i)
 		}
 	}
-	jobs := len(e.replicas)
-	e.warm(t, len(cancelTargets))
-	e.clock.Advance(orderTTL - orders*time.Second) // the first order is due
+	jobs := len(e.Replicas)
+	e.Warm(t, len(cancelTargets))
+	e.Clock.Advance(apptest.OrderTTL - orders*time.Second) // the first order is due
 	var (
 		expired  atomic.Int64
 		sweeping atomic.Bool
 	)
 	sweeping.Store(true)
-	cancels := make([]response, len(cancelTargets))
+	cancels := make([]apptest.Response, len(cancelTargets))
 	testenv.Together(1+jobs+len(cancelTargets), func(i int) {
 		switch {
 		case i == 0: // the clock crosses one deadline per tick
 			for range orders + 1 {
 				time.Sleep(time.Millisecond)
-				e.clock.Advance(time.Second)
+				e.Clock.Advance(time.Second)
 			}
 			sweeping.Store(false)
 		case i <= jobs: // the replicas' expiry jobs, until one run after the sweep
 			for {
 				last := !sweeping.Load()
-				n, err := e.replicas[i-1].app.Orders.ExpireDue(ctx)
+				n, err := e.Replicas[i-1].App.Orders.ExpireDue(ctx)
 				if err != nil {
 					t.Errorf("ExpireDue on replica %d: %v", i-1, err)
 					return
@@ -323,13 +324,13 @@ func TestOrders_ExpiryRace(t *testing.T) {
 		default:
 			j := i - 1 - jobs
 			p := all[cancelTargets[j]]
-			cancels[j] = e.r(i).do(t, http.MethodPost, "/v1/orders/"+p.ID+"/cancel", p.user.Token, nil)
+			cancels[j] = e.R(i).Do(t, http.MethodPost, "/v1/orders/"+p.ID+"/cancel", p.user.Token, nil)
 		}
 	})
 
 	status := func(id string) string {
 		var s string
-		if err := e.db.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1`, id).Scan(&s); err != nil {
+		if err := e.DB.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1`, id).Scan(&s); err != nil {
 			t.Fatalf("status of %s: %v", id, err)
 		}
 		return s
@@ -338,12 +339,12 @@ func TestOrders_ExpiryRace(t *testing.T) {
 	for j, res := range cancels {
 		id := all[cancelTargets[j]].ID
 		switch {
-		case res.Status == http.StatusOK && decode[order](t, res).Status == "cancelled":
+		case res.Status == http.StatusOK && apptest.Decode[apptest.Order](t, res).Status == "cancelled":
 			won++
 			if s := status(id); s != "cancelled" {
 				t.Errorf("order %s: cancel answered 200 but the order is %s", id, s)
 			}
-		case res.Status == http.StatusConflict && res.code() == "invalid_state":
+		case res.Status == http.StatusConflict && res.Code() == "invalid_state":
 			if s := status(id); s != "expired" {
 				t.Errorf("order %s: cancel answered invalid_state but the order is %s", id, s)
 			}
@@ -353,28 +354,28 @@ func TestOrders_ExpiryRace(t *testing.T) {
 	}
 	t.Logf("expiry jobs expired %d, users cancelled %d of %d", expired.Load(), won, len(cancelTargets))
 
-	if n := e.count(t, `SELECT count(*)::int FROM orders WHERE status NOT IN ('cancelled', 'expired')`); n != 0 {
+	if n := e.Count(t, `SELECT count(*)::int FROM orders WHERE status NOT IN ('cancelled', 'expired')`); n != 0 {
 		t.Errorf("%d orders neither cancelled nor expired", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM orders WHERE status = 'expired'`); n != int(expired.Load()) {
+	if n := e.Count(t, `SELECT count(*)::int FROM orders WHERE status = 'expired'`); n != int(expired.Load()) {
 		t.Errorf("%d orders expired, the jobs report %d", n, expired.Load())
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM orders WHERE status = 'cancelled'`); n != won {
+	if n := e.Count(t, `SELECT count(*)::int FROM orders WHERE status = 'cancelled'`); n != won {
 		t.Errorf("%d orders cancelled, %d cancels answered 200", n, won)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM stock_releases`); n != orders {
+	if n := e.Count(t, `SELECT count(*)::int FROM stock_releases`); n != orders {
 		t.Errorf("count(stock_releases) = %d, want %d (one per order)", n, orders)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM orders o JOIN stock_releases r ON r.order_id = o.id
+	if n := e.Count(t, `SELECT count(*)::int FROM orders o JOIN stock_releases r ON r.order_id = o.id
 		WHERE r.reason <> o.status OR o.version <> 2`); n != 0 {
 		t.Errorf("%d orders whose release disagrees with their status, or changed status more than once", n)
 	}
 	for _, s := range skus {
-		if got := e.stock(t, s); got != initial {
+		if got := e.Stock(t, s); got != initial {
 			t.Errorf("%s: stock_available %d, want %d (all returned, once)", s, got, initial)
 		}
 	}
-	if n, err := e.r(1).app.Orders.ExpireDue(ctx); err != nil || n != 0 {
+	if n, err := e.R(1).App.Orders.ExpireDue(ctx); err != nil || n != 0 {
 		t.Errorf("ExpireDue afterwards: %d, %v; want 0, nil", n, err)
 	}
 }

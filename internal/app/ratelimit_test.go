@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/testenv"
 	"github.com/shop-example/shop/internal/seats"
 )
 
-// limitedEnv is newEnv with the limits on, as in production, and the test
+// limitedEnv is apptest.New with the limits on, as in production, and the test
 // client's loopback address trusted as a proxy, so each test can say which
 // client address a request comes from (X-Forwarded-For, see from). The
 // counts live in the shared Redis, so tests count against addresses and
@@ -26,7 +27,7 @@ import (
 // on a loaded test machine a call can pass the 100 ms default and the
 // request goes on uncounted (fail open, by design), which would make the
 // counts inexact. TestRateLimit_RedisUnreachable keeps the default.
-func limitedEnv(t *testing.T, replicas int, vars map[string]string) *env {
+func limitedEnv(t *testing.T, replicas int, vars map[string]string) *apptest.Env {
 	t.Helper()
 	environ := map[string]string{
 		"SHOP_RATE_LIMIT":         "on",
@@ -34,7 +35,7 @@ func limitedEnv(t *testing.T, replicas int, vars map[string]string) *env {
 		"SHOP_RATE_LIMIT_TIMEOUT": "2s",
 	}
 	maps.Copy(environ, vars)
-	return newEnv(t, replicas, environ)
+	return apptest.New(t, replicas, environ)
 }
 
 // from is the header pair that makes a request come from addr through the
@@ -42,14 +43,14 @@ func limitedEnv(t *testing.T, replicas int, vars map[string]string) *env {
 func from(addr string) []string { return []string{"X-Forwarded-For", addr} }
 
 // register sends POST /v1/users from addr.
-func register(t testing.TB, r *replica, name, addr string) response {
+func register(t testing.TB, r *apptest.Replica, name, addr string) apptest.Response {
 	t.Helper()
-	return r.do(t, http.MethodPost, "/v1/users", "", map[string]string{"name": name}, from(addr)...)
+	return r.Do(t, http.MethodPost, "/v1/users", "", map[string]string{"name": name}, from(addr)...)
 }
 
 // rateLimitOf returns the RateLimit header's policy name and remaining
 // count; ok is false when the answer has none.
-func rateLimitOf(res response) (policy string, remaining int, ok bool) {
+func rateLimitOf(res apptest.Response) (policy string, remaining int, ok bool) {
 	m := regexp.MustCompile(`^"([a-z_]+)";r=(\d+);t=\d+$`).FindStringSubmatch(res.Header.Get("RateLimit"))
 	if m == nil {
 		return "", 0, false
@@ -73,13 +74,13 @@ func TestRateLimit_Register(t *testing.T) {
 		e := limitedEnv(t, 1, off)
 		addr := testenv.ClientAddr()
 		for range 3 * limit {
-			res := register(t, e.r(0), "flood", addr)
-			wantStatus(t, res, http.StatusCreated)
+			res := register(t, e.R(0), "flood", addr)
+			apptest.WantStatus(t, res, http.StatusCreated)
 			if h := res.Header.Get("RateLimit-Policy"); h != "" {
 				t.Fatalf("RateLimit-Policy %q with the limits off", h)
 			}
 		}
-		if n := e.count(t, `SELECT count(*)::int FROM users WHERE name = 'flood'`); n != 3*limit {
+		if n := e.Count(t, `SELECT count(*)::int FROM users WHERE name = 'flood'`); n != 3*limit {
 			t.Errorf("%d users registered, want all %d", n, 3*limit)
 		}
 	})
@@ -88,8 +89,8 @@ func TestRateLimit_Register(t *testing.T) {
 		e := limitedEnv(t, 1, vars)
 		addr, other := testenv.ClientAddr(), testenv.ClientAddr()
 		for i := range limit {
-			res := register(t, e.r(0), fmt.Sprintf("user-%d", i), addr)
-			wantStatus(t, res, http.StatusCreated)
+			res := register(t, e.R(0), fmt.Sprintf("user-%d", i), addr)
+			apptest.WantStatus(t, res, http.StatusCreated)
 			if got, want := res.Header.Get("RateLimit-Policy"), `"register";q=3;w=3600`; got != want {
 				t.Errorf("registration %d: RateLimit-Policy %q, want %q", i+1, got, want)
 			}
@@ -98,8 +99,8 @@ func TestRateLimit_Register(t *testing.T) {
 			}
 		}
 
-		res := register(t, e.r(0), "one-too-many", addr)
-		wantProblem(t, res, http.StatusTooManyRequests, "rate_limited") // do checks problem+json and Retry-After
+		res := register(t, e.R(0), "one-too-many", addr)
+		apptest.WantProblem(t, res, http.StatusTooManyRequests, "rate_limited") // do checks problem+json and Retry-After
 		if retry, _ := strconv.Atoi(res.Header.Get("Retry-After")); retry < 60 {
 			t.Errorf("Retry-After %d s, want the time until one more is allowed: about 20 minutes", retry)
 		}
@@ -109,19 +110,19 @@ func TestRateLimit_Register(t *testing.T) {
 		if res.Header.Get("RateLimit-Policy") == "" {
 			t.Error("refusal has no RateLimit-Policy")
 		}
-		if n := e.count(t, `SELECT count(*)::int FROM users WHERE name = 'one-too-many'`); n != 0 {
+		if n := e.Count(t, `SELECT count(*)::int FROM users WHERE name = 'one-too-many'`); n != 0 {
 			t.Errorf("the refused registration wrote %d user rows, want none", n)
 		}
-		if n := e.count(t, `SELECT count(*)::int FROM users`); n != limit {
+		if n := e.Count(t, `SELECT count(*)::int FROM users`); n != limit {
 			t.Errorf("%d users, want %d", n, limit)
 		}
 
 		// Another client is counted on its own.
-		wantStatus(t, register(t, e.r(0), "neighbour", other), http.StatusCreated)
+		apptest.WantStatus(t, register(t, e.R(0), "neighbour", other), http.StatusCreated)
 
-		payWantMetric(t, e.r(0), `shop_rate_limit_requests_total{decision="allowed",limit="register"} 4`)
-		payWantMetric(t, e.r(0), `shop_rate_limit_requests_total{decision="denied",limit="register"} 1`)
-		payWantMetric(t, e.r(0), `shop_rate_limit_fail_open_total{limit="register"} 0`)
+		apptest.WantMetric(t, e.R(0), `shop_rate_limit_requests_total{decision="allowed",limit="register"} 4`)
+		apptest.WantMetric(t, e.R(0), `shop_rate_limit_requests_total{decision="denied",limit="register"} 1`)
+		apptest.WantMetric(t, e.R(0), `shop_rate_limit_fail_open_total{limit="register"} 0`)
 	})
 
 }
@@ -147,30 +148,30 @@ func TestRateLimit_Hoarding(t *testing.T) {
 	}
 	hoard := func(t *testing.T, vars map[string]string) outcome {
 		e := limitedEnv(t, 1, vars)
-		r := e.r(0)
-		mustCreateProduct(t, r, sku, 500, stock)
-		u := decode[user](t, register(t, r, "hoarder", testenv.ClientAddr()))
-		body, _ := json.Marshal(orderBody(line{SKU: sku, Quantity: 1}))
-		out := outcome{refused: map[string]int{}, cfg: e.cfg.RateLimit}
+		r := e.R(0)
+		apptest.MustCreateProduct(t, r, sku, 500, stock)
+		u := apptest.Decode[apptest.User](t, register(t, r, "hoarder", testenv.ClientAddr()))
+		body, _ := json.Marshal(apptest.OrderBody(apptest.Line{SKU: sku, Quantity: 1}))
+		out := outcome{refused: map[string]int{}, cfg: e.Cfg.RateLimit}
 		var mu sync.Mutex
 		start := time.Now()
-		inParallel(attempts, workers, func(int) {
-			res := r.do(t, http.MethodPost, "/v1/orders", u.Token, body, "Idempotency-Key", newKey())
+		apptest.InParallel(attempts, workers, func(int) {
+			res := r.Do(t, http.MethodPost, "/v1/orders", u.Token, body, "Idempotency-Key", apptest.NewKey())
 			mu.Lock()
 			defer mu.Unlock()
 			if res.Status == http.StatusCreated {
 				out.created++
 				return
 			}
-			out.refused[res.code()]++
+			out.refused[res.Code()]++
 		})
 		out.elapsed = time.Since(start)
 		// The database agrees with the answers: every order is the
 		// hoarder's, and the stock is down by exactly what they were told.
-		if n := e.count(t, `SELECT count(*)::int FROM orders WHERE user_id = $1`, u.ID); n != out.created {
+		if n := e.Count(t, `SELECT count(*)::int FROM orders WHERE user_id = $1`, u.ID); n != out.created {
 			t.Errorf("%d orders in the database, %d answered 201", n, out.created)
 		}
-		if left := e.stock(t, sku); left != stock-out.created {
+		if left := e.Stock(t, sku); left != stock-out.created {
 			t.Errorf("stock_available %d, want %d − %d", left, stock, out.created)
 		}
 		return out
@@ -205,17 +206,17 @@ func TestRateLimit_Hoarding(t *testing.T) {
 func TestRateLimit_SharedByReplicas(t *testing.T) {
 	const limit = 4
 	e := limitedEnv(t, 2, map[string]string{"SHOP_RATE_LIMIT_ORDERS": strconv.Itoa(limit) + "/h"})
-	mustCreateProduct(t, e.r(0), "SHARED-1", 100, 100)
-	u := decode[user](t, register(t, e.r(0), "spreader", testenv.ClientAddr()))
+	apptest.MustCreateProduct(t, e.R(0), "SHARED-1", 100, 100)
+	u := apptest.Decode[apptest.User](t, register(t, e.R(0), "spreader", testenv.ClientAddr()))
 
 	var created, refusedKeys []string
 	for i := range 10 {
-		key := newKey()
-		res := e.r(i).do(t, http.MethodPost, "/v1/orders", u.Token, orderBody(line{"SHARED-1", 1}), "Idempotency-Key", key)
+		key := apptest.NewKey()
+		res := e.R(i).Do(t, http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: "SHARED-1", Quantity: 1}), "Idempotency-Key", key)
 		switch {
 		case res.Status == http.StatusCreated:
 			created = append(created, key)
-		case res.Status == http.StatusTooManyRequests && res.code() == "rate_limited":
+		case res.Status == http.StatusTooManyRequests && res.Code() == "rate_limited":
 			refusedKeys = append(refusedKeys, key)
 		default:
 			t.Fatalf("order %d on replica %d: got %s, want 201 or 429", i+1, i%2, res)
@@ -224,22 +225,22 @@ func TestRateLimit_SharedByReplicas(t *testing.T) {
 	if len(created) != limit {
 		t.Errorf("%d orders created over two replicas, want %d: the replicas do not share the count", len(created), limit)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM orders WHERE user_id = $1`, u.ID); n != len(created) {
+	if n := e.Count(t, `SELECT count(*)::int FROM orders WHERE user_id = $1`, u.ID); n != len(created) {
 		t.Errorf("%d orders in the database, %d answered 201", n, len(created))
 	}
-	if got := e.stock(t, "SHARED-1"); got != 100-len(created) {
+	if got := e.Stock(t, "SHARED-1"); got != 100-len(created) {
 		t.Errorf("stock %d, want %d", got, 100-len(created))
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM idempotency_keys WHERE key = ANY($1)`, refusedKeys); n != 0 {
+	if n := e.Count(t, `SELECT count(*)::int FROM idempotency_keys WHERE key = ANY($1)`, refusedKeys); n != 0 {
 		t.Errorf("%d idempotency keys of refused orders in the table, want none: the limit runs before the key is claimed", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM idempotency_keys WHERE key = ANY($1) AND status_code = 201`, created); n != len(created) {
+	if n := e.Count(t, `SELECT count(*)::int FROM idempotency_keys WHERE key = ANY($1) AND status_code = 201`, created); n != len(created) {
 		t.Errorf("%d created orders' keys store their 201, want %d", n, len(created))
 	}
 	// Each replica counts what it decided; together, every attempt.
 	allowed := 0
 	for i := range 2 {
-		m := regexp.MustCompile(`(?m)^shop_rate_limit_requests_total\{decision="allowed",limit="orders"\} (\d+)$`).FindSubmatch([]byte(scrape(t, e.r(i))))
+		m := regexp.MustCompile(`(?m)^shop_rate_limit_requests_total\{decision="allowed",limit="orders"\} (\d+)$`).FindSubmatch([]byte(apptest.Scrape(t, e.R(i))))
 		if m == nil {
 			t.Fatalf("replica %d: no allowed count for orders", i)
 		}
@@ -256,34 +257,34 @@ func TestRateLimit_SharedByReplicas(t *testing.T) {
 // answer), a look at each, paying them and cancelling one.
 func TestRateLimit_Shopper(t *testing.T) {
 	e := limitedEnv(t, 2, nil)
-	mustCreateProduct(t, e.r(0), "SHOP-1", 500, 20)
+	apptest.MustCreateProduct(t, e.R(0), "SHOP-1", 500, 20)
 	addr := testenv.ClientAddr()
-	u := decode[user](t, register(t, e.r(0), "shopper", addr))
-	var orders []order
+	u := apptest.Decode[apptest.User](t, register(t, e.R(0), "shopper", addr))
+	var orders []apptest.Order
 	for i := range 4 {
-		key := newKey()
-		var first response
+		key := apptest.NewKey()
+		var first apptest.Response
 		for try := range 2 {
-			res := e.r(i+try).do(t, http.MethodPost, "/v1/orders", u.Token, orderBody(line{"SHOP-1", 1}), "Idempotency-Key", key)
-			wantStatus(t, res, http.StatusCreated)
+			res := e.R(i+try).Do(t, http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: "SHOP-1", Quantity: 1}), "Idempotency-Key", key)
+			apptest.WantStatus(t, res, http.StatusCreated)
 			if try == 0 {
 				first = res
 			} else if res.Header.Get("Idempotent-Replayed") != "true" {
 				t.Errorf("order %d: the retry was not a replay", i+1)
 			}
 		}
-		orders = append(orders, decode[order](t, first))
+		orders = append(orders, apptest.Decode[apptest.Order](t, first))
 	}
 	for i, o := range orders {
-		wantStatus(t, e.r(i).do(t, http.MethodGet, "/v1/orders/"+o.ID, u.Token, nil), http.StatusOK)
+		apptest.WantStatus(t, e.R(i).Do(t, http.MethodGet, "/v1/orders/"+o.ID, u.Token, nil), http.StatusOK)
 		if i == len(orders)-1 {
-			wantStatus(t, e.r(i).do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil), http.StatusOK)
+			apptest.WantStatus(t, e.R(i).Do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil), http.StatusOK)
 			continue
 		}
-		wantStatus(t, payReq(t, e.r(i), u.Token, o.ID, "pm_card_ok", newKey()), http.StatusCreated)
+		apptest.WantStatus(t, payReq(t, e.R(i), u.Token, o.ID, "pm_card_ok", apptest.NewKey()), http.StatusCreated)
 	}
 	for i := range 10 { // a page of products, from the shopper's address
-		wantStatus(t, e.r(i).do(t, http.MethodGet, "/v1/products/SHOP-1", "", nil, from(addr)...), http.StatusOK)
+		apptest.WantStatus(t, e.R(i).Do(t, http.MethodGet, "/v1/products/SHOP-1", "", nil, from(addr)...), http.StatusOK)
 	}
 }
 
@@ -293,25 +294,25 @@ func TestRateLimit_Shopper(t *testing.T) {
 // and the operations endpoints carry none.
 func TestRateLimit_Routes(t *testing.T) {
 	e := limitedEnv(t, 1, nil)
-	r := e.r(0)
+	r := e.R(0)
 	addr := testenv.ClientAddr()
-	mustCreateProduct(t, r, "ROUTE-1", 100, 10)
+	apptest.MustCreateProduct(t, r, "ROUTE-1", 100, 10)
 	res := register(t, r, "router", addr)
-	wantStatus(t, res, http.StatusCreated)
-	u := decode[user](t, res)
-	o := mustCreateOrder(t, r, u.Token, line{"ROUTE-1", 1})
-	paid := mustCreateOrder(t, r, u.Token, line{"ROUTE-1", 1})
-	wantStatus(t, payReq(t, r, u.Token, paid.ID, "pm_card_ok", newKey()), http.StatusCreated)
-	ev := mustCreateEvent(t, r, "routes", 1, 10)
-	held := make([]seatHold, 3)
+	apptest.WantStatus(t, res, http.StatusCreated)
+	u := apptest.Decode[apptest.User](t, res)
+	o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "ROUTE-1", Quantity: 1})
+	paid := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "ROUTE-1", Quantity: 1})
+	apptest.WantStatus(t, payReq(t, r, u.Token, paid.ID, "pm_card_ok", apptest.NewKey()), http.StatusCreated)
+	ev := apptest.MustCreateEvent(t, r, "routes", 1, 10)
+	held := make([]apptest.SeatHold, 3)
 	for i := range held {
-		res := holdSeats(t, r, u.Token, ev.ID, newKey(), seats.Label(0, i+1))
-		wantStatus(t, res, http.StatusCreated)
-		held[i] = decode[seatHold](t, res)
+		res := apptest.HoldSeats(t, r, u.Token, ev.ID, apptest.NewKey(), seats.Label(0, i+1))
+		apptest.WantStatus(t, res, http.StatusCreated)
+		held[i] = apptest.Decode[apptest.SeatHold](t, res)
 	}
-	bookedRes := confirmHold(t, r, u.Token, held[2].ID, newKey())
-	wantStatus(t, bookedRes, http.StatusCreated)
-	booked := decode[booking](t, bookedRes)
+	bookedRes := apptest.ConfirmHold(t, r, u.Token, held[2].ID, apptest.NewKey())
+	apptest.WantStatus(t, bookedRes, http.StatusCreated)
+	booked := apptest.Decode[apptest.Booking](t, bookedRes)
 
 	key := "Idempotency-Key"
 	tests := []struct {
@@ -324,36 +325,36 @@ func TestRateLimit_Routes(t *testing.T) {
 		{"ListProducts", http.MethodGet, "/v1/products", "", nil, nil, "public"},
 		{"GetProduct", http.MethodGet, "/v1/products/ROUTE-1", "", nil, nil, "public"},
 		{"Me", http.MethodGet, "/v1/me", u.Token, nil, nil, ""},
-		{"CreateOrder", http.MethodPost, "/v1/orders", u.Token, orderBody(line{"ROUTE-1", 1}), []string{key, newKey()}, "orders"},
+		{"CreateOrder", http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: "ROUTE-1", Quantity: 1}), []string{key, apptest.NewKey()}, "orders"},
 		{"ListOrders", http.MethodGet, "/v1/orders", u.Token, nil, nil, ""},
 		{"GetOrder", http.MethodGet, "/v1/orders/" + o.ID, u.Token, nil, nil, ""},
-		{"Pay", http.MethodPost, payPath(o.ID), u.Token, map[string]string{"payment_method": "pm_card_ok"}, []string{key, newKey()}, "writes"},
+		{"Pay", http.MethodPost, payPath(o.ID), u.Token, map[string]string{"payment_method": "pm_card_ok"}, []string{key, apptest.NewKey()}, "writes"},
 		{"ListPayments", http.MethodGet, payPath(o.ID), u.Token, nil, nil, ""},
 		{"Cancel", http.MethodPost, "/v1/orders/" + paid.ID + "/cancel", u.Token, nil, nil, "writes"},
-		{"AdminCreateProduct", http.MethodPost, "/v1/products", testAdminToken, map[string]any{"sku": "ROUTE-2", "name": "x", "price_cents": 1, "stock": 1}, nil, ""},
-		{"AdminUpdateProduct", http.MethodPatch, "/v1/products/ROUTE-1", testAdminToken, map[string]any{"name": "y"}, []string{"If-Match", `"1"`}, ""},
-		{"AdminRestock", http.MethodPost, "/v1/products/ROUTE-1/restock", testAdminToken, map[string]int{"quantity": 1}, []string{key, newKey()}, ""},
+		{"AdminCreateProduct", http.MethodPost, "/v1/products", apptest.AdminToken, map[string]any{"sku": "ROUTE-2", "name": "x", "price_cents": 1, "stock": 1}, nil, ""},
+		{"AdminUpdateProduct", http.MethodPatch, "/v1/products/ROUTE-1", apptest.AdminToken, map[string]any{"name": "y"}, []string{"If-Match", `"1"`}, ""},
+		{"AdminRestock", http.MethodPost, "/v1/products/ROUTE-1/restock", apptest.AdminToken, map[string]int{"quantity": 1}, []string{key, apptest.NewKey()}, ""},
 		{"GetEvent", http.MethodGet, "/v1/events/" + ev.ID, "", nil, nil, "public"},
 		{"SeatMap", http.MethodGet, "/v1/events/" + ev.ID + "/seats", "", nil, nil, "public"},
-		{"HoldSeats", http.MethodPost, "/v1/events/" + ev.ID + "/holds", u.Token, map[string]any{"seats": []string{"A9"}}, []string{key, newKey()}, "writes"},
+		{"HoldSeats", http.MethodPost, "/v1/events/" + ev.ID + "/holds", u.Token, map[string]any{"seats": []string{"A9"}}, []string{key, apptest.NewKey()}, "writes"},
 		{"GetHold", http.MethodGet, "/v1/holds/" + held[0].ID, u.Token, nil, nil, ""},
-		{"ConfirmHold", http.MethodPost, "/v1/holds/" + held[0].ID + "/confirm", u.Token, nil, []string{key, newKey()}, "writes"},
+		{"ConfirmHold", http.MethodPost, "/v1/holds/" + held[0].ID + "/confirm", u.Token, nil, []string{key, apptest.NewKey()}, "writes"},
 		{"ReleaseHold", http.MethodDelete, "/v1/holds/" + held[1].ID, u.Token, nil, nil, "writes"},
 		{"GetBooking", http.MethodGet, "/v1/bookings/" + booked.ID, u.Token, nil, nil, ""},
-		{"AdminCreateEvent", http.MethodPost, "/v1/events", testAdminToken, map[string]any{"name": "x", "rows": 1, "seats_per_row": 1}, nil, ""},
+		{"AdminCreateEvent", http.MethodPost, "/v1/events", apptest.AdminToken, map[string]any{"name": "x", "rows": 1, "seats_per_row": 1}, nil, ""},
 		{"Healthz", http.MethodGet, "/healthz", "", nil, nil, ""},
 		{"Readyz", http.MethodGet, "/readyz", "", nil, nil, ""},
 		{"Metrics", http.MethodGet, "/metrics", "", nil, nil, ""},
 		// The user limits run after auth: no user, no count, no header.
-		{"CreateOrderNoToken", http.MethodPost, "/v1/orders", "", orderBody(line{"ROUTE-1", 1}), []string{key, newKey()}, ""},
+		{"CreateOrderNoToken", http.MethodPost, "/v1/orders", "", apptest.OrderBody(apptest.Line{SKU: "ROUTE-1", Quantity: 1}), []string{key, apptest.NewKey()}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rr := r
 			if tt.path == "/metrics" {
-				rr = r.offContract("no /metrics on the API's port")
+				rr = r.OffContract("no /metrics on the API's port")
 			}
-			res := rr.do(t, tt.method, tt.path, tt.token, tt.body, append(from(addr), tt.header...)...)
+			res := rr.Do(t, tt.method, tt.path, tt.token, tt.body, append(from(addr), tt.header...)...)
 			if res.Status >= 500 || res.Status == http.StatusTooManyRequests {
 				t.Fatalf("got %s", res)
 			}
@@ -380,8 +381,8 @@ func TestRateLimit_RedisUnreachable(t *testing.T) {
 	addr := testenv.ClientAddr()
 	for i := range 3 {
 		start := time.Now()
-		res := register(t, e.r(0), "open", addr)
-		wantStatus(t, res, http.StatusCreated)
+		res := register(t, e.R(0), "open", addr)
+		apptest.WantStatus(t, res, http.StatusCreated)
 		// Generous: the limiter's bound is 100 ms; go-redis's default read
 		// timeout, what the bound prevents, is 5 s.
 		if elapsed := time.Since(start); elapsed > 2*time.Second {
@@ -391,13 +392,13 @@ func TestRateLimit_RedisUnreachable(t *testing.T) {
 			t.Errorf("registration %d: RateLimit %q, want none: nothing was counted", i+1, h)
 		}
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM users WHERE name = 'open'`); n != 3 {
+	if n := e.Count(t, `SELECT count(*)::int FROM users WHERE name = 'open'`); n != 3 {
 		t.Errorf("%d users registered, want 3", n)
 	}
-	payWantMetric(t, e.r(0), `shop_rate_limit_fail_open_total{limit="register"} 3`)
-	payWantMetric(t, e.r(0), `shop_rate_limit_requests_total{decision="allowed",limit="register"} 0`)
+	apptest.WantMetric(t, e.R(0), `shop_rate_limit_fail_open_total{limit="register"} 3`)
+	apptest.WantMetric(t, e.R(0), `shop_rate_limit_requests_total{decision="allowed",limit="register"} 0`)
 	// The locks do not use that node: orders still take theirs.
-	mustCreateProduct(t, e.r(0), "OPEN-1", 100, 1)
-	u := decode[user](t, register(t, e.r(0), "buyer", testenv.ClientAddr()))
-	mustCreateOrder(t, e.r(0), u.Token, line{"OPEN-1", 1})
+	apptest.MustCreateProduct(t, e.R(0), "OPEN-1", 100, 1)
+	u := apptest.Decode[apptest.User](t, register(t, e.R(0), "buyer", testenv.ClientAddr()))
+	apptest.MustCreateOrder(t, e.R(0), u.Token, apptest.Line{SKU: "OPEN-1", Quantity: 1})
 }

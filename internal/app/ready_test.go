@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/platform/config"
@@ -20,7 +21,7 @@ import (
 // reached through links the test can cut: a dependency going down, as the
 // replica sees it, while the shared servers stay up for every other test.
 type linkedReplica struct {
-	*replica
+	*apptest.Replica
 	postgres *testenv.Link
 	redis    []*testenv.Link
 }
@@ -43,7 +44,7 @@ func newLinkedReplica(t *testing.T, lockMode string) linkedReplica {
 	environ := map[string]string{
 		"SHOP_DATABASE_URL": u.String(),
 		"SHOP_REDIS_ADDRS":  strings.Join(addrs, ","),
-		"SHOP_ADMIN_TOKEN":  testAdminToken,
+		"SHOP_ADMIN_TOKEN":  apptest.AdminToken,
 		"SHOP_LOCK_MODE":    lockMode,
 	}
 	cfg, err := config.FromEnv(func(k string) string { return environ[k] })
@@ -53,12 +54,12 @@ func newLinkedReplica(t *testing.T, lockMode string) linkedReplica {
 	_, cfg.GatewayURL = gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay})
 	clients := redisx.Clients(cfg.RedisAddrs)
 	t.Cleanup(func() { _ = redisx.Close(clients) })
-	a, err := app.New(cfg, app.Deps{Pool: testenv.PoolFor(t, cfg.DatabaseURL), Redis: clients, Logger: testLogger(t)})
+	a, err := app.New(cfg, app.Deps{Pool: testenv.PoolFor(t, cfg.DatabaseURL), Redis: clients, Logger: apptest.Logger(t)})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
 	t.Cleanup(a.Close)
-	lr.replica = serveReplica(t, a, &http.Client{Transport: checkedTransport(t, http.DefaultTransport)})
+	lr.Replica = apptest.Serve(t, a, &http.Client{Transport: apptest.CheckedTransport(t, http.DefaultTransport)})
 	return lr
 }
 
@@ -75,10 +76,10 @@ type readyDoc struct {
 
 // wantReady checks /readyz: its status, the state of each dependency, and
 // the readiness gauges on the replica's metrics.
-func wantReady(t *testing.T, r *replica, status int, postgres, lockQuorum string) readyDoc {
+func wantReady(t *testing.T, r *apptest.Replica, status int, postgres, lockQuorum string) readyDoc {
 	t.Helper()
-	res := r.do(t, http.MethodGet, "/readyz", "", nil)
-	doc := decode[readyDoc](t, res)
+	res := r.Do(t, http.MethodGet, "/readyz", "", nil)
+	doc := apptest.Decode[readyDoc](t, res)
 	if res.Status != status || doc.Ready != (status == http.StatusOK) {
 		t.Errorf("/readyz: got %s, want %d", res, status)
 	}
@@ -98,7 +99,7 @@ func wantReady(t *testing.T, r *replica, status int, postgres, lockQuorum string
 	if status == http.StatusOK {
 		ready = 1
 	}
-	m := scrape(t, r)
+	m := apptest.Scrape(t, r)
 	for _, sample := range []string{
 		"shop_ready " + strconv.Itoa(ready),
 		`shop_degraded{dependency="lock_quorum"} ` + strconv.Itoa(wantDegraded),
@@ -106,7 +107,7 @@ func wantReady(t *testing.T, r *replica, status int, postgres, lockQuorum string
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + `$`).MatchString(m) {
 			name, _, _ := strings.Cut(sample, " ")
 			name, _, _ = strings.Cut(name, "{")
-			t.Errorf("metrics lack %q; they have:\n%s", sample, grepLines(m, name))
+			t.Errorf("metrics lack %q; they have:\n%s", sample, apptest.GrepLines(m, name))
 		}
 	}
 	return doc
@@ -120,7 +121,7 @@ func wantReady(t *testing.T, r *replica, status int, postgres, lockQuorum string
 func TestReadiness(t *testing.T) {
 	t.Run("AllUp", func(t *testing.T) {
 		r := newLinkedReplica(t, "degrade")
-		doc := wantReady(t, r.replica, http.StatusOK, "ok", "ok")
+		doc := wantReady(t, r.Replica, http.StatusOK, "ok", "ok")
 		if d := doc.Checks["lock_quorum"].Detail; !strings.Contains(d, "3 of 3") {
 			t.Errorf("lock_quorum detail %q, want it to count the nodes that answer", d)
 		}
@@ -129,49 +130,49 @@ func TestReadiness(t *testing.T) {
 	t.Run("OneOfThreeNodesDown", func(t *testing.T) {
 		r := newLinkedReplica(t, "strict")
 		r.redis[2].Down()
-		wantReady(t, r.replica, http.StatusOK, "ok", "ok")
+		wantReady(t, r.Replica, http.StatusOK, "ok", "ok")
 	})
 
 	t.Run("DegradeTwoOfThreeNodesDown", func(t *testing.T) {
 		r := newLinkedReplica(t, "degrade")
 		r.redis[0].Down()
 		r.redis[1].Down()
-		doc := wantReady(t, r.replica, http.StatusOK, "ok", "degraded")
+		doc := wantReady(t, r.Replica, http.StatusOK, "ok", "degraded")
 		if d := doc.Checks["lock_quorum"].Detail; !strings.Contains(d, "1 of 3") {
 			t.Errorf("lock_quorum detail %q, want it to say 1 of 3 nodes answer", d)
 		}
 		// It says it can serve, and it does: the order is made without the
 		// lock, on the database's defences.
-		mustCreateProduct(t, r.replica, "READY", 100, 5)
-		u := mustCreateUser(t, r.replica, "rita")
-		mustCreateOrder(t, r.replica, u.Token, line{"READY", 1})
+		apptest.MustCreateProduct(t, r.Replica, "READY", 100, 5)
+		u := apptest.MustCreateUser(t, r.Replica, "rita")
+		apptest.MustCreateOrder(t, r.Replica, u.Token, apptest.Line{SKU: "READY", Quantity: 1})
 
 		for _, l := range r.redis {
 			l.Up()
 		}
-		wantReady(t, r.replica, http.StatusOK, "ok", "ok")
+		wantReady(t, r.Replica, http.StatusOK, "ok", "ok")
 	})
 
 	t.Run("StrictTwoOfThreeNodesDown", func(t *testing.T) {
 		r := newLinkedReplica(t, "strict")
 		r.redis[0].Down()
 		r.redis[1].Down()
-		res := r.do(t, http.MethodGet, "/readyz", "", nil) // do checks the problem document
-		wantProblem(t, res, http.StatusServiceUnavailable, "unavailable")
-		wantReady(t, r.replica, http.StatusServiceUnavailable, "ok", "down")
+		res := r.Do(t, http.MethodGet, "/readyz", "", nil) // do checks the problem document
+		apptest.WantProblem(t, res, http.StatusServiceUnavailable, "unavailable")
+		wantReady(t, r.Replica, http.StatusServiceUnavailable, "ok", "down")
 	})
 
 	t.Run("PostgresUnreachable", func(t *testing.T) {
 		r := newLinkedReplica(t, "degrade")
 		r.postgres.Down()
-		res := r.do(t, http.MethodGet, "/readyz", "", nil)
-		wantProblem(t, res, http.StatusServiceUnavailable, "unavailable")
+		res := r.Do(t, http.MethodGet, "/readyz", "", nil)
+		apptest.WantProblem(t, res, http.StatusServiceUnavailable, "unavailable")
 		if strings.Contains(string(res.Body), r.postgres.Addr()) {
 			t.Errorf("/readyz reveals the database address: %s", res.Body)
 		}
-		wantReady(t, r.replica, http.StatusServiceUnavailable, "down", "ok")
+		wantReady(t, r.Replica, http.StatusServiceUnavailable, "down", "ok")
 
 		r.postgres.Up()
-		wantReady(t, r.replica, http.StatusOK, "ok", "ok")
+		wantReady(t, r.Replica, http.StatusOK, "ok", "ok")
 	})
 }

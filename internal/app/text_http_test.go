@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/shop-example/shop/internal/app/apptest"
 )
 
 // controls are control characters (C0, DEL, C1) as JSON escapes; none may
@@ -14,11 +16,11 @@ var controls = []string{`\u0000`, `\u0007`, `\n`, `\u001f`, `\u007f`, `\u0085`, 
 // 400 invalid_request naming the field; a product name with NUL once made
 // PostgreSQL fail (500).
 func TestText_ControlCharacters(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	mustCreateProduct(t, r, "TXT-1", 100, 10)
-	u := mustCreateUser(t, r, "tess")
-	o := mustCreateOrder(t, r, u.Token, line{"TXT-1", 1})
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	apptest.MustCreateProduct(t, r, "TXT-1", 100, 10)
+	u := apptest.MustCreateUser(t, r, "tess")
+	o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "TXT-1", Quantity: 1})
 
 	routes := []struct {
 		name, method, path, token, field string
@@ -27,11 +29,11 @@ func TestText_ControlCharacters(t *testing.T) {
 	}{
 		{"UserName", http.MethodPost, "/v1/users", "", "name",
 			func(c string) string { return `{"name": "a` + c + `b"}` }, nil},
-		{"ProductName", http.MethodPost, "/v1/products", testAdminToken, "name",
+		{"ProductName", http.MethodPost, "/v1/products", apptest.AdminToken, "name",
 			func(c string) string { return `{"sku": "TXT-2", "name": "Mug` + c + `", "price_cents": 1, "stock": 1}` }, nil},
-		{"ProductSKU", http.MethodPost, "/v1/products", testAdminToken, "sku",
+		{"ProductSKU", http.MethodPost, "/v1/products", apptest.AdminToken, "sku",
 			func(c string) string { return `{"sku": "TXT-3` + c + `", "name": "Mug", "price_cents": 1, "stock": 1}` }, nil},
-		{"ProductPatchName", http.MethodPatch, "/v1/products/TXT-1", testAdminToken, "name",
+		{"ProductPatchName", http.MethodPatch, "/v1/products/TXT-1", apptest.AdminToken, "name",
 			func(c string) string { return `{"name": "Mug` + c + `"}` }, []string{"If-Match", `"1"`}},
 		{"OrderSKU", http.MethodPost, "/v1/orders", u.Token, "items[0].sku",
 			func(c string) string { return `{"items": [{"sku": "TXT-1` + c + `", "quantity": 1}]}` }, nil},
@@ -41,32 +43,32 @@ func TestText_ControlCharacters(t *testing.T) {
 	for _, rt := range routes {
 		t.Run(rt.name, func(t *testing.T) {
 			for _, c := range controls {
-				hdr := append([]string{"Idempotency-Key", newKey()}, rt.header...)
-				res := r.offContract("control character").do(t, rt.method, rt.path, rt.token, rt.body(c), hdr...)
-				if res.Status != http.StatusBadRequest || res.code() != "invalid_request" {
+				hdr := append([]string{"Idempotency-Key", apptest.NewKey()}, rt.header...)
+				res := r.OffContract("control character").Do(t, rt.method, rt.path, rt.token, rt.body(c), hdr...)
+				if res.Status != http.StatusBadRequest || res.Code() != "invalid_request" {
 					t.Errorf("%s: got %s, want 400 invalid_request", c, res)
 					continue
 				}
-				if d := res.problem().Detail; !strings.HasPrefix(d, rt.field+":") {
+				if d := res.Problem().Detail; !strings.HasPrefix(d, rt.field+":") {
 					t.Errorf("%s: detail %q, want it to name %s", c, d, rt.field)
 				}
 			}
 		})
 	}
 
-	if n := e.count(t, `SELECT count(*)::int FROM users`); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM users`); n != 1 {
 		t.Errorf("%d users, want 1", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM products`); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM products`); n != 1 {
 		t.Errorf("%d products, want 1", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM products WHERE name = 'Product TXT-1' AND version = 1`); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM products WHERE name = 'Product TXT-1' AND version = 1`); n != 1 {
 		t.Errorf("the product's name changed")
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM orders`); n != 1 {
+	if n := e.Count(t, `SELECT count(*)::int FROM orders`); n != 1 {
 		t.Errorf("%d orders, want 1", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM payments`); n != 0 {
+	if n := e.Count(t, `SELECT count(*)::int FROM payments`); n != 0 {
 		t.Errorf("%d payments, want 0", n)
 	}
 }
@@ -75,23 +77,23 @@ func TestText_ControlCharacters(t *testing.T) {
 // were once decoded to U+FFFD and stored so (a user and an event named
 // "\ufffd\ufffd" for the bytes ff fe).
 func TestText_InvalidUTF8(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
 	for _, rt := range []struct{ name, path, token, body string }{
 		{"UserName", "/v1/users", "", "{\"name\": \"\xff\xfe\"}"},
-		{"EventName", "/v1/events", testAdminToken, "{\"name\": \"\xff\xfe\", \"rows\": 1, \"seats_per_row\": 1}"},
+		{"EventName", "/v1/events", apptest.AdminToken, "{\"name\": \"\xff\xfe\", \"rows\": 1, \"seats_per_row\": 1}"},
 	} {
 		t.Run(rt.name, func(t *testing.T) {
-			res := r.do(t, http.MethodPost, rt.path, rt.token, rt.body)
-			if res.Status != http.StatusBadRequest || res.code() != "invalid_request" {
+			res := r.Do(t, http.MethodPost, rt.path, rt.token, rt.body)
+			if res.Status != http.StatusBadRequest || res.Code() != "invalid_request" {
 				t.Errorf("got %s, want 400 invalid_request", res)
 			}
 		})
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM users`); n != 0 {
+	if n := e.Count(t, `SELECT count(*)::int FROM users`); n != 0 {
 		t.Errorf("%d users, want 0", n)
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM events`); n != 0 {
+	if n := e.Count(t, `SELECT count(*)::int FROM events`); n != 0 {
 		t.Errorf("%d events, want 0", n)
 	}
 }
@@ -100,10 +102,10 @@ func TestText_InvalidUTF8(t *testing.T) {
 // route, before the route reads it: GET /v1/orders?cursor=%%% once
 // answered the first page, as if no cursor had been sent.
 func TestQuery_Unparsable(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	u := mustCreateUser(t, r, "quinn")
-	wantStatus(t, r.do(t, http.MethodGet, "/v1/orders?cursor=", u.Token, nil), http.StatusOK)
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	u := apptest.MustCreateUser(t, r, "quinn")
+	apptest.WantStatus(t, r.Do(t, http.MethodGet, "/v1/orders?cursor=", u.Token, nil), http.StatusOK)
 	for _, rt := range []struct{ name, method, path, token string }{
 		{"OrdersCursor", http.MethodGet, "/v1/orders?cursor=%%%", u.Token},
 		{"OrdersLimit", http.MethodGet, "/v1/orders?limit=%zz", u.Token},
@@ -116,13 +118,13 @@ func TestQuery_Unparsable(t *testing.T) {
 			if rt.method == http.MethodPost {
 				body = map[string]string{"name": "never"}
 			}
-			res := r.do(t, rt.method, rt.path, rt.token, body)
-			if res.Status != http.StatusBadRequest || res.code() != "invalid_request" || !strings.Contains(res.problem().Detail, "query") {
+			res := r.Do(t, rt.method, rt.path, rt.token, body)
+			if res.Status != http.StatusBadRequest || res.Code() != "invalid_request" || !strings.Contains(res.Problem().Detail, "query") {
 				t.Errorf("got %s, want 400 invalid_request naming the query", res)
 			}
 		})
 	}
-	if n := e.count(t, `SELECT count(*)::int FROM users WHERE name = 'never'`); n != 0 {
+	if n := e.Count(t, `SELECT count(*)::int FROM users WHERE name = 'never'`); n != 0 {
 		t.Errorf("a request with a bad query string registered a user")
 	}
 }

@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/platform/testenv"
@@ -19,12 +19,12 @@ import (
 // replicaOn is one replica of the service on the database at dbURL, whose
 // pool connects only when a request needs it, as a replica whose database
 // went away after it started.
-func replicaOn(t *testing.T, dbURL string) *replica {
+func replicaOn(t *testing.T, dbURL string) *apptest.Replica {
 	t.Helper()
 	environ := map[string]string{
 		"SHOP_DATABASE_URL": dbURL,
 		"SHOP_REDIS_ADDRS":  strings.Join(testenv.RedisAddrs(t), ","),
-		"SHOP_ADMIN_TOKEN":  testAdminToken,
+		"SHOP_ADMIN_TOKEN":  apptest.AdminToken,
 	}
 	cfg, err := config.FromEnv(func(k string) string { return environ[k] })
 	if err != nil {
@@ -37,14 +37,12 @@ func replicaOn(t *testing.T, dbURL string) *replica {
 	t.Cleanup(pool.Close)
 	clients := redisx.Clients(cfg.RedisAddrs)
 	t.Cleanup(func() { _ = redisx.Close(clients) })
-	a, err := app.New(cfg, app.Deps{Pool: pool, Redis: clients, Logger: testLogger(t)})
+	a, err := app.New(cfg, app.Deps{Pool: pool, Redis: clients, Logger: apptest.Logger(t)})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
 	t.Cleanup(a.Close)
-	srv := httptest.NewServer(a.Echo)
-	t.Cleanup(srv.Close)
-	return &replica{app: a, url: srv.URL, client: &http.Client{Transport: checkedTransport(t, http.DefaultTransport), Timeout: 30 * time.Second}}
+	return apptest.Serve(t, a, &http.Client{Transport: apptest.CheckedTransport(t, http.DefaultTransport), Timeout: 30 * time.Second})
 }
 
 // A database that refuses connections, or is full (SQLSTATE 53300, as
@@ -69,12 +67,12 @@ func TestDatabaseUnavailable(t *testing.T) {
 				{http.MethodGet, "/v1/me", "shop_some-token", nil, nil},
 				{http.MethodGet, "/v1/products", "", nil, nil},
 				{http.MethodGet, "/v1/products/SKU-1", "", nil, nil},
-				{http.MethodPost, "/v1/products", testAdminToken, `{"sku": "U-1", "name": "x", "price_cents": 1, "stock": 1}`, nil},
-				{http.MethodPost, "/v1/products/SKU-1/restock", testAdminToken, `{"quantity": 1}`, []string{"Idempotency-Key", newKey()}},
-				{http.MethodPost, "/v1/orders", "shop_some-token", orderBody(line{"SKU-1", 1}), []string{"Idempotency-Key", newKey()}},
+				{http.MethodPost, "/v1/products", apptest.AdminToken, `{"sku": "U-1", "name": "x", "price_cents": 1, "stock": 1}`, nil},
+				{http.MethodPost, "/v1/products/SKU-1/restock", apptest.AdminToken, `{"quantity": 1}`, []string{"Idempotency-Key", apptest.NewKey()}},
+				{http.MethodPost, "/v1/orders", "shop_some-token", apptest.OrderBody(apptest.Line{SKU: "SKU-1", Quantity: 1}), []string{"Idempotency-Key", apptest.NewKey()}},
 			} {
-				res := r.do(t, req.method, req.path, req.token, req.body, req.header...)
-				if res.Status != http.StatusServiceUnavailable || res.code() != "unavailable" {
+				res := r.Do(t, req.method, req.path, req.token, req.body, req.header...)
+				if res.Status != http.StatusServiceUnavailable || res.Code() != "unavailable" {
 					t.Errorf("%s %s: got %s, want 503 unavailable", req.method, req.path, res)
 					continue
 				}

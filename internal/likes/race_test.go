@@ -11,9 +11,9 @@ import (
 )
 
 // The layers taken off one by one and together are raced over two
-// replicas through HTTP in internal/app (TestAblation_Like,
-// docs/ABLATION.md), and so are the storms of many users; these are the
-// flow's own races, on the service.
+// replicas through HTTP in ablation_test.go (TestAblation_Like,
+// docs/ABLATION.md), and so are the storms of many users
+// (race_http_test.go); these are the flow's races on the service.
 
 // Twenty clicks of one user liking one post at once, on two replicas,
 // with each strategy of the lock: exactly one writes (the row is at

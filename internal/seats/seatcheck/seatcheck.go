@@ -1,7 +1,7 @@
 // Package seatcheck is the sequential model of an event's seat map that
 // porcupine checks recorded histories of holds, confirms, releases and
 // seat-map reads against: the linearizability check of the seats flow,
-// shared by the race tests (internal/app) and the fault suite
+// shared by the race tests (internal/seats) and the fault suite
 // (internal/faults).
 //
 // The state of one event is its seat map: per seat, 0 (available), the

@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/testenv"
 	"github.com/shop-example/shop/internal/seats"
 )
@@ -56,10 +57,10 @@ func TestSeats_RaceOverlappingHolds(t *testing.T) {
 
 func raceOverlappingHolds(t *testing.T, strategy string) {
 	const clients, rounds, rows, perRow = 64, 3, 2, 10
-	e := newEnv(t, 2, map[string]string{"SHOP_SEAT_LOCK": strategy})
-	ev := mustCreateEvent(t, e.r(0), "race", rows, perRow)
-	users := testenv.Users(t, e.db, clients)
-	e.warm(t, 32)
+	e := apptest.New(t, 2, map[string]string{"SHOP_SEAT_LOCK": strategy})
+	ev := apptest.MustCreateEvent(t, e.R(0), "race", rows, perRow)
+	users := testenv.Users(t, e.DB, clients)
+	e.Warm(t, 32)
 	start := time.Now()
 	var mu sync.Mutex
 	var lives []holdLife
@@ -70,26 +71,26 @@ func raceOverlappingHolds(t *testing.T, strategy string) {
 		for round := range rounds {
 			want := randomSeats(rng, rows, perRow, 4)
 			call := time.Since(start)
-			res := untilNotBusy(t, func(attempt int) response {
-				return holdSeats(t, e.r(i+attempt), u.Token, ev.ID, fmt.Sprintf("%s-%d", u.ID, round), want...)
+			res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
+				return apptest.HoldSeats(t, e.R(i+attempt), u.Token, ev.ID, fmt.Sprintf("%s-%d", u.ID, round), want...)
 			})
 			ret := time.Since(start)
 			switch {
 			case res.Status == http.StatusCreated:
-				h := decode[seatHold](t, res)
+				h := apptest.Decode[apptest.SeatHold](t, res)
 				life := holdLife{seats: h.Seats, from: call, released: time.Duration(1 << 62)}
 				switch rng.IntN(3) {
 				case 0:
-					wantStatus(t, confirmHold(t, e.r(i), u.Token, h.ID, newKey()), http.StatusCreated)
+					apptest.WantStatus(t, apptest.ConfirmHold(t, e.R(i), u.Token, h.ID, apptest.NewKey()), http.StatusCreated)
 				case 1:
-					wantStatus(t, releaseHold(t, e.r(i+1), u.Token, h.ID), http.StatusOK)
+					apptest.WantStatus(t, apptest.ReleaseHold(t, e.R(i+1), u.Token, h.ID), http.StatusOK)
 					life.released = time.Since(start)
 				}
 				mu.Lock()
 				lives = append(lives, life)
 				mu.Unlock()
-			case res.code() == "seat_unavailable":
-				p := decode[seatProblem](t, res)
+			case res.Code() == "seat_unavailable":
+				p := apptest.Decode[apptest.SeatProblem](t, res)
 				mu.Lock()
 				refusals = append(refusals, refusal{seats: p.Seats, call: call, ret: ret})
 				mu.Unlock()
@@ -98,8 +99,8 @@ func raceOverlappingHolds(t *testing.T, strategy string) {
 			}
 		}
 	})
-	s := e.seatRows(t, ev.ID)
-	got := mustGetEvent(t, e.r(1), ev.ID)
+	s := readSeatRows(t, e, ev.ID)
+	got := apptest.MustGetEvent(t, e.R(1), ev.ID)
 	if v := s.violations(); v != 0 {
 		t.Errorf("seat rows break the invariant (%d): %+v", v, s)
 	}
@@ -130,14 +131,14 @@ func raceOverlappingHolds(t *testing.T, strategy string) {
 }
 
 // mustHoldMany makes one single-seat hold per user on a fresh event.
-func mustHoldMany(t *testing.T, e *env, users []testenv.User) (event, []seatHold) {
+func mustHoldMany(t *testing.T, e *apptest.Env, users []testenv.User) (apptest.Event, []apptest.SeatHold) {
 	t.Helper()
-	ev := mustCreateEvent(t, e.r(0), "many", 1, len(users))
-	holds := make([]seatHold, len(users))
+	ev := apptest.MustCreateEvent(t, e.R(0), "many", 1, len(users))
+	holds := make([]apptest.SeatHold, len(users))
 	for i, u := range users {
-		res := holdSeats(t, e.r(i), u.Token, ev.ID, newKey(), seats.Label(0, i+1))
-		wantStatus(t, res, http.StatusCreated)
-		holds[i] = decode[seatHold](t, res)
+		res := apptest.HoldSeats(t, e.R(i), u.Token, ev.ID, apptest.NewKey(), seats.Label(0, i+1))
+		apptest.WantStatus(t, res, http.StatusCreated)
+		holds[i] = apptest.Decode[apptest.SeatHold](t, res)
 	}
 	return ev, holds
 }
@@ -147,28 +148,30 @@ func mustHoldMany(t *testing.T, e *env, users []testenv.User) (event, []seatHold
 // own. Each hold gets one booking, and every 201 names it.
 func TestSeats_DuplicatedConfirms(t *testing.T) {
 	const n, sameKey, ownKeys = 20, 4, 2
-	e := newEnv(t, 2, nil)
-	users := testenv.Users(t, e.db, n)
+	e := apptest.New(t, 2, nil)
+	users := testenv.Users(t, e.DB, n)
 	ev, holds := mustHoldMany(t, e, users)
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = newKey()
+		keys[i] = apptest.NewKey()
 	}
-	e.warm(t, 32)
+	e.Warm(t, 32)
 	var mu sync.Mutex
 	seen := map[string]map[string]bool{}
 	testenv.Together(n*(sameKey+ownKeys), func(i int) {
 		h, click := i%n, i/n
 		key := keys[h]
 		if click >= sameKey {
-			key = newKey()
+			key = apptest.NewKey()
 		}
-		res := untilNotBusy(t, func(attempt int) response { return confirmHold(t, e.r(i+attempt), users[h].Token, holds[h].ID, key) })
+		res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
+			return apptest.ConfirmHold(t, e.R(i+attempt), users[h].Token, holds[h].ID, key)
+		})
 		if res.Status != http.StatusCreated {
 			t.Errorf("confirm: %s", res)
 			return
 		}
-		b := decode[booking](t, res)
+		b := apptest.Decode[apptest.Booking](t, res)
 		mu.Lock()
 		if seen[holds[h].ID] == nil {
 			seen[holds[h].ID] = map[string]bool{}
@@ -181,10 +184,10 @@ func TestSeats_DuplicatedConfirms(t *testing.T) {
 			t.Errorf("hold %s was answered with %d bookings", id, len(bs))
 		}
 	}
-	if got := e.count(t, `SELECT count(*)::int FROM bookings WHERE event_id = $1`, ev.ID); got != n {
+	if got := e.Count(t, `SELECT count(*)::int FROM bookings WHERE event_id = $1`, ev.ID); got != n {
 		t.Errorf("%d bookings, want %d", got, n)
 	}
-	if s := e.seatRows(t, ev.ID); s.violations() != 0 || s.booked != n {
+	if s := readSeatRows(t, e, ev.ID); s.violations() != 0 || s.booked != n {
 		t.Errorf("seat rows: %+v", s)
 	}
 }
@@ -195,13 +198,13 @@ func TestSeats_DuplicatedConfirms(t *testing.T) {
 // free and a hold_expired; never both, never neither.
 func TestSeats_ConfirmRacesExpiry(t *testing.T) {
 	const n = 40
-	e := newEnv(t, 2, nil)
-	users := testenv.Users(t, e.db, n)
+	e := apptest.New(t, 2, nil)
+	users := testenv.Users(t, e.DB, n)
 	ev, holds := mustHoldMany(t, e, users)
-	store := seats.NewStore(e.db)
-	late := e.clock.Now().Add(e.cfg.SeatHoldTTL + time.Minute)
-	e.warm(t, 32)
-	answers := make([]response, n)
+	store := seats.NewStore(e.DB)
+	late := e.Clock.Now().Add(e.Cfg.SeatHoldTTL + time.Minute)
+	e.Warm(t, 32)
+	answers := make([]apptest.Response, n)
 	testenv.Together(n+4, func(i int) {
 		if i >= n {
 			// Four expiry jobs, as in four replicas, in small batches.
@@ -216,8 +219,8 @@ func TestSeats_ConfirmRacesExpiry(t *testing.T) {
 			}
 			return
 		}
-		answers[i] = untilNotBusy(t, func(attempt int) response {
-			return confirmHold(t, e.r(i+attempt), users[i].Token, holds[i].ID, newKey())
+		answers[i] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
+			return apptest.ConfirmHold(t, e.R(i+attempt), users[i].Token, holds[i].ID, apptest.NewKey())
 		})
 	})
 	// Whatever the jobs left, a last pass expires.
@@ -228,19 +231,19 @@ func TestSeats_ConfirmRacesExpiry(t *testing.T) {
 	for i, h := range holds {
 		var status string
 		var bookings int
-		if err := e.db.QueryRow(context.Background(), `SELECT status, (SELECT count(*) FROM bookings WHERE hold_id = $1)::int FROM holds WHERE id = $1`,
+		if err := e.DB.QueryRow(context.Background(), `SELECT status, (SELECT count(*) FROM bookings WHERE hold_id = $1)::int FROM holds WHERE id = $1`,
 			h.ID).Scan(&status, &bookings); err != nil {
 			t.Fatal(err)
 		}
 		switch {
 		case answers[i].Status == http.StatusCreated && status == "confirmed" && bookings == 1:
 			confirmed++
-		case answers[i].code() == "hold_expired" && status == "expired" && bookings == 0:
+		case answers[i].Code() == "hold_expired" && status == "expired" && bookings == 0:
 		default:
 			t.Errorf("hold %d: confirm answered %s, hold %s with %d bookings", i, answers[i], status, bookings)
 		}
 	}
-	if s := e.seatRows(t, ev.ID); s.violations() != 0 || s.held != 0 || s.booked != confirmed {
+	if s := readSeatRows(t, e, ev.ID); s.violations() != 0 || s.held != 0 || s.booked != confirmed {
 		t.Errorf("seat rows: %+v, %d confirmed", s, confirmed)
 	}
 	t.Logf("%d of %d confirms won against the expiry", confirmed, n)
@@ -252,33 +255,35 @@ func TestSeats_ConfirmRacesExpiry(t *testing.T) {
 // with invalid_state); the seats agree.
 func TestSeats_ReleaseRacesConfirm(t *testing.T) {
 	const n = 30
-	e := newEnv(t, 2, nil)
-	users := testenv.Users(t, e.db, n)
+	e := apptest.New(t, 2, nil)
+	users := testenv.Users(t, e.DB, n)
 	ev, holds := mustHoldMany(t, e, users)
-	e.warm(t, 32)
-	confirms, releases := make([]response, n), make([]response, n)
+	e.Warm(t, 32)
+	confirms, releases := make([]apptest.Response, n), make([]apptest.Response, n)
 	testenv.Together(2*n, func(i int) {
 		h := i % n
 		if i < n {
-			confirms[h] = untilNotBusy(t, func(attempt int) response {
-				return confirmHold(t, e.r(i+attempt), users[h].Token, holds[h].ID, newKey())
+			confirms[h] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
+				return apptest.ConfirmHold(t, e.R(i+attempt), users[h].Token, holds[h].ID, apptest.NewKey())
 			})
 		} else {
-			releases[h] = untilNotBusy(t, func(attempt int) response { return releaseHold(t, e.r(i+attempt), users[h].Token, holds[h].ID) })
+			releases[h] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
+				return apptest.ReleaseHold(t, e.R(i+attempt), users[h].Token, holds[h].ID)
+			})
 		}
 	})
 	confirmed := 0
 	for h := range holds {
 		c, r := confirms[h], releases[h]
 		switch {
-		case c.Status == http.StatusCreated && r.code() == "invalid_state":
+		case c.Status == http.StatusCreated && r.Code() == "invalid_state":
 			confirmed++
-		case r.Status == http.StatusOK && c.code() == "invalid_state":
+		case r.Status == http.StatusOK && c.Code() == "invalid_state":
 		default:
 			t.Errorf("hold %d: confirm %s, release %s", h, c, r)
 		}
 	}
-	if s := e.seatRows(t, ev.ID); s.violations() != 0 || s.held != 0 || s.booked != confirmed {
+	if s := readSeatRows(t, e, ev.ID); s.violations() != 0 || s.held != 0 || s.booked != confirmed {
 		t.Errorf("seat rows: %+v, %d confirmed", s, confirmed)
 	}
 	t.Logf("%d of %d confirms won against the release", confirmed, n)

@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
 )
 
@@ -18,41 +19,41 @@ import (
 // the hold of A1 waits for the lock too, until its wait budget runs out.
 func TestSeats_TakenSeatsFailFast(t *testing.T) {
 	t.Run("StateOn", func(t *testing.T) {
-		e := newEnv(t, 1, nil)
-		r := e.r(0)
+		e := apptest.New(t, 1, nil)
+		r := e.R(0)
 		ev, bob, unlock := takenUnderLock(t, e)
 		defer unlock()
 
-		wantProblem(t, holdSeats(t, r, bob.Token, ev.ID, newKey(), "A1"), http.StatusConflict, "seat_unavailable")
+		apptest.WantProblem(t, apptest.HoldSeats(t, r, bob.Token, ev.ID, apptest.NewKey(), "A1"), http.StatusConflict, "seat_unavailable")
 
-		done := make(chan response, 1)
-		go func() { done <- holdSeats(t, r, bob.Token, ev.ID, newKey(), "A2") }()
+		done := make(chan apptest.Response, 1)
+		go func() { done <- apptest.HoldSeats(t, r, bob.Token, ev.ID, apptest.NewKey(), "A2") }()
 		waitFor(t, "the hold of A2 waiting on its seat's lock", func() bool {
-			return e.count(t, `SELECT count(*)::int FROM pg_stat_activity
+			return e.Count(t, `SELECT count(*)::int FROM pg_stat_activity
 				WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`) >= 1
 		})
 		unlock()
-		wantStatus(t, <-done, http.StatusCreated)
+		apptest.WantStatus(t, <-done, http.StatusCreated)
 	})
 	t.Run("StateOff", func(t *testing.T) {
-		e := newEnvWith(t, 1, nil, app.Deps{Layers: layers.Off(layers.State)})
+		e := apptest.NewWith(t, 1, nil, app.Deps{Layers: layers.Off(layers.State)})
 		ev, bob, unlock := takenUnderLock(t, e)
 		defer unlock()
-		wantProblem(t, holdSeats(t, e.r(0), bob.Token, ev.ID, newKey(), "A1"), http.StatusConflict, "resource_busy")
+		apptest.WantProblem(t, apptest.HoldSeats(t, e.R(0), bob.Token, ev.ID, apptest.NewKey(), "A1"), http.StatusConflict, "resource_busy")
 	})
 }
 
 // takenUnderLock makes an event whose A1 alice holds, and bob, and takes
 // the seat locks of A1 and A2 in a transaction of its own, as
 // seats.Store.Hold takes them (sqlAdvisoryLocks), until unlock.
-func takenUnderLock(t *testing.T, e *env) (event, user, func()) {
+func takenUnderLock(t *testing.T, e *apptest.Env) (apptest.Event, apptest.User, func()) {
 	t.Helper()
 	ctx := context.Background()
-	r := e.r(0)
-	alice, bob := mustCreateUser(t, r, "alice"), mustCreateUser(t, r, "bob")
-	ev := mustCreateEvent(t, r, "fail fast", 1, 5)
-	wantStatus(t, holdSeats(t, r, alice.Token, ev.ID, newKey(), "A1"), http.StatusCreated)
-	blocker, err := e.db.Begin(ctx)
+	r := e.R(0)
+	alice, bob := apptest.MustCreateUser(t, r, "alice"), apptest.MustCreateUser(t, r, "bob")
+	ev := apptest.MustCreateEvent(t, r, "fail fast", 1, 5)
+	apptest.WantStatus(t, apptest.HoldSeats(t, r, alice.Token, ev.ID, apptest.NewKey(), "A1"), http.StatusCreated)
+	blocker, err := e.DB.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

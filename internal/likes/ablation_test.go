@@ -1,4 +1,4 @@
-package app_test
+package likes_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/shop-example/shop/internal/ablation"
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -31,18 +32,18 @@ func TestAblation_Like(t *testing.T) {
 		Progress:     fmt.Sprintf("users who like the post after the likes, of %d", users),
 		ProgressWant: users,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
-		refusals := newConstraintLog(testLogger(t).Handler(), "post_like_shards_n_nonnegative")
-		e := ablationEnv(t, row, app.Deps{Logger: slog.New(refusals)},
+		refusals := newConstraintLog(apptest.Logger(t).Handler(), "post_like_shards_n_nonnegative")
+		e := apptest.NewAblation(t, row, app.Deps{Logger: slog.New(refusals)},
 			`ALTER TABLE likes DROP CONSTRAINT likes_pkey`,
 			`ALTER TABLE post_like_shards DROP CONSTRAINT post_like_shards_n_nonnegative`)
-		us := testenv.Users(t, e.db, users)
-		p := mustCreatePost(t, e.r(0), us[0].Token, "ablation")
+		us := testenv.Users(t, e.DB, users)
+		p := apptest.MustCreatePost(t, e.R(0), us[0].Token, "ablation")
 		for i := 0; i < users; i += 2 {
 			for _, liked := range []bool{true, false} {
-				wantStatus(t, setLike(t, e.r(i), us[i].Token, p.ID, liked), http.StatusOK)
+				apptest.WantStatus(t, apptest.SetLike(t, e.R(i), us[i].Token, p.ID, liked), http.StatusOK)
 			}
 		}
-		e.warm(t, 32)
+		e.Warm(t, 32)
 		probe.Reset()
 		violations, progress := 0, 0
 		phase := func(who func(i int) bool, liked bool, want int) {
@@ -53,10 +54,12 @@ func TestAblation_Like(t *testing.T) {
 				if !who(u) {
 					return
 				}
-				res := untilNotBusy(t, func(attempt int) response { return setLike(t, e.r(i+attempt), us[u].Token, p.ID, liked) })
+				res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
+					return apptest.SetLike(t, e.R(i+attempt), us[u].Token, p.ID, liked)
+				})
 				switch {
 				case res.Status == http.StatusOK:
-				case res.Status == http.StatusInternalServerError && res.code() == "internal":
+				case res.Status == http.StatusInternalServerError && res.Code() == "internal":
 					failed.Add(1)
 				default:
 					t.Errorf("%s: %s", us[u].Name, res)
@@ -66,10 +69,10 @@ func TestAblation_Like(t *testing.T) {
 			if n := int(failed.Load()); n != refused {
 				t.Errorf("liked=%v: %d answers 500, %d of them logged as refused by %s: the others broke something else", liked, n, refused, refusals.name)
 			}
-			c := e.countLikes(t, us[0].Token, p.ID)
-			violations += abs(c.counted-want) + abs(c.users-want) + c.dupes + refused
+			c := apptest.CountLikes(t, e, us[0].Token, p.ID)
+			violations += abs(c.Counted-want) + abs(c.Users-want) + c.Dupes + refused
 			if liked {
-				progress = min(c.users, want)
+				progress = min(c.Users, want)
 			}
 			t.Logf("liked=%v: want %d, got %+v, %d refused by %s", liked, want, c, refused, refusals.name)
 		}
@@ -113,4 +116,11 @@ func (h constraintLog) WithAttrs(as []slog.Attr) slog.Handler {
 func (h constraintLog) WithGroup(name string) slog.Handler {
 	h.Handler = h.Handler.WithGroup(name)
 	return h
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

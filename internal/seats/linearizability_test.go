@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"fmt"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/shop-example/shop/internal/ablation"
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
 	"github.com/shop-example/shop/internal/seats"
@@ -36,14 +37,14 @@ const EnvLinearizabilityLarge = "SHOP_SEATS_LINEARIZABILITY_LARGE"
 
 // linearizabilityRun records a history of clients × ops operations on
 // events events of rows × perRow seats, over e's replicas.
-func linearizabilityRun(t *testing.T, e *env, clients, ops, events, rows, perRow int) []porcupine.Operation {
+func linearizabilityRun(t *testing.T, e *apptest.Env, clients, ops, events, rows, perRow int) []porcupine.Operation {
 	t.Helper()
 	n := rows * perRow
-	evs := make([]event, events)
+	evs := make([]apptest.Event, events)
 	for i := range evs {
-		evs[i] = mustCreateEvent(t, e.r(0), fmt.Sprintf("lin-%d", i), rows, perRow)
+		evs[i] = apptest.MustCreateEvent(t, e.R(0), fmt.Sprintf("lin-%d", i), rows, perRow)
 	}
-	users := testenv.Users(t, e.db, clients)
+	users := testenv.Users(t, e.DB, clients)
 	index := func(label string) int {
 		row, num, err := seats.ParseSeat(label)
 		if err != nil {
@@ -51,7 +52,7 @@ func linearizabilityRun(t *testing.T, e *env, clients, ops, events, rows, perRow
 		}
 		return row*perRow + num - 1
 	}
-	e.warm(t, 32)
+	e.Warm(t, 32)
 	var next atomic.Uint32
 	var mu sync.Mutex
 	var history []porcupine.Operation
@@ -69,7 +70,7 @@ func linearizabilityRun(t *testing.T, e *env, clients, ops, events, rows, perRow
 			in := seatcheck.Input{Event: ev}
 			var out seatcheck.Output
 			call := time.Since(base)
-			var res response
+			var res apptest.Response
 			pick := rng.IntN(100)
 			switch {
 			case len(active) > 0 && pick < 35:
@@ -77,11 +78,11 @@ func linearizabilityRun(t *testing.T, e *env, clients, ops, events, rows, perRow
 				in.Hold, in.Seats = m.k, m.seats
 				if pick < 10 {
 					in.Kind = seatcheck.Confirm
-					key := newKey()
-					res = untilNotBusy(t, func(a int) response { return confirmHold(t, e.r(c+a), u.Token, m.id, key) })
+					key := apptest.NewKey()
+					res = apptest.UntilNotBusy(t, func(a int) apptest.Response { return apptest.ConfirmHold(t, e.R(c+a), u.Token, m.id, key) })
 				} else {
 					in.Kind = seatcheck.Release
-					res = untilNotBusy(t, func(a int) response { return releaseHold(t, e.r(c+a), u.Token, m.id) })
+					res = apptest.UntilNotBusy(t, func(a int) apptest.Response { return apptest.ReleaseHold(t, e.R(c+a), u.Token, m.id) })
 				}
 			case pick < 80:
 				in.Kind, in.Hold = seatcheck.Hold, next.Add(1)
@@ -89,16 +90,18 @@ func linearizabilityRun(t *testing.T, e *env, clients, ops, events, rows, perRow
 				for _, l := range labels {
 					in.Seats = append(in.Seats, index(l))
 				}
-				key := newKey()
-				res = untilNotBusy(t, func(a int) response { return holdSeats(t, e.r(c+a), u.Token, evs[ev].ID, key, labels...) })
+				key := apptest.NewKey()
+				res = apptest.UntilNotBusy(t, func(a int) apptest.Response {
+					return apptest.HoldSeats(t, e.R(c+a), u.Token, evs[ev].ID, key, labels...)
+				})
 				if res.Status == http.StatusCreated {
-					active = append(active, mine{k: in.Hold, id: decode[seatHold](t, res).ID, seats: in.Seats})
+					active = append(active, mine{k: in.Hold, id: apptest.Decode[apptest.SeatHold](t, res).ID, seats: in.Seats})
 				}
 			default:
 				in.Kind = seatcheck.Read
-				res = e.r(c).do(t, http.MethodGet, "/v1/events/"+evs[ev].ID+"/seats", "", nil)
+				res = e.R(c).Do(t, http.MethodGet, "/v1/events/"+evs[ev].ID+"/seats", "", nil)
 				var b strings.Builder
-				for _, s := range decode[page[seatItem]](t, res).Items {
+				for _, s := range apptest.Decode[apptest.Page[apptest.SeatItem]](t, res).Items {
 					b.WriteByte(s.Status[0])
 				}
 				out.Map = b.String()
@@ -109,9 +112,9 @@ func linearizabilityRun(t *testing.T, e *env, clients, ops, events, rows, perRow
 			}
 			ret := time.Since(base)
 			out.OK = res.Status == http.StatusOK || res.Status == http.StatusCreated
-			out.Code = res.code()
+			out.Code = res.Code()
 			if out.Code == "seat_unavailable" {
-				for _, l := range decode[seatProblem](t, res).Seats {
+				for _, l := range apptest.Decode[apptest.SeatProblem](t, res).Seats {
 					out.Taken = append(out.Taken, index(l))
 				}
 			}
@@ -150,7 +153,7 @@ func TestSeats_Linearizable(t *testing.T) {
 	if os.Getenv(EnvLinearizabilityLarge) == "1" {
 		clients, ops, events = 64, 60, 8
 	}
-	e := newEnv(t, 2, nil)
+	e := apptest.New(t, 2, nil)
 	history := linearizabilityRun(t, e, clients, ops, events, 2, 4)
 	if res := checkHistory(t, history, 8); res != porcupine.Ok {
 		t.Fatalf("the seat map history is %s, want Ok", res)
@@ -168,7 +171,7 @@ func TestSeats_LinearizableBreaksWithoutLayers(t *testing.T) {
 	}
 	row := ablation.Row{Layers: layers.Off(layers.Lock, layers.State, layers.Version, layers.Constraint)}
 	for attempt := 1; attempt <= 3; attempt++ {
-		e := ablationEnv(t, row, app.Deps{},
+		e := apptest.NewAblation(t, row, app.Deps{},
 			`DROP INDEX hold_seats_one_active_per_seat`,
 			`ALTER TABLE tickets DROP CONSTRAINT tickets_one_per_seat`,
 			`ALTER TABLE bookings DROP CONSTRAINT bookings_one_per_hold`)

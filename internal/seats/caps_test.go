@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
 	"github.com/shop-example/shop/internal/seats"
@@ -25,10 +26,10 @@ type capProblem struct {
 }
 
 // wantCapped checks that res is 409 hold_limit_reached on limit.
-func wantCapped(t testing.TB, res response, limit string) capProblem {
+func wantCapped(t testing.TB, res apptest.Response, limit string) capProblem {
 	t.Helper()
-	wantProblem(t, res, http.StatusConflict, "hold_limit_reached")
-	p := decode[capProblem](t, res)
+	apptest.WantProblem(t, res, http.StatusConflict, "hold_limit_reached")
+	p := apptest.Decode[capProblem](t, res)
 	if p.Limit != limit {
 		t.Fatalf("hold_limit_reached on %q, want %q: %s", p.Limit, limit, res)
 	}
@@ -36,9 +37,9 @@ func wantCapped(t testing.TB, res response, limit string) capProblem {
 }
 
 // holding is what the database says one user holds of one event.
-func (e *env) holding(t testing.TB, userID, eventID string) (holds, seats int) {
+func holding(t testing.TB, e *apptest.Env, userID, eventID string) (holds, seats int) {
 	t.Helper()
-	err := e.db.QueryRow(context.Background(), `SELECT count(*)::int, coalesce(sum(cardinality(seats)), 0)::int
+	err := e.DB.QueryRow(context.Background(), `SELECT count(*)::int, coalesce(sum(cardinality(seats)), 0)::int
 		FROM holds WHERE user_id = $1 AND event_id = $2 AND status = 'active'`, userID, eventID).Scan(&holds, &seats)
 	if err != nil {
 		t.Fatalf("holding: %v", err)
@@ -52,63 +53,63 @@ func (e *env) holding(t testing.TB, userID, eventID string) (holds, seats int) {
 // running out, makes room; another event or another user has caps of its
 // own.
 func TestSeats_HoldCaps(t *testing.T) {
-	e := newEnv(t, 1, nil)
-	r := e.r(0)
-	alice, bob := mustCreateUser(t, r, "alice"), mustCreateUser(t, r, "bob")
-	ev := mustCreateEvent(t, r, "Caps", 2, 10)
-	other := mustCreateEvent(t, r, "Other", 1, 10)
+	e := apptest.New(t, 1, nil)
+	r := e.R(0)
+	alice, bob := apptest.MustCreateUser(t, r, "alice"), apptest.MustCreateUser(t, r, "bob")
+	ev := apptest.MustCreateEvent(t, r, "Caps", 2, 10)
+	other := apptest.MustCreateEvent(t, r, "Other", 1, 10)
 
-	var held []seatHold
+	var held []apptest.SeatHold
 	for i := 1; i <= 4; i++ {
-		res := holdSeats(t, r, alice.Token, ev.ID, newKey(), seats.Label(0, i))
-		wantStatus(t, res, http.StatusCreated)
-		held = append(held, decode[seatHold](t, res))
+		res := apptest.HoldSeats(t, r, alice.Token, ev.ID, apptest.NewKey(), seats.Label(0, i))
+		apptest.WantStatus(t, res, http.StatusCreated)
+		held = append(held, apptest.Decode[apptest.SeatHold](t, res))
 	}
-	p := wantCapped(t, holdSeats(t, r, alice.Token, ev.ID, newKey(), "A5"), "holds_per_event")
+	p := wantCapped(t, apptest.HoldSeats(t, r, alice.Token, ev.ID, apptest.NewKey(), "A5"), "holds_per_event")
 	if p.Max != 4 || p.Holds != 4 || p.HeldSeats != 4 {
 		t.Errorf("the refusal says %+v, want max 4, 4 holds of 4 seats", p)
 	}
-	if got := mustGetEvent(t, r, ev.ID); got.Held != 4 {
+	if got := apptest.MustGetEvent(t, r, ev.ID); got.Held != 4 {
 		t.Fatalf("a capped hold held seats: %+v", got)
 	}
 	// Another event, another user: caps of their own.
-	wantStatus(t, holdSeats(t, r, alice.Token, other.ID, newKey(), "A1"), http.StatusCreated)
-	wantStatus(t, holdSeats(t, r, bob.Token, ev.ID, newKey(), "A5"), http.StatusCreated)
+	apptest.WantStatus(t, apptest.HoldSeats(t, r, alice.Token, other.ID, apptest.NewKey(), "A1"), http.StatusCreated)
+	apptest.WantStatus(t, apptest.HoldSeats(t, r, bob.Token, ev.ID, apptest.NewKey(), "A5"), http.StatusCreated)
 
 	// A release makes room: three holds of one seat and one of seven are
 	// ten seats, the cap; one seat more is past it.
-	wantStatus(t, releaseHold(t, r, alice.Token, held[0].ID), http.StatusOK)
-	res := holdSeats(t, r, alice.Token, ev.ID, newKey(), "B1", "B2", "B3", "B4", "B5", "B6", "B7")
-	wantStatus(t, res, http.StatusCreated)
-	wantStatus(t, releaseHold(t, r, alice.Token, held[1].ID), http.StatusOK)
-	p = wantCapped(t, holdSeats(t, r, alice.Token, ev.ID, newKey(), "B8", "B9"), "seats_per_event")
+	apptest.WantStatus(t, apptest.ReleaseHold(t, r, alice.Token, held[0].ID), http.StatusOK)
+	res := apptest.HoldSeats(t, r, alice.Token, ev.ID, apptest.NewKey(), "B1", "B2", "B3", "B4", "B5", "B6", "B7")
+	apptest.WantStatus(t, res, http.StatusCreated)
+	apptest.WantStatus(t, apptest.ReleaseHold(t, r, alice.Token, held[1].ID), http.StatusOK)
+	p = wantCapped(t, apptest.HoldSeats(t, r, alice.Token, ev.ID, apptest.NewKey(), "B8", "B9"), "seats_per_event")
 	if p.Max != 10 || p.Holds != 3 || p.HeldSeats != 9 {
 		t.Errorf("the refusal says %+v, want max 10, 3 holds of 9 seats", p)
 	}
-	if holds, n := e.holding(t, alice.ID, ev.ID); holds != 3 || n != 9 {
+	if holds, n := holding(t, e, alice.ID, ev.ID); holds != 3 || n != 9 {
 		t.Fatalf("alice holds %d holds of %d seats, want 3 of 9", holds, n)
 	}
 
 	// A hold whose time is up counts no more, before the expiry job runs.
-	e.clock.Advance(e.cfg.SeatHoldTTL + time.Second)
-	wantStatus(t, holdSeats(t, r, alice.Token, ev.ID, newKey(), "B8", "B9", "B10"), http.StatusCreated)
+	e.Clock.Advance(e.Cfg.SeatHoldTTL + time.Second)
+	apptest.WantStatus(t, apptest.HoldSeats(t, r, alice.Token, ev.ID, apptest.NewKey(), "B8", "B9", "B10"), http.StatusCreated)
 
-	payWantMetric(t, r, `shop_seat_holds_total{outcome="capped"} 2`)
-	if v := e.seatRows(t, ev.ID).violations(); v != 0 {
-		t.Fatalf("seat rows disagree: %+v", e.seatRows(t, ev.ID))
+	apptest.WantMetric(t, r, `shop_seat_holds_total{outcome="capped"} 2`)
+	if v := readSeatRows(t, e, ev.ID).violations(); v != 0 {
+		t.Fatalf("seat rows disagree: %+v", readSeatRows(t, e, ev.ID))
 	}
 }
 
 // SHOP_SEAT_CAP_PER_HOLD lowers the seats of one hold: more is 400
 // invalid_request, as more than ten always is, and holds nothing.
 func TestSeats_HoldCapPerHold(t *testing.T) {
-	e := newEnv(t, 1, map[string]string{"SHOP_SEAT_CAP_PER_HOLD": "2"})
-	r := e.r(0)
-	alice := mustCreateUser(t, r, "alice")
-	ev := mustCreateEvent(t, r, "Pairs", 1, 10)
-	wantProblem(t, holdSeats(t, r, alice.Token, ev.ID, newKey(), "A1", "A2", "A3"), http.StatusBadRequest, "invalid_request")
-	wantStatus(t, holdSeats(t, r, alice.Token, ev.ID, newKey(), "A1", "A2"), http.StatusCreated)
-	if got := mustGetEvent(t, r, ev.ID); got.Held != 2 {
+	e := apptest.New(t, 1, map[string]string{"SHOP_SEAT_CAP_PER_HOLD": "2"})
+	r := e.R(0)
+	alice := apptest.MustCreateUser(t, r, "alice")
+	ev := apptest.MustCreateEvent(t, r, "Pairs", 1, 10)
+	apptest.WantProblem(t, apptest.HoldSeats(t, r, alice.Token, ev.ID, apptest.NewKey(), "A1", "A2", "A3"), http.StatusBadRequest, "invalid_request")
+	apptest.WantStatus(t, apptest.HoldSeats(t, r, alice.Token, ev.ID, apptest.NewKey(), "A1", "A2"), http.StatusCreated)
+	if got := apptest.MustGetEvent(t, r, ev.ID); got.Held != 2 {
 		t.Fatalf("held %d seats, want 2", got.Held)
 	}
 }
@@ -142,7 +143,7 @@ func TestSeats_RaceHoldCaps(t *testing.T) {
 		{name: "Seats", vars: map[string]string{"SHOP_SEAT_CAP_HOLDS": "100"}, perHold: 3, limit: "seats_per_event", granted: 3, maxHolds: 100, maxSeats: 10},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, 2, tt.vars)
+			e := apptest.New(t, 2, tt.vars)
 			holds, heldSeats, capped := raceHoldCaps(t, e, n, tt.perHold, tt.limit)
 			if holds > tt.maxHolds || heldSeats > tt.maxSeats {
 				t.Errorf("the user holds %d holds of %d seats: past the caps (%d holds, %d seats)", holds, heldSeats, tt.maxHolds, tt.maxSeats)
@@ -156,7 +157,7 @@ func TestSeats_RaceHoldCaps(t *testing.T) {
 	// The count is still checked, but from a snapshot the other holds have
 	// not committed to yet.
 	t.Run("WithoutTheLock", func(t *testing.T) {
-		e := newEnvWith(t, 2, nil, app.Deps{Layers: layers.Off(layers.Lock)})
+		e := apptest.NewWith(t, 2, nil, app.Deps{Layers: layers.Off(layers.Lock)})
 		holds, heldSeats, _ := raceHoldCaps(t, e, n, 1, "holds_per_event")
 		t.Logf("without the lock the user holds %d holds of %d seats", holds, heldSeats)
 		if holds <= 4 {
@@ -169,14 +170,14 @@ func TestSeats_RaceHoldCaps(t *testing.T) {
 // once, with the event's seat rows locked until all n wait on a lock in
 // PostgreSQL, and returns what the database says the user holds and how
 // many answers were hold_limit_reached on limit.
-func raceHoldCaps(t *testing.T, e *env, n, perHold int, limit string) (holds, heldSeats, capped int) {
+func raceHoldCaps(t *testing.T, e *apptest.Env, n, perHold int, limit string) (holds, heldSeats, capped int) {
 	t.Helper()
 	ctx := context.Background()
-	ev := mustCreateEvent(t, e.r(0), "caps race", 1, n*perHold)
-	u := testenv.Users(t, e.db, 1)[0]
-	e.warm(t, 16)
+	ev := apptest.MustCreateEvent(t, e.R(0), "caps race", 1, n*perHold)
+	u := testenv.Users(t, e.DB, 1)[0]
+	e.Warm(t, 16)
 
-	blocker, err := e.db.Begin(ctx)
+	blocker, err := e.DB.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,19 +185,19 @@ func raceHoldCaps(t *testing.T, e *env, n, perHold int, limit string) (holds, he
 	if _, err := blocker.Exec(ctx, `SELECT 1 FROM seats WHERE event_id = $1 FOR UPDATE`, ev.ID); err != nil {
 		t.Fatal(err)
 	}
-	answers := make([]response, n)
+	answers := make([]apptest.Response, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		labels := make([]string, perHold)
 		for j := range labels {
 			labels[j] = seats.Label(0, i*perHold+j+1)
 		}
-		wg.Go(func() { answers[i] = holdSeats(t, e.r(i), u.Token, ev.ID, newKey(), labels...) })
+		wg.Go(func() { answers[i] = apptest.HoldSeats(t, e.R(i), u.Token, ev.ID, apptest.NewKey(), labels...) })
 	}
 	// Every hold waits in PostgreSQL: on the seat rows the blocker holds,
 	// or, with the lock on, on the lock on (user, event).
 	waitFor(t, fmt.Sprintf("%d holds waiting on a lock", n), func() bool {
-		return e.count(t, `SELECT count(*)::int FROM pg_stat_activity
+		return e.Count(t, `SELECT count(*)::int FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`) >= n
 	})
 	if err := blocker.Rollback(ctx); err != nil {
@@ -206,17 +207,17 @@ func raceHoldCaps(t *testing.T, e *env, n, perHold int, limit string) (holds, he
 	for _, res := range answers {
 		switch {
 		case res.Status == http.StatusCreated:
-		case res.code() == "hold_limit_reached":
+		case res.Code() == "hold_limit_reached":
 			wantCapped(t, res, limit)
 			capped++
 		default:
 			t.Errorf("hold: %s", res)
 		}
 	}
-	holds, heldSeats = e.holding(t, u.ID, ev.ID)
+	holds, heldSeats = holding(t, e, u.ID, ev.ID)
 	t.Logf("%d holds of %d seats held, %d capped", holds, heldSeats, capped)
-	if v := e.seatRows(t, ev.ID).violations(); v != 0 {
-		t.Errorf("seat rows disagree: %+v", e.seatRows(t, ev.ID))
+	if v := readSeatRows(t, e, ev.ID).violations(); v != 0 {
+		t.Errorf("seat rows disagree: %+v", readSeatRows(t, e, ev.ID))
 	}
 	return holds, heldSeats, capped
 }

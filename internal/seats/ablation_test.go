@@ -1,4 +1,4 @@
-package app_test
+package seats_test
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/shop-example/shop/internal/ablation"
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -26,44 +27,44 @@ func TestAblation_HoldSeats(t *testing.T) {
 		Progress:     "holds granted and confirmed",
 		ProgressWant: 1,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
-		e := ablationEnv(t, row, app.Deps{},
+		e := apptest.NewAblation(t, row, app.Deps{},
 			`DROP INDEX hold_seats_one_active_per_seat`,
 			`ALTER TABLE tickets DROP CONSTRAINT tickets_one_per_seat`,
 			`ALTER TABLE bookings DROP CONSTRAINT bookings_one_per_hold`)
-		ev := mustCreateEvent(t, e.r(0), "ablation", rows, perRow)
-		users := testenv.Users(t, e.db, clients)
+		ev := apptest.MustCreateEvent(t, e.R(0), "ablation", rows, perRow)
+		users := testenv.Users(t, e.DB, clients)
 		want := make([][]string, clients)
 		for i := range want {
 			want[i] = randomSeats(rand.New(rand.NewPCG(uint64(i), 11)), rows, perRow, 4)
 		}
-		e.warm(t, 32)
+		e.Warm(t, 32)
 		probe.Reset()
 		testenv.Together(clients*copies, func(i int) {
 			c := i / copies
 			u := users[c]
-			res := retried(func(attempt int) response {
-				return holdSeats(t, e.r(i+attempt), u.Token, ev.ID, "hold-"+u.ID, want[c]...)
+			res := apptest.Retried(func(attempt int) apptest.Response {
+				return apptest.HoldSeats(t, e.R(i+attempt), u.Token, ev.ID, "hold-"+u.ID, want[c]...)
 			})
 			switch {
 			case res.Status == http.StatusCreated:
-			case res.code() == "seat_unavailable", res.code() == "unavailable", res.code() == "resource_busy",
-				res.code() == "request_in_progress": // its copy is still holding, past the client's patience
+			case res.Code() == "seat_unavailable", res.Code() == "unavailable", res.Code() == "resource_busy",
+				res.Code() == "request_in_progress": // its copy is still holding, past the client's patience
 				return // refused: the progress below counts what was granted
 			default:
 				t.Errorf("hold: %s", res)
 				return
 			}
-			h := decode[seatHold](t, res)
-			res = retried(func(attempt int) response {
-				return confirmHold(t, e.r(i+attempt), u.Token, h.ID, "confirm-"+h.ID)
+			h := apptest.Decode[apptest.SeatHold](t, res)
+			res = apptest.Retried(func(attempt int) apptest.Response {
+				return apptest.ConfirmHold(t, e.R(i+attempt), u.Token, h.ID, "confirm-"+h.ID)
 			})
-			if res.Status >= 500 && res.code() != "unavailable" {
+			if res.Status >= 500 && res.Code() != "unavailable" {
 				t.Errorf("confirm: %s", res)
 			}
 		})
-		s := e.seatRows(t, ev.ID)
-		twice := e.count(t, `SELECT (count(*) - count(DISTINCT user_id))::int FROM holds WHERE event_id = $1 AND status IN ('active', 'confirmed')`, ev.ID)
-		confirmed := e.count(t, `SELECT count(*)::int FROM holds WHERE event_id = $1 AND status = 'confirmed'`, ev.ID)
+		s := readSeatRows(t, e, ev.ID)
+		twice := e.Count(t, `SELECT (count(*) - count(DISTINCT user_id))::int FROM holds WHERE event_id = $1 AND status IN ('active', 'confirmed')`, ev.ID)
+		confirmed := e.Count(t, `SELECT count(*)::int FROM holds WHERE event_id = $1 AND status = 'confirmed'`, ev.ID)
 		t.Logf("seats %+v, requests with two holds %d, holds confirmed %d", s, twice, confirmed)
 		return testenv.Outcome{Violations: s.violations() + twice, Progress: confirmed}
 	})

@@ -1,14 +1,13 @@
-package app_test
+package likes_test
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -21,21 +20,21 @@ import (
 // it; liked_by_me is right for each user; the reconciler agrees.
 func TestLikes_Storm(t *testing.T) {
 	const users, clicks = 150, 3
-	e := newEnv(t, 2, nil)
-	us := testenv.Users(t, e.db, users)
-	p := mustCreatePost(t, e.r(0), us[0].Token, "a viral post")
-	e.warm(t, 32)
+	e := apptest.New(t, 2, nil)
+	us := testenv.Users(t, e.DB, users)
+	p := apptest.MustCreatePost(t, e.R(0), us[0].Token, "a viral post")
+	e.Warm(t, 32)
 
 	storm := func(who int, liked bool) {
 		t.Helper()
 		testenv.Together(who*clicks, func(i int) {
 			u := us[i/clicks]
-			res := untilNotBusy(t, func(attempt int) response { return setLike(t, e.r(i+attempt), u.Token, p.ID, liked) })
+			res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response { return apptest.SetLike(t, e.R(i+attempt), u.Token, p.ID, liked) })
 			if res.Status != http.StatusOK {
 				t.Errorf("%s: %s", u.Name, res)
 				return
 			}
-			a := decode[likeAnswer](t, res)
+			a := apptest.Decode[apptest.LikeAnswer](t, res)
 			if a.Liked != liked || a.PostID != p.ID || a.LikeCount < 0 || a.LikeCount > users {
 				t.Errorf("%s: answered %+v, want liked=%v and a count in [0, %d]", u.Name, a, liked, users)
 			}
@@ -43,8 +42,8 @@ func TestLikes_Storm(t *testing.T) {
 	}
 	checkLikedByMe := func(likes func(i int) bool) {
 		t.Helper()
-		inParallel(users, 16, func(i int) {
-			got := mustGetPost(t, e.r(i), us[i].Token, p.ID)
+		apptest.InParallel(users, 16, func(i int) {
+			got := apptest.MustGetPost(t, e.R(i), us[i].Token, p.ID)
 			if got.LikedByMe != likes(i) {
 				t.Errorf("%s: liked_by_me %v, want %v", us[i].Name, got.LikedByMe, likes(i))
 			}
@@ -52,16 +51,16 @@ func TestLikes_Storm(t *testing.T) {
 	}
 
 	storm(users, true)
-	e.countLikes(t, us[0].Token, p.ID).check(t, users)
+	apptest.CountLikes(t, e, us[0].Token, p.ID).Check(t, users)
 	checkLikedByMe(func(int) bool { return true })
 
 	storm(users/2, false)
-	e.countLikes(t, us[0].Token, p.ID).check(t, users/2)
+	apptest.CountLikes(t, e, us[0].Token, p.ID).Check(t, users/2)
 	checkLikedByMe(func(i int) bool { return i >= users/2 })
 
-	res := e.r(1).do(t, http.MethodGet, "/v1/likes/reconciliation", testAdminToken, nil)
-	wantStatus(t, res, http.StatusOK)
-	if r := decode[struct {
+	res := e.R(1).Do(t, http.MethodGet, "/v1/likes/reconciliation", apptest.AdminToken, nil)
+	apptest.WantStatus(t, res, http.StatusOK)
+	if r := apptest.Decode[struct {
 		Checked int `json:"posts_checked"`
 		Drifted int `json:"drifted_posts"`
 	}](t, res); r.Checked != 1 || r.Drifted != 0 {
@@ -70,8 +69,8 @@ func TestLikes_Storm(t *testing.T) {
 	// The duplicate clicks were stopped by the state rule (a click that
 	// found its twin's like made), never written twice.
 	stopped := 0
-	for _, r := range e.replicas {
-		stopped += len(grepLines(scrape(t, r), `shop_conflicts_stopped_total{flow="like_post",layer="state"}`))
+	for _, r := range e.Replicas {
+		stopped += len(apptest.GrepLines(apptest.Scrape(t, r), `shop_conflicts_stopped_total{flow="like_post",layer="state"}`))
 	}
 	if stopped == 0 {
 		t.Error("no replica counted a duplicate click stopped by the state rule")
@@ -100,10 +99,10 @@ func TestLikes_Spam(t *testing.T) {
 		{"advisory", layers.Off(layers.Lock, layers.Version), true},
 	} {
 		t.Run(tt.lock+"/"+strings.ReplaceAll(tt.on.String(), ", ", "+"), func(t *testing.T) {
-			e := newEnvWith(t, 2, map[string]string{"SHOP_LIKE_LOCK": tt.lock}, app.Deps{Layers: tt.on})
-			u := testenv.Users(t, e.db, 1)[0]
-			p := mustCreatePost(t, e.r(0), u.Token, "spammed")
-			e.warm(t, 16)
+			e := apptest.NewWith(t, 2, map[string]string{"SHOP_LIKE_LOCK": tt.lock}, app.Deps{Layers: tt.on})
+			u := testenv.Users(t, e.DB, 1)[0]
+			p := apptest.MustCreatePost(t, e.R(0), u.Token, "spammed")
+			e.Warm(t, 16)
 			broken := 0
 			for round := range rounds {
 				var mu sync.Mutex
@@ -111,13 +110,13 @@ func TestLikes_Spam(t *testing.T) {
 				refused := 0 // see countRefused
 				testenv.Together(requests, func(i int) {
 					liked := (i+round)%2 == 0
-					res := setLike(t, e.r(i), u.Token, p.ID, liked)
+					res := apptest.SetLike(t, e.R(i), u.Token, p.ID, liked)
 					switch {
 					case res.Status == http.StatusOK:
 						mu.Lock()
-						answered[decode[likeAnswer](t, res).Liked] = true
+						answered[apptest.Decode[apptest.LikeAnswer](t, res).Liked] = true
 						mu.Unlock()
-					case res.code() == "resource_busy":
+					case res.Code() == "resource_busy":
 					case tt.breaks && countRefused(res):
 						// With the lock and the version check off, two
 						// requests that read the same state both move the
@@ -129,16 +128,16 @@ func TestLikes_Spam(t *testing.T) {
 						t.Errorf("round %d: %s", round, res)
 					}
 				})
-				final := mustGetPost(t, e.r(round), u.Token, p.ID)
+				final := apptest.MustGetPost(t, e.R(round), u.Token, p.ID)
 				want := 0
 				if final.LikedByMe {
 					want = 1
 				}
-				c := e.countLikes(t, u.Token, p.ID)
+				c := apptest.CountLikes(t, e, u.Token, p.ID)
 				// No row until the first like is made; then one, ever.
-				rows := e.count(t, `SELECT count(*)::int FROM likes WHERE post_id = $1`, p.ID)
+				rows := e.Count(t, `SELECT count(*)::int FROM likes WHERE post_id = $1`, p.ID)
 				ok := refused == 0 && answered[final.LikedByMe] && rows <= 1 &&
-					c == (likeCounts{liked: want, counted: want, users: want, likeAnswer: want})
+					c == (apptest.LikeCounts{Liked: want, Counted: want, Users: want, LikeAnswer: want})
 				if !ok {
 					broken++
 					if !tt.breaks {
@@ -155,31 +154,11 @@ func TestLikes_Spam(t *testing.T) {
 	}
 }
 
-// untilNotBusy sends a request as a client honouring Retry-After would:
-// again after the time a 409 resource_busy, a 409 request_in_progress or a
-// 503 unavailable names, for up to 40 s. The longest wait it must outlast
-// is a key left claimed until its idempotency lease (30 s) ends, when both
-// tries to store its answer failed on a loaded machine; a lock whose
-// release reached no quorum stays taken for its 8 s lease. PUT and DELETE
-// of a like are safe to repeat, and a POST carries its key.
-func untilNotBusy(t testing.TB, send func(attempt int) response) response {
-	t.Helper()
-	start := time.Now()
-	for attempt := 0; ; attempt++ {
-		res := send(attempt)
-		if res.Header.Get("Retry-After") == "" || time.Since(start) > 40*time.Second {
-			return res
-		}
-		wait, _ := strconv.Atoi(res.Header.Get("Retry-After"))
-		time.Sleep(time.Duration(max(wait, 1)) * time.Second)
-	}
-}
-
 // countRefused reports whether res is the 500 a like or unlike gets when
 // a counter row's CHECK (n >= 0) still refuses it after re-reading: the
 // count has drifted from the like rows. With the layers that keep the
 // count right taken off, that refusal is the breakage, counted as such;
 // with them on it never happens.
-func countRefused(res response) bool {
-	return res.Status == http.StatusInternalServerError && res.code() == "internal"
+func countRefused(res apptest.Response) bool {
+	return res.Status == http.StatusInternalServerError && res.Code() == "internal"
 }

@@ -1,0 +1,35 @@
+package apptest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/shop-example/shop/internal/ablation"
+	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/platform/layers"
+)
+
+// NewAblation is two replicas with row's layers, and the row's
+// constraints dropped from the test's database (a row with the
+// constraints off and nothing to drop fails: its switch would switch
+// nothing). deps carries what else the flow's row needs (NaiveStock, a
+// Logger). The lock runs in strict mode: a row with the lock on measures
+// the lock, not its absence when a loaded machine's Redis answers late and
+// degrade mode runs the work unlocked (a refusal is retried by the
+// clients).
+func NewAblation(t *testing.T, row ablation.Row, deps app.Deps, dropped ...string) *Env {
+	t.Helper()
+	deps.Layers = row.Layers
+	e := NewWith(t, 2, map[string]string{"SHOP_LOCK_MODE": "strict"}, deps)
+	if !row.Layers.On(layers.Constraint) {
+		if len(dropped) == 0 {
+			t.Fatal("the constraints are off, but the flow names none to drop")
+		}
+		for _, sql := range dropped {
+			if _, err := e.DB.Exec(context.Background(), sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+	}
+	return e
+}

@@ -1,0 +1,13 @@
+// Package apptest is the one harness of the tests that run the whole
+// service: replicas of it on one test database and the Redis lock quorum,
+// as docker compose runs them, with a payment gateway reached over HTTP,
+// one clock shared by every replica, and a direct pool for checking
+// invariants on the database afterwards (New, Env). Each replica's
+// requests (Replica.Do) are checked against docs/openapi.yaml on the way.
+//
+// The flow tests of package app, which race several flows, and each
+// flow's own tests over HTTP (internal/seats) use it as it is; Start puts
+// a round-robin balancer in front of the same replicas for a test that
+// talks to the stack only as a client outside would (the k6 scripts'
+// runner).
+package apptest

@@ -1,0 +1,9 @@
+package app_test
+
+import (
+	"testing"
+
+	"github.com/shop-example/shop/internal/platform/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
