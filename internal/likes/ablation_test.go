@@ -12,6 +12,7 @@ import (
 	"github.com/shop-example/shop/internal/ablation"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/app/apptest"
+	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -28,14 +29,13 @@ func TestAblation_Like(t *testing.T) {
 	const users, clicks = 60, 3
 	testenv.Matrix(t, ablation.LikePost(), ablation.Scenario{
 		Text:         fmt.Sprintf("%d users like one post over two replicas, each clicking %d times at once, half of them on a like row that exists (liked, then unliked) and half on none; then half of them unlike it the same way. Invariant: the count is the number of users who like the post, and each user has one like row.", users, clicks),
-		Counted:      fmt.Sprintf("likes miscounted, duplicate like rows, and clicks refused by post_like_shards_n_nonnegative, of %d users", users),
+		Counted:      fmt.Sprintf("likes miscounted, duplicate like rows, and clicks refused by %s, of %d users", likes.ConstraintCountNotBelow0, users),
 		Progress:     fmt.Sprintf("users who like the post after the likes, of %d", users),
 		ProgressWant: users,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
-		refusals := newConstraintLog(apptest.Logger(t).Handler(), "post_like_shards_n_nonnegative")
+		refusals := newConstraintLog(apptest.Logger(t).Handler(), likes.ConstraintCountNotBelow0)
 		e := apptest.NewAblation(t, row, app.Deps{Logger: slog.New(refusals)},
-			`ALTER TABLE likes DROP CONSTRAINT likes_pkey`,
-			`ALTER TABLE post_like_shards DROP CONSTRAINT post_like_shards_n_nonnegative`)
+			likes.ConstraintOneLike, likes.ConstraintCountNotBelow0)
 		us := testenv.Users(t, e.DB, users)
 		p := apptest.MustCreatePost(t, e.R(0), us[0].Token, "ablation")
 		for i := 0; i < users; i += 2 {

@@ -12,6 +12,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -150,4 +151,15 @@ func metricValue(t *testing.T, m *metrics.Metrics, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// mustDrop takes the constraint named name, of the flow's catalogue
+// (likes.Constraints), out of the test's database.
+func (f *fixture) mustDrop(t *testing.T, name string) {
+	t.Helper()
+	c, ok := postgres.Lookup(likes.Constraints, name)
+	if !ok {
+		t.Fatalf("%s is not in likes.Constraints", name)
+	}
+	f.mustExec(t, c.Drop())
 }

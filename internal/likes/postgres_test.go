@@ -83,7 +83,7 @@ func TestStore_SecondFirstLikeRefused(t *testing.T) {
 			users := f.users(t, 1)
 			p := f.mustPost(t, svc, users[0])
 			if tt.dropKey {
-				f.mustExec(t, `ALTER TABLE likes DROP CONSTRAINT likes_pkey`)
+				f.mustDrop(t, likes.ConstraintOneLike)
 			}
 			_, _, err := f.store.Update(ctx, p.ID, users[0], layers.Set{}, f.clock.Now(), func(l *likes.Like) (bool, error) {
 				if l.Exists() {

@@ -17,6 +17,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -188,4 +189,15 @@ func (f *fixture) mustExec(t *testing.T, sql string, args ...any) {
 	if _, err := f.pool.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
+}
+
+// mustDrop takes the constraint named name, of the flow's catalogue
+// (payments.Constraints), out of the test's database.
+func (f *fixture) mustDrop(t *testing.T, name string) {
+	t.Helper()
+	c, ok := postgres.Lookup(payments.Constraints, name)
+	if !ok {
+		t.Fatalf("%s is not in payments.Constraints", name)
+	}
+	f.mustExec(t, c.Drop())
 }

@@ -25,10 +25,10 @@ const (
 )
 
 // Constraints is the catalogue of layer 4 of the pay flow, as the race
-// lab and the ablation tests take it off. The request key's belongs to
-// layer 0, and a charge id is the gateway's: neither is a race's guard.
+// lab and the tests take it off. The request key's belongs to layer 0.
 var Constraints = []postgres.Constraint{
 	{Table: "payments", Name: ConstraintOneActive, Index: true},
+	{Table: "payments", Name: ConstraintChargeID},
 }
 
 const paymentColumns = `id, order_id, status, amount_cents, payment_method, charge_id, refund_id,

@@ -87,7 +87,7 @@ func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			if tc.drop {
-				f.mustExec(t, `ALTER TABLE payments DROP CONSTRAINT payments_charge_id_key`)
+				f.mustDrop(t, payments.ConstraintChargeID)
 			}
 			store := payments.NewStore(f.pool)
 			_, ids := f.mustCreateOrders(t, 2)

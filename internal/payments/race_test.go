@@ -121,7 +121,7 @@ func TestPay_Storm(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			if !tc.layers.On(layers.Constraint) {
-				f.mustExec(t, `DROP INDEX payments_one_active_per_order`)
+				f.mustDrop(t, payments.ConstraintOneActive)
 			}
 			svc := f.service(t, tc.layers)
 			users, ids := f.mustCreateOrders(t, stormOrders)

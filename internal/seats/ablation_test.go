@@ -11,6 +11,7 @@ import (
 	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/internal/seats"
 )
 
 // TestAblation_HoldSeats is the seat flow's ablation matrix
@@ -28,9 +29,7 @@ func TestAblation_HoldSeats(t *testing.T) {
 		ProgressWant: 1,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
 		e := apptest.NewAblation(t, row, app.Deps{},
-			`DROP INDEX hold_seats_one_active_per_seat`,
-			`ALTER TABLE tickets DROP CONSTRAINT tickets_one_per_seat`,
-			`ALTER TABLE bookings DROP CONSTRAINT bookings_one_per_hold`)
+			seats.ConstraintOneActiveHold, seats.ConstraintOneTicket, seats.ConstraintOneBooking)
 		ev := apptest.MustCreateEvent(t, e.R(0), "ablation", rows, perRow)
 		users := testenv.Users(t, e.DB, clients)
 		want := make([][]string, clients)

@@ -7,10 +7,12 @@ import (
 	"github.com/shop-example/shop/internal/ablation"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 // NewAblation is two replicas with row's layers, and the row's
-// constraints dropped from the test's database (a row with the
+// constraints (by name, from the flows' catalogues) dropped from the
+// test's database (a row with the
 // constraints off and nothing to drop fails: its switch would switch
 // nothing). deps carries what else the flow's row needs (NaiveStock, a
 // Logger). The lock runs in strict mode: a row with the lock on measures
@@ -25,9 +27,13 @@ func NewAblation(t *testing.T, row ablation.Row, deps app.Deps, dropped ...strin
 		if len(dropped) == 0 {
 			t.Fatal("the constraints are off, but the flow names none to drop")
 		}
-		for _, sql := range dropped {
-			if _, err := e.DB.Exec(context.Background(), sql); err != nil {
-				t.Fatalf("%s: %v", sql, err)
+		for _, name := range dropped {
+			c, ok := postgres.Lookup(app.Layer4, name)
+			if !ok {
+				t.Fatalf("%s is in no flow's catalogue of constraints (app.Layer4)", name)
+			}
+			if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
+				t.Fatalf("%s: %v", c.Drop(), err)
 			}
 		}
 	}

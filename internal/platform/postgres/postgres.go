@@ -295,3 +295,13 @@ func (c Constraint) DropIfExists() string {
 	}
 	return "ALTER TABLE " + c.Table + " DROP CONSTRAINT IF EXISTS " + c.Name
 }
+
+// Lookup returns the constraint of cs named name.
+func Lookup(cs []Constraint, name string) (Constraint, bool) {
+	for _, c := range cs {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Constraint{}, false
+}
