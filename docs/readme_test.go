@@ -89,13 +89,26 @@ func TestReadme_LayerTable(t *testing.T) {
 	}
 	decls := declarations{}
 	for _, r := range rows {
+		files := map[string]bool{}
 		for i, cell := range r.cells {
 			if err := decls.checkCell(cell); err != nil {
 				t.Errorf("README.md:%d: %s, %s: %v", r.line, r.flow, layerColumns[i], err)
 			}
+			for _, m := range codeRE.FindAllStringSubmatch(cell, -1) {
+				if cellFileRE.MatchString(m[1]) {
+					files[m[1]] = true
+				}
+			}
+		}
+		// A newcomer names every layer of a flow from a handful of files.
+		if len(files) > maxLayerFiles {
+			t.Errorf("README.md:%d: %s: its layers are in %d files, want at most %d", r.line, r.flow, len(files), maxLayerFiles)
 		}
 	}
 }
+
+// maxLayerFiles bounds the files a row of the layer table names.
+const maxLayerFiles = 5
 
 // TestReadme_LayerCellCheck shows what the cell check refuses: a function
 // the file does not declare, a file that does not exist, a constraint no
@@ -243,8 +256,9 @@ func (d declarations) of(file string) (map[string]bool, error) {
 	return have, nil
 }
 
-// goDeclarations returns the functions (Name) and methods (Type.Name) the
-// Go file declares.
+// goDeclarations returns the functions (Name), methods (Type.Name) and
+// top-level constants and variables (a flow's catalogue of its
+// constraints) the Go file declares.
 func goDeclarations(path string) (map[string]bool, error) {
 	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
 	if err != nil {
@@ -252,6 +266,16 @@ func goDeclarations(path string) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, decl := range f.Decls {
+		if gen, ok := decl.(*ast.GenDecl); ok {
+			for _, spec := range gen.Specs {
+				if v, ok := spec.(*ast.ValueSpec); ok {
+					for _, n := range v.Names {
+						out[n.Name] = true
+					}
+				}
+			}
+			continue
+		}
 		fn, ok := decl.(*ast.FuncDecl)
 		if !ok {
 			continue
