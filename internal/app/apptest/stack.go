@@ -1,6 +1,8 @@
 package apptest
 
 import (
+	"log"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -12,10 +14,25 @@ import (
 // Stack is replicas of the service behind a balancer; everything stops
 // when the test ends.
 type Stack struct {
-	BaseURL    string   // the balancer
-	GatewayURL string   // the payment gateway, for its audit
-	Replicas   []string // each replica's own URL
-	Env        *Env     // the replicas, the gateway and the database behind them
+	BaseURL       string   // the balancer
+	GatewayURL    string   // the payment gateway, for its audit
+	LabGatewayURL string   // the race lab's live copy's gateway (StackOptions.LabGateway); empty without one
+	Replicas      []string // each replica's own URL
+	Env           *Env     // the replicas, the gateway and the database behind them
+}
+
+// StackOptions are what a Stack may ask for beyond New's replicas.
+type StackOptions struct {
+	// Vars override the service's environment, as New's do: the rate
+	// limits are off unless they turn them on (SHOP_RATE_LIMIT=on).
+	Vars map[string]string
+	// Names are the replicas' SHOP_REPLICA_NAME, in order: what each one's
+	// X-Served-By says. A replica without one has Vars' or the host's.
+	Names []string
+	// LabGateway gives the race lab's live copy a payment gateway of its
+	// own (SHOP_LAB_GATEWAY_URL), reached by the test at LabGatewayURL;
+	// without it the copy starts one no test can ask.
+	LabGateway bool
 }
 
 // Start starts replicas of the service (New) behind a balancer. vars
@@ -23,32 +40,67 @@ type Stack struct {
 // turn them on (load scripts register many users from one address).
 func Start(t testing.TB, replicas int, vars map[string]string) *Stack {
 	t.Helper()
-	e := New(t, replicas, vars)
-	s := &Stack{GatewayURL: e.Cfg.GatewayURL, Env: e}
-	var backends []*url.URL
+	return StartWith(t, replicas, StackOptions{Vars: vars})
+}
+
+// StartWith is Start with opts. The balancer's address is taken before
+// the replicas start, so their SHOP_LAB_TARGET is the balancer (unless
+// Vars name another): the race lab's live runs come back in through it,
+// as under compose.
+func StartWith(t testing.TB, replicas int, opts StackOptions) *Stack {
+	t.Helper()
+	lb := &balancer{}
+	srv := httptest.NewUnstartedServer(lb)
+	started := false
+	defer func() {
+		if !started {
+			_ = srv.Listener.Close()
+		}
+	}()
+	baseURL := "http://" + srv.Listener.Addr().String()
+	vars := map[string]string{"SHOP_LAB_TARGET": baseURL}
+	maps.Copy(vars, opts.Vars)
+
+	e := build(t, spec{replicas: replicas, vars: vars, names: opts.Names, labGateway: opts.LabGateway})
+	s := &Stack{BaseURL: baseURL, GatewayURL: e.Cfg.GatewayURL, LabGatewayURL: e.Cfg.LabGatewayURL, Env: e}
+	errs := log.New(testLog(t, "balancer: "), "", 0)
 	for _, r := range e.Replicas {
 		u, err := url.Parse(r.URL)
 		if err != nil {
 			t.Fatalf("replica URL: %v", err)
 		}
 		s.Replicas = append(s.Replicas, r.URL)
-		backends = append(backends, u)
+		lb.proxies = append(lb.proxies, proxyTo(u, errs))
 	}
-	lb := httptest.NewServer(balancer(backends))
-	t.Cleanup(lb.Close)
-	s.BaseURL = lb.URL
+	srv.Start()
+	started = true
+	t.Cleanup(srv.Close)
 	return s
 }
 
-// balancer sends each request to the next backend in turn, as the
-// compose stack's nginx does.
-func balancer(backends []*url.URL) http.Handler {
-	var next atomic.Uint64
-	proxies := make([]*httputil.ReverseProxy, len(backends))
-	for i, b := range backends {
-		proxies[i] = &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(b) }}
+// balancer sends each request to the next replica in turn, as the
+// compose stack's nginx does (deploy/nginx.conf).
+type balancer struct {
+	next    atomic.Uint64
+	proxies []*httputil.ReverseProxy // set before the balancer serves
+}
+
+func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.proxies[int(b.next.Add(1)%uint64(len(b.proxies)))].ServeHTTP(w, r)
+}
+
+// proxyTo passes requests to backend with the X-Forwarded-* headers a
+// proxy adds (a replica reads the client's address from them only when
+// SHOP_TRUSTED_PROXIES names the balancer), and passes each write of the
+// answer on at once, so Server-Sent Events are not held back, as
+// nginx's X-Accel-Buffering: no has it. Its errors go to the test log.
+func proxyTo(backend *url.URL, errs *log.Logger) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(backend)
+			r.SetXForwarded()
+		},
+		FlushInterval: -1,
+		ErrorLog:      errs,
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		proxies[int(next.Add(1)%uint64(len(proxies)))].ServeHTTP(w, r)
-	})
 }
