@@ -1,6 +1,8 @@
 package apptest
 
 import (
+	"bytes"
+	"io"
 	"log"
 	"maps"
 	"net/http"
@@ -83,9 +85,30 @@ func StartWith(t testing.TB, replicas int, opts StackOptions) *Stack {
 type balancer struct {
 	next    atomic.Uint64
 	proxies []*httputil.ReverseProxy // set before the balancer serves
+	// streamBodies passes each request's body on as it is read, not
+	// whole: only the balancer's own test sets it, to show the cut
+	// stream that reading it whole prevents (TestBalancer_Stream).
+	streamBodies bool
 }
 
+// ServeHTTP reads the request's body whole before passing the request on,
+// as nginx does (proxy_request_buffering on); the replica enforces its
+// own limit on it. A body passed on as it is read races the answer: the
+// transport reads it once more after its last byte (a body longer than
+// its Content-Length is an error), and that read may land after the
+// answer's headers went back to the client, which made this server drain
+// and close the body. The read fails, and the transport closes the
+// connection under the answer: a stream (the race lab's events) is cut
+// mid-way, "use of closed network connection".
 func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !b.streamBodies && r.Body != nil && r.Body != http.NoBody {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
+	}
 	b.proxies[int(b.next.Add(1)%uint64(len(b.proxies)))].ServeHTTP(w, r)
 }
 
