@@ -21,6 +21,17 @@ type Stack struct {
 	LabGatewayURL string   // the race lab's live copy's gateway (StackOptions.LabGateway); empty without one
 	Replicas      []string // each replica's own URL
 	Env           *Env     // the replicas, the gateway and the database behind them
+	lb            *balancer
+}
+
+// Sent is how many requests (StackOptions.Counted) the balancer has
+// passed to each replica so far, in the order of Replicas.
+func (s *Stack) Sent() []int64 {
+	out := make([]int64, len(s.lb.sent))
+	for i := range s.lb.sent {
+		out[i] = s.lb.sent[i].Load()
+	}
+	return out
 }
 
 // StackOptions are what a Stack may ask for beyond New's replicas.
@@ -35,6 +46,8 @@ type StackOptions struct {
 	// own (SHOP_LAB_GATEWAY_URL), reached by the test at LabGatewayURL;
 	// without it the copy starts one no test can ask.
 	LabGateway bool
+	// Counted picks the requests Stack.Sent counts; nil counts every one.
+	Counted func(*http.Request) bool
 }
 
 // Start starts replicas of the service (New) behind a balancer. vars
@@ -51,7 +64,7 @@ func Start(t testing.TB, replicas int, vars map[string]string) *Stack {
 // as under compose.
 func StartWith(t testing.TB, replicas int, opts StackOptions) *Stack {
 	t.Helper()
-	lb := &balancer{}
+	lb := &balancer{counted: opts.Counted}
 	srv := httptest.NewUnstartedServer(lb)
 	started := false
 	defer func() {
@@ -64,7 +77,7 @@ func StartWith(t testing.TB, replicas int, opts StackOptions) *Stack {
 	maps.Copy(vars, opts.Vars)
 
 	e := build(t, spec{replicas: replicas, vars: vars, names: opts.Names, labGateway: opts.LabGateway})
-	s := &Stack{BaseURL: baseURL, GatewayURL: e.Cfg.GatewayURL, LabGatewayURL: e.Cfg.LabGatewayURL, Env: e}
+	s := &Stack{BaseURL: baseURL, GatewayURL: e.Cfg.GatewayURL, LabGatewayURL: e.Cfg.LabGatewayURL, Env: e, lb: lb}
 	errs := log.New(testLog(t, "balancer: "), "", 0)
 	for _, r := range e.Replicas {
 		u, err := url.Parse(r.URL)
@@ -74,6 +87,7 @@ func StartWith(t testing.TB, replicas int, opts StackOptions) *Stack {
 		s.Replicas = append(s.Replicas, r.URL)
 		lb.proxies = append(lb.proxies, proxyTo(u, errs))
 	}
+	lb.sent = make([]atomic.Int64, len(lb.proxies))
 	srv.Start()
 	started = true
 	t.Cleanup(srv.Close)
@@ -85,6 +99,8 @@ func StartWith(t testing.TB, replicas int, opts StackOptions) *Stack {
 type balancer struct {
 	next    atomic.Uint64
 	proxies []*httputil.ReverseProxy // set before the balancer serves
+	sent    []atomic.Int64           // requests passed to each proxy that counted picks
+	counted func(*http.Request) bool // nil: every one
 	// streamBodies passes each request's body on as it is read, not
 	// whole: only the balancer's own test sets it, to show the cut
 	// stream that reading it whole prevents (TestBalancer_Stream).
@@ -109,7 +125,11 @@ func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
 	}
-	b.proxies[int(b.next.Add(1)%uint64(len(b.proxies)))].ServeHTTP(w, r)
+	i := int(b.next.Add(1) % uint64(len(b.proxies)))
+	if b.sent != nil && (b.counted == nil || b.counted(r)) {
+		b.sent[i].Add(1)
+	}
+	b.proxies[i].ServeHTTP(w, r)
 }
 
 // proxyTo passes requests to backend with the X-Forwarded-* headers a
