@@ -107,6 +107,8 @@ type spec struct {
 	labGateway bool     // a gateway of its own for the lab's live copy
 }
 
+// build starts the gateways and the replicas of s, each replica on its own
+// pool and Redis clients.
 func build(t testing.TB, s spec) *Env {
 	t.Helper()
 	replicas, vars, switches, cutter := s.replicas, s.vars, s.switches, s.cutter
