@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/shop-example/shop/internal/app/apptest"
 )
 
 // The pages in real Chromium (Debian's package) against a real stack:
@@ -557,7 +559,7 @@ func sameCounts(t *testing.T, p page, s *stack, id string) event {
 
 func seatsPage(t *testing.T, p page, s *stack) {
 	var ev event
-	s.send(t, http.MethodPost, "/v1/events", "browser-admin-token", "", map[string]any{"name": "Browser concert", "rows": 4, "seats_per_row": 10}, http.StatusCreated, &ev)
+	s.send(t, http.MethodPost, "/v1/events", apptest.AdminToken, "", map[string]any{"name": "Browser concert", "rows": 4, "seats_per_row": 10}, http.StatusCreated, &ev)
 	seatsEvent = ev.ID
 	p.do("open seats", chromedp.Navigate(s.url+"/web/seats.html?event="+ev.ID), chromedp.WaitVisible(chromedp.CSS("#signed-in")))
 	token := eval[string](p, `sessionStorage.getItem('shop.token') || ''`)

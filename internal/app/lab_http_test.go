@@ -4,18 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/gateway"
-	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 )
 
 // TestLab_DemoOnly: without SHOP_DEMO the lab's routes are 404, whatever
@@ -87,14 +81,11 @@ func TestLab_SandboxOversells(t *testing.T) {
 // in its tables and no charge at its gateway. What the runs made is in
 // the live copy's schema and at the lab's gateway.
 func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, labGateway := gatewaytest.Start(t, gateway.Options{Logger: apptest.Logger(t)})
-	e := apptest.New(t, 2, map[string]string{"SHOP_DEMO": "true", "SHOP_LAB_TARGET": "http://" + ln.Addr().String(),
-		"SHOP_LAB_GATEWAY_URL": labGateway})
-	served := serveBalancer(t, ln, e)
+	// The lab's own reads of its counters (GET /v1/lab/stats) are not the
+	// race's requests.
+	s := apptest.StartWith(t, 2, apptest.StackOptions{Vars: map[string]string{"SHOP_DEMO": "true"}, LabGateway: true,
+		Counted: func(r *http.Request) bool { return r.URL.Path != "/v1/lab/stats" }})
+	e, served, labGateway := s.Env, s.Sent, s.LabGatewayURL
 	u := apptest.MustCreateUser(t, e.R(0), "lab visitor")
 
 	before := shopRows(t, e)
@@ -267,45 +258,6 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
-	}
-}
-
-// serveBalancer serves a round-robin balancer in front of e's replicas on
-// ln, as nginx does under compose: the lab's live runs go through it. It
-// returns how many requests each replica was sent, the lab's own reads of
-// its counters (GET /v1/lab/stats) left out.
-func serveBalancer(t *testing.T, ln net.Listener, e *apptest.Env) func() []int64 {
-	t.Helper()
-	var backends []*url.URL
-	for _, r := range e.Replicas {
-		u, err := url.Parse(r.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		backends = append(backends, u)
-	}
-	var next atomic.Uint64
-	sent := make([]atomic.Int64, len(backends))
-	lb := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			b := next.Add(1) % uint64(len(backends))
-			if r.In.URL.Path != "/v1/lab/stats" {
-				sent[b].Add(1)
-			}
-			r.SetURL(backends[b])
-			r.SetXForwarded()
-		},
-		FlushInterval: -1,
-	}
-	srv := &http.Server{Handler: lb, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return func() []int64 {
-		out := make([]int64, len(sent))
-		for i := range sent {
-			out[i] = sent[i].Load()
-		}
-		return out
 	}
 }
 

@@ -9,5 +9,8 @@
 // flow's own tests over HTTP (internal/seats) use it as it is; Start puts
 // a round-robin balancer in front of the same replicas for a test that
 // talks to the stack only as a client outside would (the k6 scripts'
-// runner).
+// runner), and StartWith adds what the race lab and the pages need
+// (StackOptions: replica names, the lab's own gateway; the lab's live
+// runs come back in through the balancer), as the browser tests run the
+// compose stack.
 package apptest

@@ -34,12 +34,13 @@ const (
 // as docker compose runs them, with a payment gateway reached over HTTP,
 // plus a direct pool for checking invariants.
 type Env struct {
-	DB       *pgxpool.Pool         // straight to the database, for the checks afterwards
-	Clock    *testenv.Clock        // shared by every replica; it runs with real time, so lists sort by it
-	Gateway  *gateway.Server       // the payment gateway, with its audit of charges
-	Slow     *gatewaytest.HoldBack // the gateway's pm_card_slow answers wait for its Release
-	Cfg      config.Config         // every replica's configuration
-	Replicas []*Replica
+	DB         *pgxpool.Pool         // straight to the database, for the checks afterwards
+	Clock      *testenv.Clock        // shared by every replica; it runs with real time, so lists sort by it
+	Gateway    *gateway.Server       // the payment gateway, with its audit of charges
+	Slow       *gatewaytest.HoldBack // the gateway's pm_card_slow answers wait for its Release
+	LabGateway *gateway.Server       // the race lab's live copy's (StackOptions.LabGateway); nil without one
+	Cfg        config.Config         // every replica's configuration, its name aside (StackOptions.Names)
+	Replicas   []*Replica
 }
 
 // Replica is one app.New with its own pool, Redis clients and HTTP
@@ -92,6 +93,25 @@ func NewWith(t testing.TB, replicas int, vars map[string]string, switches app.De
 // cutter (the checks' pool goes straight to it); nil is no cutter.
 func NewThrough(t testing.TB, replicas int, vars map[string]string, switches app.Deps, cutter *testenv.CommitCutter) *Env {
 	t.Helper()
+	return build(t, spec{replicas: replicas, vars: vars, switches: switches, cutter: cutter})
+}
+
+// spec is what an Env is built from: New's arguments, and what a Stack
+// asks for besides (StackOptions).
+type spec struct {
+	replicas   int
+	vars       map[string]string
+	switches   app.Deps
+	cutter     *testenv.CommitCutter
+	names      []string // SHOP_REPLICA_NAME of each replica, in order
+	labGateway bool     // a gateway of its own for the lab's live copy
+}
+
+// build starts the gateways and the replicas of s, each replica on its own
+// pool and Redis clients.
+func build(t testing.TB, s spec) *Env {
+	t.Helper()
+	replicas, vars, switches, cutter := s.replicas, s.vars, s.switches, s.cutter
 	dbURL := testenv.DatabaseURL(t)
 	replicaURL := dbURL
 	if cutter != nil {
@@ -115,6 +135,10 @@ func NewThrough(t testing.TB, replicas int, vars map[string]string, switches app
 	if vars["SHOP_GATEWAY_URL"] == "" {
 		cfg.GatewayURL = gwURL
 	}
+	var labGateway *gateway.Server
+	if s.labGateway && vars["SHOP_LAB_GATEWAY_URL"] == "" {
+		labGateway, cfg.LabGatewayURL = gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Logger: Logger(t)})
+	}
 
 	logger := switches.Logger
 	if logger == nil {
@@ -134,12 +158,16 @@ func NewThrough(t testing.TB, replicas int, vars map[string]string, switches app
 	client := &http.Client{Transport: checked, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
-	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, Cfg: cfg}
-	for range replicas {
+	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, Cfg: cfg}
+	for i := range replicas {
+		c := cfg
+		if i < len(s.names) {
+			c.ReplicaName = s.names[i]
+		}
 		pool := testenv.PoolFor(t, replicaURL)
-		clients := redisx.Clients(cfg.RedisAddrs)
+		clients := redisx.Clients(c.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
-		a, err := app.New(cfg, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
+		a, err := app.New(c, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
 			Layers: switches.Layers, NaiveStock: switches.NaiveStock})
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
@@ -197,22 +225,29 @@ func (e *Env) R(i int) *Replica { return e.Replicas[i%len(e.Replicas)] }
 // Logger sends the service's warnings and errors to the test log, and
 // drops them once the test is over (a late log line would panic).
 func Logger(t testing.TB) *slog.Logger {
-	w := &logWriter{t: t}
+	return slog.New(slog.NewTextHandler(testLog(t, "service: "), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// testLog writes each line to the test log after prefix, until the test
+// is over.
+func testLog(t testing.TB, prefix string) *logWriter {
+	w := &logWriter{t: t, prefix: prefix}
 	t.Cleanup(w.stop) // registered first, so it runs after the servers close
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return w
 }
 
 type logWriter struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
+	mu     sync.Mutex
+	t      testing.TB
+	prefix string
+	done   bool
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.done {
-		w.t.Log("service: " + strings.TrimSpace(string(p)))
+		w.t.Log(w.prefix + strings.TrimSpace(string(p)))
 	}
 	return len(p), nil
 }
