@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -122,24 +120,16 @@ func TestScripts(t *testing.T) {
 // bug or a layer gone would), flash-sale.js must fail, in its checks and
 // in its teardown.
 func TestScripts_CatchBrokenIdempotency(t *testing.T) {
-	stack := apptest.Start(t, 2, nil)
-	target, err := url.Parse(stack.BaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n atomic.Int64
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		r.SetURL(target)
+	stack := apptest.StartWith(t, 2, apptest.StackOptions{Rewrite: func(r *httputil.ProxyRequest) {
 		if r.In.Method == http.MethodPost && r.In.URL.Path == "/v1/orders" {
 			r.Out.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%d", r.In.Header.Get("Idempotency-Key"), n.Add(1)))
 		}
-	}}
-	srv := httptest.NewServer(proxy)
-	t.Cleanup(srv.Close)
+	}})
 
 	res, err := k6compat.Run(context.Background(), k6compat.Config{
 		Script: filepath.Join(scriptsDir(t), "flash-sale.js"), Limits: scriptLimits, Timeout: 3 * time.Minute, Logf: t.Logf,
-		Env: map[string]string{"BASE_URL": srv.URL, "GATEWAY_URL": stack.GatewayURL, "ADMIN_TOKEN": apptest.AdminToken,
+		Env: map[string]string{"BASE_URL": stack.BaseURL, "GATEWAY_URL": stack.GatewayURL, "ADMIN_TOKEN": apptest.AdminToken,
 			"THINK": "0", "RETRY_WAIT_MAX": "0.05", "BUYERS": "4", "STOCK": "8", "CLICKS": "2"},
 	})
 	if err != nil {

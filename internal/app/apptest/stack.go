@@ -48,6 +48,11 @@ type StackOptions struct {
 	LabGateway bool
 	// Counted picks the requests Stack.Sent counts; nil counts every one.
 	Counted func(*http.Request) bool
+	// Rewrite, when set, changes each request the balancer passes on,
+	// after its own rewrite: a test's stand-in for a broken client or
+	// proxy in front of the service (one that gives every order request
+	// a key of its own).
+	Rewrite func(*httputil.ProxyRequest)
 }
 
 // Start starts replicas of the service (New) behind a balancer. vars
@@ -85,7 +90,7 @@ func StartWith(t testing.TB, replicas int, opts StackOptions) *Stack {
 			t.Fatalf("replica URL: %v", err)
 		}
 		s.Replicas = append(s.Replicas, r.URL)
-		lb.proxies = append(lb.proxies, proxyTo(u, errs))
+		lb.proxies = append(lb.proxies, proxyTo(u, errs, opts.Rewrite))
 	}
 	lb.sent = make([]atomic.Int64, len(lb.proxies))
 	srv.Start()
@@ -137,11 +142,15 @@ func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // SHOP_TRUSTED_PROXIES names the balancer), and passes each write of the
 // answer on at once, so Server-Sent Events are not held back, as
 // nginx's X-Accel-Buffering: no has it. Its errors go to the test log.
-func proxyTo(backend *url.URL, errs *log.Logger) *httputil.ReverseProxy {
+// rewrite, when not nil, changes each request after that.
+func proxyTo(backend *url.URL, errs *log.Logger, rewrite func(*httputil.ProxyRequest)) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(backend)
 			r.SetXForwarded()
+			if rewrite != nil {
+				rewrite(r)
+			}
 		},
 		FlushInterval: -1,
 		ErrorLog:      errs,

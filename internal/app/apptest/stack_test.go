@@ -53,7 +53,7 @@ func TestBalancer_Stream(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			transport := &http.Transport{DialContext: slowWrites}
 			t.Cleanup(transport.CloseIdleConnections)
-			p := proxyTo(u, log.New(testLog(t, "balancer: "), "", 0))
+			p := proxyTo(u, log.New(testLog(t, "balancer: "), "", 0), nil)
 			p.Transport = transport
 			lb := httptest.NewServer(&balancer{proxies: []*httputil.ReverseProxy{p}, streamBodies: c.streamBodies})
 			t.Cleanup(lb.Close)
