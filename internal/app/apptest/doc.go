@@ -6,7 +6,8 @@
 // requests (Replica.Do) are checked against docs/openapi.yaml on the way.
 //
 // The flow tests of package app, which race several flows, and each
-// flow's own tests over HTTP (internal/seats) use it as it is; Start puts
+// flow's own tests over HTTP (internal/seats, internal/likes) use it as
+// it is; Start puts
 // a round-robin balancer in front of the same replicas for a test that
 // talks to the stack only as a client outside would (the k6 scripts'
 // runner), and StartWith adds what the race lab and the pages need
