@@ -59,6 +59,11 @@ type Deps struct {
 	// spread over; 0 means likes.DefaultShards. The bench sets 1 for its
 	// single-row baseline.
 	LikeShards int
+	// BlindSchemes switches the key schemes' transition rules off: a
+	// scheme-2 replica neither reads nor takes scheme-1 names
+	// (keyscheme.Scheme.Blind). The test that shows the rules are needed
+	// uses it; nothing else may.
+	BlindSchemes bool
 }
 
 // App is one replica of the service.
@@ -91,8 +96,11 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		deps.Now = time.Now
 	}
 	m := metrics.New()
+	scheme := cfg.KeyScheme
+	scheme.Blind = deps.BlindSchemes && scheme.Version > 1
 	locker, err := lock.New(deps.Redis, lock.Options{
 		Mode:    lock.Mode(cfg.LockMode),
+		Scheme:  scheme,
 		Logger:  deps.Logger,
 		Metrics: m,
 	})
@@ -109,7 +117,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	idem := idempotency.NewStore(bookkeeping, idempotency.Options{Logger: deps.Logger, Metrics: m, Now: deps.Now})
+	idem := idempotency.NewStore(bookkeeping, idempotency.Options{Scheme: scheme, Logger: deps.Logger, Metrics: m, Now: deps.Now})
 	users := auth.NewStore(deps.Pool)
 	authn := auth.NewMiddleware(users, cfg.AdminToken)
 

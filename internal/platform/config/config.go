@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shop-example/shop/internal/platform/keyscheme"
 )
 
 // DefaultGatewayJournal is where `shop gateway` keeps its journal unless
@@ -68,7 +70,13 @@ type Config struct {
 	// advisory (pg_advisory_xact_lock in the like's transaction) or
 	// redsync (a Redis lock around it).
 	LikeLock string
-	Migrate  bool // SHOP_MIGRATE: apply migrations when serve starts
+	// KeyScheme names the idempotency records and the lock names this
+	// replica writes (SHOP_KEY_SCHEME: 1 or 2, default 2) and whether a
+	// scheme-2 replica still serves beside scheme-1 ones
+	// (SHOP_KEY_TRANSITION: on, the default, or off once none runs).
+	// DESIGN.md §9 has the rollout.
+	KeyScheme keyscheme.Scheme
+	Migrate   bool // SHOP_MIGRATE: apply migrations when serve starts
 	// Demo makes `shop seed` add a demo user and print its token
 	// (SHOP_DEMO). The token is derived from the admin token, so it is
 	// the same on every run and needs AdminToken set.
@@ -232,6 +240,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			return def
 		}
 		return n
+	}
+	if ks, err := keyscheme.Parse(str("SHOP_KEY_SCHEME", ""), str("SHOP_KEY_TRANSITION", "")); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.KeyScheme = ks
 	}
 	c.SeatCaps = SeatCaps{
 		PerHold: count("SHOP_SEAT_CAP_PER_HOLD", 10, 1, maxSeatsPerHold),
@@ -424,6 +437,7 @@ func (c Config) LogValue() slog.Value {
 			slog.Int("holds", c.SeatCaps.Holds),
 			slog.Int("seats", c.SeatCaps.Seats),
 		),
+		slog.String("key_scheme", c.KeyScheme.String()),
 		slog.Bool("migrate", c.Migrate),
 		slog.Bool("demo", c.Demo),
 		slog.String("replica_name", c.ReplicaName),

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shop-example/shop/internal/platform/keyscheme"
 )
 
 // env returns a getenv over vars that records every name it is asked for.
@@ -43,6 +45,8 @@ var allVars = []string{
 	"SHOP_SEAT_CAP_HOLDS",
 	"SHOP_SEAT_CAP_SEATS",
 	"SHOP_LIKE_LOCK",
+	"SHOP_KEY_SCHEME",
+	"SHOP_KEY_TRANSITION",
 	"SHOP_MIGRATE",
 	"SHOP_DEMO",
 	"SHOP_REPLICA_NAME",
@@ -86,8 +90,9 @@ func TestFromEnv_Defaults(t *testing.T) {
 		SeatHoldTTL: 5 * time.Minute,
 		SeatLock:    "advisory",
 		// Ten seats a hold, four holds and ten seats per user per event.
-		SeatCaps: SeatCaps{PerHold: 10, Holds: 4, Seats: 10},
-		LikeLock: "advisory",
+		SeatCaps:  SeatCaps{PerHold: 10, Holds: 4, Seats: 10},
+		LikeLock:  "advisory",
+		KeyScheme: keyscheme.Scheme{Version: 2, Transition: true},
 
 		GatewayJournal:   "data/gateway-journal.jsonl",
 		GatewaySlowDelay: 10 * time.Second,
@@ -150,6 +155,8 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_SEAT_CAP_HOLDS":          "2",
 		"SHOP_SEAT_CAP_SEATS":          "8",
 		"SHOP_LIKE_LOCK":               "redsync",
+		"SHOP_KEY_SCHEME":              "2",
+		"SHOP_KEY_TRANSITION":          "off",
 		"SHOP_MIGRATE":                 "true",
 		"SHOP_DEMO":                    "true",
 		"SHOP_REPLICA_NAME":            "api-9",
@@ -198,6 +205,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		SeatLock:         "redsync",
 		SeatCaps:         SeatCaps{PerHold: 6, Holds: 2, Seats: 8},
 		LikeLock:         "redsync",
+		KeyScheme:        keyscheme.Scheme{Version: 2},
 		Migrate:          true,
 		Demo:             true,
 		ReplicaName:      "api-9",
@@ -267,6 +275,10 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"JobInterval", "SHOP_JOB_INTERVAL", "abc"},
 		{"ShutdownDrain", "SHOP_SHUTDOWN_DRAIN", "-1s"},
 		{"LockMode", "SHOP_LOCK_MODE", "lenient"},
+		{"KeySchemeZero", "SHOP_KEY_SCHEME", "0"},
+		{"KeySchemeFuture", "SHOP_KEY_SCHEME", "3"},
+		{"KeySchemePrefixed", "SHOP_KEY_SCHEME", "v2"},
+		{"KeyTransition", "SHOP_KEY_TRANSITION", "true"},
 		{"LockModeCase", "SHOP_LOCK_MODE", "Strict"},
 		{"RedisAddrsOnlyCommas", "SHOP_REDIS_ADDRS", ",,"},
 		{"RedisAddrsCommasAndSpaces", "SHOP_REDIS_ADDRS", " , , "},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shop-example/shop/internal/platform/auth"
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/keyscheme"
 	"github.com/shop-example/shop/internal/platform/layers"
 )
 
@@ -61,7 +62,8 @@ func (s *Store) Atomic(flow string) echo.MiddlewareFunc {
 				return fmt.Errorf("new owner token: %w", err)
 			}
 			rec := &Record{store: s, flow: flow, principal: p.Scope(), key: key,
-				fp: fingerprint(req.Method, req.URL.Path, body), owner: owner,
+				names: s.scheme.Record(flow, key),
+				fp:    fingerprint(req.Method, req.URL.Path, body), owner: owner,
 				// PostgreSQL keeps microseconds; truncating makes the
 				// created_at read back comparable with at.
 				at: s.now().UTC().Truncate(time.Microsecond)}
@@ -179,14 +181,14 @@ func (s *Store) answerRefusal(c echo.Context, flow string, prev *stored, fp []by
 func (s *Store) free(c echo.Context, rec *Record, why string) {
 	detached := context.WithoutCancel(c.Request().Context())
 	requestID := httpx.RequestID(c) // c is not to be used once the handler has returned
-	principal, key, owner := rec.principal, rec.key, rec.owner
+	principal, key, name, owner := rec.principal, rec.key, rec.name, rec.owner
 	if why != "" {
 		s.logger.WarnContext(detached, "idempotency key released", "request_id", requestID, "key", key, "why", why)
 	}
 	release := func(timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(detached, timeout)
 		defer cancel()
-		return s.release(ctx, principal, key, owner)
+		return s.release(ctx, principal, name, owner)
 	}
 	err := release(s.finishTimeout)
 	if err == nil {
@@ -223,22 +225,40 @@ func (s *Store) storeAnswer(c echo.Context, rec *Record, resp *response) (*store
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.finishTimeout)
 	defer cancel()
 	now := s.now().UTC().Truncate(time.Microsecond)
+	names := rec.names
 	query := sqlStoreAnswer
 	if rec.claimed {
 		query = sqlStoreOwnAnswer
+		names = keyscheme.Names{Write: rec.name, Scheme: names.Scheme} // its claim's row
 	}
+	args := []any{rec.principal, rec.key, rec.fp, rec.owner, rec.at, rec.at,
+		names.Write, names.Other, names.Scheme, resp.status, headers, resp.body, now}
 	var held, stored bool
-	err = s.db.QueryRow(ctx, query, rec.principal, rec.key, rec.fp, rec.owner, rec.at,
-		resp.status, headers, resp.body, now).Scan(&held, &stored)
+	store := func(q pgx.Tx) error { return q.QueryRow(ctx, query, args...).Scan(&held, &stored) }
+	if names.Other == "" {
+		err = s.db.QueryRow(ctx, query, args...).Scan(&held, &stored)
+	} else {
+		// The key may have the other name: read it under the key's lock,
+		// as a claim does (sqlKeyLock).
+		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, sqlKeyLock, rec.principal, rec.key).Scan(&held); err != nil || !held {
+				return err
+			}
+			return store(tx)
+		})
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("store idempotency answer %q: %w", rec.key, err)
 	}
 	if !held || stored {
 		return nil, stored, nil
 	}
-	prev, err := readKey(ctx, s.db, rec.principal, rec.key)
+	prev, err := s.readKey(ctx, rec.principal, names)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil // gone again already: as busy as a key in progress
+	}
+	if err == nil && prev.scheme != s.scheme.Version {
+		s.counters.crossScheme(rec.flow, prev.scheme)
 	}
 	return prev, false, err
 }

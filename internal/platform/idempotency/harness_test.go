@@ -32,6 +32,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 const (
 	atomicRoute  = "/v1/atomic/:id" // guarded by Atomic
 	plainRoute   = "/v1/plain/:id"  // the same flow without it
+	otherRoute   = "/v1/other/:id"  // another operation under Atomic
 	atomicFlow   = "atomic_thing"   // its flow name in the conflict counter
 	headerUser   = "X-Test-User"    // becomes the principal
 	headerAct    = "X-Test-Act"     // what the flow does; not part of the fingerprint
@@ -87,6 +88,18 @@ func newHarnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *harness
 	if _, err := db.Exec(context.Background(), sqlEffectsTable); err != nil {
 		t.Fatalf("create effects: %v", err)
 	}
+	return harnessOn(t, db, flowDB, opts)
+}
+
+// beside builds another harness on h's database, with its own store
+// (opts), metrics and clock: a second replica.
+func (h *harness) beside(t *testing.T, opts Options) *harness {
+	t.Helper()
+	return harnessOn(t, h.db, h.flowDB, opts)
+}
+
+func harnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *harness {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := &harness{
 		db:      db,
@@ -101,6 +114,7 @@ func newHarnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *harness
 	e.POST(atomicRoute, h.handle, h.principal, h.store.Atomic(atomicFlow))
 	e.PUT(atomicRoute, h.handle, h.principal, h.store.Atomic(atomicFlow))
 	e.POST(plainRoute, h.handle, h.principal)
+	e.POST(otherRoute, h.handle, h.principal, h.store.Atomic("other_thing"))
 	h.srv = httptest.NewServer(e)
 	t.Cleanup(h.srv.Close)
 	// Cleanups run last-in first-out: a test that failed while a flow

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,11 @@ type counters struct {
 	requests *prometheus.CounterVec
 	results  *prometheus.CounterVec
 	swept    prometheus.Counter
+	// crossSchemes counts the requests that met a record written under
+	// another key scheme than this replica's (package keyscheme): during
+	// a rollout, the copies of one request that replicas of both schemes
+	// handled. After the clean-up it falls to zero within a retention.
+	crossSchemes *prometheus.CounterVec
 	// repeats is the time from a key's first submission to each repeat
 	// of it. Its shape tells who repeats: tens of milliseconds point at
 	// a double click or a broken debounce in a client, seconds at a
@@ -56,6 +62,10 @@ func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 			Name: "shop_idempotency_results_total",
 			Help: "Claims after the handler ran, by what became of them.",
 		}, []string{"result"}),
+		crossSchemes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shop_idempotency_cross_scheme_total",
+			Help: "Requests that met an idempotency record of another key scheme than this replica's, by flow and the record's scheme.",
+		}, []string{"flow", "scheme"}),
 		swept: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shop_idempotency_swept_total",
 			Help: "Idempotency keys deleted after their retention.",
@@ -74,7 +84,9 @@ func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 	if c.requests, err = metrics.Shared(m.Registry, c.requests); err == nil {
 		if c.results, err = metrics.Shared(m.Registry, c.results); err == nil {
 			if c.swept, err = metrics.Shared(m.Registry, c.swept); err == nil {
-				c.repeats, err = metrics.Shared(m.Registry, c.repeats)
+				if c.repeats, err = metrics.Shared(m.Registry, c.repeats); err == nil {
+					c.crossSchemes, err = metrics.Shared(m.Registry, c.crossSchemes)
+				}
 			}
 		}
 	}
@@ -106,6 +118,13 @@ func (c *counters) result(r string) {
 func (c *counters) repeat(flow string, first, now time.Time) {
 	if c != nil {
 		c.repeats.WithLabelValues(flow).Observe(max(now.Sub(first), 0).Seconds())
+	}
+}
+
+// crossScheme counts a request of flow that met a record of scheme.
+func (c *counters) crossScheme(flow string, scheme int) {
+	if c != nil {
+		c.crossSchemes.WithLabelValues(flow, strconv.Itoa(scheme)).Inc()
 	}
 }
 

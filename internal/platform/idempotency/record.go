@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/platform/keyscheme"
 )
 
 // Record is one request's idempotency key on a route under Atomic: the
@@ -24,12 +26,14 @@ type Record struct {
 	store     *Store
 	flow      string
 	principal string
-	key       string
+	key       string          // the client's Idempotency-Key
+	names     keyscheme.Names // the names the record may have
 	fp        []byte
 	owner     uuid.UUID // written by Claim; fences Complete and the release
 	at        time.Time // when the request arrived: the claim's created_at
 
 	claimed   bool      // a Claim of this request succeeded (its transaction may have rolled back since)
+	name      string    // the record's name, once claimed: names.Write, or names.Other if the key had it
 	firstSeen time.Time // when the key was first submitted, once claimed
 	answer    *response // what Complete stored, once it reported so
 }
@@ -133,29 +137,51 @@ const (
 	// of the seats flow: a concurrent request of the key holds it until
 	// its transaction ends, and this one is refused at once instead of
 	// waiting inside PostgreSQL on the unique index with a pool
-	// connection held. With the lock, the insert of the claim; or, when
-	// the key exists, the takeover of a claim whose lease ran out (only
-	// for the same fingerprint, and never of a completed key), or of this
-	// request's own claim from an earlier transaction (a two-phase flow).
-	// Otherwise the row is written back unchanged, so that RETURNING
-	// hands back the row as it is now, whatever snapshot the statement
-	// began with; the flow rolls back, so nothing of it stays.
+	// connection held. The lock is on the client's key under every key
+	// scheme, so replicas on schemes 1 and 2 exclude each other.
+	//
+	// With the lock, the record's name: the other scheme's ($8), if the
+	// key already has it (a scheme-2 replica honours a scheme-1 record,
+	// package keyscheme), else this replica's ($7). Then the insert of
+	// the claim under that name; or, when it exists, the takeover of a
+	// claim whose lease ran out (only for the same fingerprint, and never
+	// of a completed key), or of this request's own claim from an earlier
+	// transaction (a two-phase flow). Otherwise the row is written back
+	// unchanged, so that RETURNING hands back the row as it is now,
+	// whatever snapshot the statement began with; the flow rolls back, so
+	// nothing of it stays.
+	//
+	// The name is read in the statement's snapshot, which a claim of the
+	// key under the other name could have missed if it committed just
+	// before the lock was taken: where there is another name to look for,
+	// the lock is taken first, alone (sqlKeyLock), so the snapshot is
+	// taken under it.
 	sqlClaimInTx = `
 WITH lock AS (
 	SELECT ` + claimLock + ` AS held
+), name AS (
+	SELECT ` + recordName + ` AS key FROM lock WHERE lock.held
 ), claim AS (
-	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at)
-	SELECT $1, $2, $3, $4, $5, $6 FROM lock WHERE lock.held
+	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at, scheme)
+	SELECT $1, name.key, $3, $4, $5, $6, $9 FROM name
 	ON CONFLICT (principal, key) DO UPDATE
 	   SET owner = CASE WHEN ` + takeable + ` THEN EXCLUDED.owner ELSE idempotency_keys.owner END,
 	       locked_until = CASE WHEN ` + takeable + ` THEN EXCLUDED.locked_until ELSE idempotency_keys.locked_until END
-	RETURNING owner, fingerprint, created_at, status_code, headers, body
+	RETURNING key, owner, fingerprint, created_at, status_code, headers, body, scheme
 )
-SELECT lock.held, coalesce(claim.owner = $4, false), claim.fingerprint, claim.created_at,
-       claim.status_code, claim.headers, claim.body
+SELECT lock.held, claim.key, coalesce(claim.owner = $4, false), claim.fingerprint, claim.created_at,
+       claim.status_code, claim.headers, claim.body, claim.scheme
   FROM lock LEFT JOIN claim ON true`
 
 	claimLock = `pg_try_advisory_xact_lock(hashtext($1), hashtext($2))`
+
+	// recordName is the name the key has: $8, the other scheme's, when a
+	// record of it exists, else $7, this replica's.
+	recordName = `coalesce((SELECT key FROM idempotency_keys WHERE principal = $1 AND key = $8), $7)`
+
+	// sqlKeyLock takes the key's try-lock alone, ahead of the statement
+	// that reads the key under it.
+	sqlKeyLock = `SELECT ` + claimLock
 
 	// sqlReclaimInTx and sqlReclaimedRow claim the key again in a later
 	// transaction of the request that claimed it (a payment's second
@@ -167,21 +193,26 @@ SELECT lock.held, coalesce(claim.owner = $4, false), claim.fingerprint, claim.cr
 	// with a snapshot taken after the first statement, so it sees a
 	// takeover that committed before the lock was taken: the key is still
 	// this request's, or it was taken over after its lease ran out (or, its
-	// claim rolled back, claimed by another request), and the stale phase
-	// is refused before it acts on anything.
+	// claim rolled back, claimed by another request, under either name),
+	// and the stale phase is refused before it acts on anything.
 	sqlReclaimInTx = `
 WITH lock AS (
 	SELECT ` + claimLock + ` AS held
+), name AS (
+	SELECT ` + recordName + ` AS key FROM lock WHERE lock.held
 ), claim AS (
-	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at)
-	SELECT $1, $2, $3, $4, $5, $6 FROM lock WHERE lock.held
+	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at, scheme)
+	SELECT $1, name.key, $3, $4, $5, $6, $9 FROM name
 	ON CONFLICT (principal, key) DO NOTHING
 )
 SELECT held FROM lock`
 
+	// sqlReclaimedRow reads the key's row under either name, the other
+	// scheme's first, as recordName does.
 	sqlReclaimedRow = `
-SELECT owner = $3, fingerprint, created_at, status_code, headers, body
-  FROM idempotency_keys WHERE principal = $1 AND key = $2`
+SELECT key, owner = $2, fingerprint, created_at, status_code, headers, body, scheme
+  FROM idempotency_keys WHERE principal = $1 AND key IN ($3, $4)
+ ORDER BY key = $4 DESC LIMIT 1`
 
 	takeable = `(idempotency_keys.status_code IS NULL
 	     AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
@@ -194,14 +225,14 @@ SELECT owner = $3, fingerprint, created_at, status_code, headers, body
 	// claimed; waiting for it in a later phase, behind a copy being
 	// refused or a request taking the key over, each a short transaction),
 	// so a copy arriving now is refused at once instead of waiting for
-	// this row.
+	// this row. $3 is the record's name, as the claim found it.
 	sqlCompleteInTx = `
 WITH lock AS (
 	SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))
 )
 UPDATE idempotency_keys
-   SET status_code = $4, headers = $5, body = $6, completed_at = $7
- WHERE principal = $1 AND key = $2 AND owner = $3 AND status_code IS NULL
+   SET status_code = $5, headers = $6, body = $7, completed_at = $8
+ WHERE principal = $1 AND key = $3 AND owner = $4 AND status_code IS NULL
    AND EXISTS (SELECT 1 FROM lock)`
 
 	// sqlStoreAnswer stores an answer the flow did not store in its
@@ -209,7 +240,8 @@ UPDATE idempotency_keys
 	// one statement of its own. It takes the key's advisory lock too (try,
 	// never wait), and it inserts the completed key, or completes this
 	// request's own claim left by a committed phase; a key another request
-	// holds or completed is left alone.
+	// holds or completed is left alone. Where the key may have another
+	// name, it runs in a transaction after sqlKeyLock, as a claim does.
 	sqlStoreAnswer = `
 WITH lock AS (
 	SELECT ` + claimLock + ` AS held
@@ -223,18 +255,19 @@ WITH lock AS (
 	// gave up would take such a copy (a client retrying the same key)
 	// for the key's owner: the request's own answer would become
 	// request_in_progress, and its claim would stay held until its lease
-	// ran out.
+	// ran out. Its name is its claim's ($8 = $7).
 	sqlStoreOwnAnswer = `
 WITH lock AS (
 	SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2)) IS NOT NULL AS held
 ), ` + storeAnswer
 
 	// storeAnswer is the write of sqlStoreAnswer and sqlStoreOwnAnswer,
-	// made once the key's advisory lock is held.
+	// made once the key's advisory lock is held: $7 and $8 name the
+	// record as in sqlClaimInTx, $9 is the scheme, $10–$14 the answer.
 	storeAnswer = `stored AS (
 	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at,
-	                              status_code, headers, body, completed_at)
-	SELECT $1, $2, $3, $4, $5, $5, $6, $7, $8, $9 FROM lock WHERE lock.held
+	                              scheme, status_code, headers, body, completed_at)
+	SELECT $1, ` + recordName + `, $3, $4, $5, $6, $9, $10, $11, $12, $13 FROM lock WHERE lock.held
 	ON CONFLICT (principal, key) DO UPDATE
 	   SET status_code = EXCLUDED.status_code, headers = EXCLUDED.headers,
 	       body = EXCLUDED.body, completed_at = EXCLUDED.completed_at
@@ -244,9 +277,10 @@ WITH lock AS (
 SELECT lock.held, EXISTS (SELECT 1 FROM stored) FROM lock`
 )
 
-// claimArgs are the arguments of sqlClaimInTx.
+// claimArgs are the arguments of sqlClaimInTx and sqlReclaimInTx.
 func (r *Record) claimArgs() []any {
-	return []any{r.principal, r.key, r.fp, r.owner, r.at.Add(r.store.lease), r.at}
+	return []any{r.principal, r.key, r.fp, r.owner, r.at.Add(r.store.lease), r.at,
+		r.names.Write, r.names.Other, r.names.Scheme}
 }
 
 // Claim claims the key as one of the first statements of tx:
@@ -286,7 +320,23 @@ func (r *Record) QueueClaim(b *pgx.Batch) {
 		return
 	}
 	if !r.claimed {
-		b.Queue(r.store.claimSQL, r.claimArgs()...).QueryRow(func(row pgx.Row) error { return r.decide(false, row) })
+		// held is the key's try-lock as sqlKeyLock took it, when there is
+		// another name to read under it.
+		held := true
+		if r.names.Other != "" {
+			b.Queue(sqlKeyLock, r.principal, r.key).QueryRow(func(row pgx.Row) error {
+				if err := row.Scan(&held); err != nil {
+					return fmt.Errorf("lock idempotency key %q: %w", r.key, err)
+				}
+				return nil
+			})
+		}
+		b.Queue(r.store.claimSQL, r.claimArgs()...).QueryRow(func(row pgx.Row) error {
+			if !held {
+				return &Refusal{}
+			}
+			return r.decide(false, row)
+		})
 		return
 	}
 	var held bool
@@ -296,7 +346,7 @@ func (r *Record) QueueClaim(b *pgx.Batch) {
 		}
 		return nil
 	})
-	b.Queue(sqlReclaimedRow, r.principal, r.key, r.owner).QueryRow(func(row pgx.Row) error {
+	b.Queue(sqlReclaimedRow, r.principal, r.owner, r.names.Write, r.names.Other).QueryRow(func(row pgx.Row) error {
 		if !held {
 			return &Refusal{}
 		}
@@ -309,14 +359,16 @@ func (r *Record) QueueClaim(b *pgx.Batch) {
 // it was taken by an earlier statement.
 func (r *Record) decide(held bool, row pgx.Row) error {
 	var (
+		name      *string
 		mine      bool
 		fp        []byte
 		firstSeen *time.Time
 		status    *int
 		headers   []byte
 		body      []byte
+		scheme    *int16
 	)
-	dest := []any{&mine, &fp, &firstSeen, &status, &headers, &body}
+	dest := []any{&name, &mine, &fp, &firstSeen, &status, &headers, &body, &scheme}
 	if !held {
 		dest = append([]any{&held}, dest...)
 	}
@@ -325,6 +377,10 @@ func (r *Record) decide(held bool, row pgx.Row) error {
 	}
 	if !held {
 		return &Refusal{}
+	}
+	s := r.store
+	if scheme != nil && int(*scheme) != s.scheme.Version {
+		s.counters.crossScheme(r.flow, int(*scheme))
 	}
 	st := &stored{fingerprint: fp}
 	if firstSeen != nil {
@@ -343,8 +399,7 @@ func (r *Record) decide(held bool, row pgx.Row) error {
 	if r.claimed {
 		return nil // this request's own claim, again in a later transaction
 	}
-	r.claimed, r.firstSeen = true, st.firstSeen
-	s := r.store
+	r.claimed, r.firstSeen, r.name = true, st.firstSeen, *name
 	if st.firstSeen.Equal(r.at) {
 		s.counters.outcome(outcomeClaimed)
 		return nil
@@ -405,7 +460,7 @@ func (r *Record) completion(a Answer) (*response, []any, error) {
 		return nil, nil, fmt.Errorf("encode headers: %w", err)
 	}
 	now := r.store.now().UTC().Truncate(time.Microsecond)
-	return resp, []any{r.principal, r.key, r.owner, resp.status, headers, resp.body, now}, nil
+	return resp, []any{r.principal, r.key, r.name, r.owner, resp.status, headers, resp.body, now}, nil
 }
 
 // completed records what sqlCompleteInTx did and reports whether it stored

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/internal/platform/keyscheme"
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
 
@@ -48,9 +49,12 @@ type Options struct {
 	// Retention is how long keys are kept by RunSweeper. Default and
 	// minimum MinRetention; tests sweep sooner by calling Sweep directly.
 	Retention time.Duration
-	Logger    *slog.Logger
-	Metrics   *metrics.Metrics // may be nil
-	Now       func() time.Time // default time.Now; tests inject
+	// Scheme names the records written (package keyscheme); the zero
+	// value is scheme 1, as before schemes existed.
+	Scheme  keyscheme.Scheme
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics // may be nil
+	Now     func() time.Time // default time.Now; tests inject
 
 	finishTimeout time.Duration // default FinishTimeout; a test makes every first try fail
 	// claimWaits takes the try-lock out of the claim in a transaction, so
@@ -64,6 +68,7 @@ type Store struct {
 	db        *pgxpool.Pool
 	lease     time.Duration
 	retention time.Duration
+	scheme    keyscheme.Scheme
 	logger    *slog.Logger
 	metrics   *metrics.Metrics
 	counters  *counters
@@ -99,6 +104,9 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 	if opts.Retention < MinRetention {
 		opts.Retention = MinRetention
 	}
+	if opts.Scheme.Version == 0 {
+		opts.Scheme = keyscheme.Scheme{Version: 1}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -110,13 +118,16 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 	}
 	claimSQL, reclaimSQL := sqlClaimInTx, sqlReclaimInTx
 	if opts.claimWaits {
-		claimSQL = strings.Replace(sqlClaimInTx, claimLock, "true", 1)
-		reclaimSQL = strings.Replace(sqlReclaimInTx, claimLock, "true", 1)
+		// The client's key stays a parameter the statement uses.
+		const noLock = "$2::text IS NOT NULL"
+		claimSQL = strings.Replace(sqlClaimInTx, claimLock, noLock, 1)
+		reclaimSQL = strings.Replace(sqlReclaimInTx, claimLock, noLock, 1)
 	}
 	return &Store{
 		db:        db,
 		lease:     opts.Lease,
 		retention: opts.Retention,
+		scheme:    opts.Scheme,
 		logger:    opts.Logger,
 		metrics:   opts.Metrics,
 		counters:  newCounters(opts.Metrics, opts.Logger),
@@ -129,14 +140,17 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 }
 
 const (
+	// sqlReadKey reads the key's row under either name, the other
+	// scheme's first, as the claim's name is found.
 	sqlReadKey = `
-SELECT fingerprint, created_at, status_code, headers, body
+SELECT fingerprint, created_at, status_code, headers, body, scheme
   FROM idempotency_keys
- WHERE principal = $1 AND key = $2`
+ WHERE principal = $1 AND key IN ($2, $3)
+ ORDER BY key = $3 DESC LIMIT 1`
 
 	// sqlRelease is fenced by the owner token: an owner whose key was
 	// taken over or completed meanwhile matches no row and changes
-	// nothing.
+	// nothing. $2 is the record's name, as its claim found it.
 	sqlRelease = `
 DELETE FROM idempotency_keys
  WHERE principal = $1 AND key = $2 AND owner = $3 AND status_code IS NULL`
@@ -147,6 +161,7 @@ type stored struct {
 	fingerprint []byte
 	firstSeen   time.Time // when the key was first submitted
 	response    *response // nil while the key is claimed
+	scheme      int       // the scheme the row was written under
 }
 
 // response is what is stored under a completed key and replayed.
@@ -156,22 +171,25 @@ type response struct {
 	body    []byte
 }
 
-// readKey reads the row of (principal, key): the one that refused an answer
-// the middleware tried to store.
-func readKey(ctx context.Context, db *pgxpool.Pool, principal, key string) (*stored, error) {
+// readKey reads the row of the key named by names: the one that refused an
+// answer the middleware tried to store.
+func (s *Store) readKey(ctx context.Context, principal string, names keyscheme.Names) (*stored, error) {
 	var (
 		st      stored
 		status  *int
 		headers []byte
 		body    []byte
+		scheme  int16
 	)
-	err := db.QueryRow(ctx, sqlReadKey, principal, key).Scan(&st.fingerprint, &st.firstSeen, &status, &headers, &body)
+	err := s.db.QueryRow(ctx, sqlReadKey, principal, names.Write, names.Other).
+		Scan(&st.fingerprint, &st.firstSeen, &status, &headers, &body, &scheme)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read key: %w", err)
 	}
+	st.scheme = int(scheme)
 	if status != nil {
 		if st.response, err = storedResponse(*status, headers, body); err != nil {
 			return nil, err
@@ -180,11 +198,11 @@ func readKey(ctx context.Context, db *pgxpool.Pool, principal, key string) (*sto
 	return &st, nil
 }
 
-// release deletes the claim of owner on (principal, key), so that a retry
+// release deletes the claim of owner on (principal, name), so that a retry
 // runs the request again.
-func (s *Store) release(ctx context.Context, principal, key string, owner uuid.UUID) error {
-	if _, err := s.db.Exec(ctx, sqlRelease, principal, key, owner); err != nil {
-		return fmt.Errorf("release idempotency key %q: %w", key, err)
+func (s *Store) release(ctx context.Context, principal, name string, owner uuid.UUID) error {
+	if _, err := s.db.Exec(ctx, sqlRelease, principal, name, owner); err != nil {
+		return fmt.Errorf("release idempotency key %q: %w", name, err)
 	}
 	return nil
 }

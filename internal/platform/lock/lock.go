@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shop-example/shop/internal/platform/keyscheme"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
 	"github.com/shop-example/shop/internal/platform/redisx"
@@ -53,12 +54,15 @@ var ErrLockLost = errors.New("lock lost")
 
 // Options configure a Locker. The zero value of each field means its default.
 type Options struct {
-	Expiry     time.Duration    // lease TTL, default 8s
-	WaitBudget time.Duration    // how long a waiter tries before resource_busy, default 2s
-	Mode       Mode             // default Degrade
-	Prefix     string           // key namespace, default "shop:lock:"
-	Logger     *slog.Logger     // default slog.Default()
-	Metrics    *metrics.Metrics // may be nil (then metrics go to a private registry)
+	Expiry     time.Duration // lease TTL, default 8s
+	WaitBudget time.Duration // how long a waiter tries before resource_busy, default 2s
+	Mode       Mode          // default Degrade
+	Prefix     string        // key namespace, default "shop:lock:"
+	// Scheme names the locks (keyscheme.Scheme.LockNames); the zero
+	// value is scheme 1, as before schemes existed.
+	Scheme  keyscheme.Scheme
+	Logger  *slog.Logger     // default slog.Default()
+	Metrics *metrics.Metrics // may be nil (then metrics go to a private registry)
 }
 
 // Locker takes Redlock locks over independent Redis nodes. It is safe for
@@ -74,6 +78,7 @@ type Locker struct {
 	maxTries    int // attempts before busy; 0: as many as the wait budget allows
 	mode        Mode
 	prefix      string
+	scheme      keyscheme.Scheme
 	log         *slog.Logger
 	m           *lockMetrics
 }
@@ -120,6 +125,9 @@ func newLocker(pools []redsyncredis.Pool, clients []*redis.Client, opts Options)
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
+	if opts.Scheme.Version == 0 {
+		opts.Scheme = keyscheme.Scheme{Version: 1}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -142,6 +150,7 @@ func newLocker(pools []redsyncredis.Pool, clients []*redis.Client, opts Options)
 		waitBudget:  opts.WaitBudget,
 		mode:        opts.Mode,
 		prefix:      opts.Prefix,
+		scheme:      opts.Scheme,
 		log:         opts.Logger,
 		m:           m,
 	}, nil
@@ -196,11 +205,32 @@ func nodeTimeout(expiry time.Duration) time.Duration {
 // cancelled with cause ErrLockLost, and an error fn then returns is wrapped
 // so that errors.Is(err, ErrLockLost) holds. Once fn has succeeded, a failed
 // release is logged and counted, never returned.
+//
+// The lock's Redis name is the key under the Locker's prefix and scheme
+// (keyscheme.Scheme.LockNames). While a transition of schemes lasts the
+// key has two names, and Do takes both, the scheme-1 name first, each a
+// lock of its own as above: a replica on either scheme then excludes the
+// others.
 func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context) error) error {
+	return l.doNamed(ctx, key, l.scheme.LockNames(l.prefix, key), fn)
+}
+
+// doNamed runs fn under the locks on names, each taken inside the one
+// before.
+func (l *Locker) doNamed(ctx context.Context, key string, names []string, fn func(ctx context.Context) error) error {
+	if len(names) == 0 {
+		return fn(ctx)
+	}
+	return l.do(ctx, key, names[0], func(ctx context.Context) error {
+		return l.doNamed(ctx, key, names[1:], fn)
+	})
+}
+
+// do is Do on one Redis name.
+func (l *Locker) do(ctx context.Context, key, name string, fn func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	name := l.prefix + key
 	mu := l.rs.NewMutex(name,
 		redsync.WithExpiry(l.expiry),
 		redsync.WithTries(1), // acquire paces its own attempts

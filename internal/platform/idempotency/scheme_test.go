@@ -1,0 +1,196 @@
+package idempotency
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/shop-example/shop/internal/platform/keyscheme"
+)
+
+var (
+	scheme1     = keyscheme.Scheme{Version: 1}
+	scheme2Plus = keyscheme.Scheme{Version: 2, Transition: true}
+	scheme2     = keyscheme.Scheme{Version: 2}
+	scheme2Deaf = keyscheme.Scheme{Version: 2, Blind: true}
+)
+
+// Two replicas on one database, each on its scheme: a request sent to the
+// first and then, again, to the second is answered by the second from the
+// first's record, with no second effect; and copies sent to both at once
+// make one effect. Where the two cannot see each other's records (a
+// scheme-2 replica with the transition rules off, or one that skipped the
+// transition beside a scheme-1 replica) the second copy runs again: that
+// row must break, so the rules are what holds the others.
+func TestSchemes_ReplicasSideBySide(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		first  keyscheme.Scheme
+		second keyscheme.Scheme
+		breaks bool
+	}{
+		{"1 then 2+1", scheme1, scheme2Plus, false},
+		{"2+1 then 1", scheme2Plus, scheme1, false},
+		{"2+1 then 2", scheme2Plus, scheme2, false},
+		{"2 then 2+1", scheme2, scheme2Plus, false},
+		{"1 then 2", scheme1, scheme2, false},
+		{"2 then 1", scheme2, scheme1, true}, // the clean-up while a scheme-1 replica runs
+		{"1 then 2, rules off", scheme1, scheme2Deaf, true},
+		{"2, rules off, then 1", scheme2Deaf, scheme1, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a := newHarness(t, Options{Scheme: tc.first})
+			b := a.beside(t, Options{Scheme: tc.second})
+			const keys = 5
+			doubled := 0
+			for i := range keys {
+				for _, act := range []string{"", "batched", "two_phase"} {
+					per := 1 // effects of one run
+					if act == "two_phase" {
+						per = 2 // one in each phase
+					}
+					key := fmt.Sprintf("k%d-%s", i, act)
+					r := request{path: atomicPath, key: key, act: act, body: `{"quantity":1}`}
+					first := a.mustSend(t, r)
+					if first.status != http.StatusCreated {
+						t.Fatalf("first %s: got %d %s, want 201", key, first.status, first.body)
+					}
+					again := b.mustSend(t, r)
+					if again.status != http.StatusCreated {
+						t.Fatalf("again %s: got %d %s, want 201", key, again.status, again.body)
+					}
+					switch n := a.effects(t, "alice", key); {
+					case n == per && again.replayed() && string(again.body) == string(first.body):
+					case n == per:
+						t.Fatalf("%s: one run, but the copy was answered %s, not the first answer %s", key, again.body, first.body)
+					case tc.breaks && n == 2*per:
+						doubled++
+					default:
+						t.Fatalf("%s: %d effects of one request, want %d", key, n, per)
+					}
+				}
+			}
+			if tc.breaks && doubled != 3*keys {
+				t.Fatalf("%d of %d requests ran twice, want all: the replicas see each other's records", doubled, 3*keys)
+			}
+			if tc.breaks {
+				return
+			}
+			// Copies at once, half to each replica.
+			for i := range keys {
+				key := fmt.Sprintf("race%d", i)
+				r := request{path: atomicPath, key: key, body: `{"quantity":1}`}
+				replies := raceOn(t, []*harness{a, b}, 8, r)
+				created := 0
+				for _, rep := range replies {
+					switch {
+					case rep.status == http.StatusCreated:
+						created++
+					case rep.code() == "request_in_progress":
+					default:
+						t.Fatalf("%s: got %d %s", key, rep.status, rep.body)
+					}
+				}
+				if n := a.effects(t, "alice", key); n != 1 || created == 0 {
+					t.Fatalf("%s: %d effects, %d answered 201; want one effect", key, n, created)
+				}
+			}
+		})
+	}
+}
+
+// A request that met a record of the other scheme is counted under the
+// record's scheme, by the replica that met it.
+func TestSchemes_CrossSchemeCounted(t *testing.T) {
+	t.Parallel()
+	a := newHarness(t, Options{Scheme: scheme1})
+	b := a.beside(t, Options{Scheme: scheme2Plus})
+	for i := range 3 {
+		r := request{path: atomicPath, key: fmt.Sprintf("c%d", i), body: `{}`}
+		a.mustSend(t, r)
+		if rep := b.mustSend(t, r); !rep.replayed() {
+			t.Fatalf("not replayed: %d %s", rep.status, rep.body)
+		}
+	}
+	r := request{path: atomicPath, key: "from2", body: `{}`}
+	b.mustSend(t, r)
+	if rep := a.mustSend(t, r); !rep.replayed() {
+		t.Fatalf("not replayed: %d %s", rep.status, rep.body)
+	}
+	if got := counter(t, b, "shop_idempotency_cross_scheme_total", "flow", atomicFlow, "scheme", "1"); got != 3 {
+		t.Fatalf("scheme 2+1 counted %v requests meeting a scheme-1 record, want 3", got)
+	}
+	if got := counter(t, a, "shop_idempotency_cross_scheme_total", "flow", atomicFlow, "scheme", "2"); got != 1 {
+		t.Fatalf("scheme 1 counted %v requests meeting a scheme-2 record, want 1", got)
+	}
+}
+
+// Clean scheme 2 scopes a key to its operation: the same key on another
+// route is another request, where scheme 1 (and the transition) refuse it
+// as reused.
+func TestSchemes_KeyScopedToItsOperation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		scheme keyscheme.Scheme
+		want   int
+		names  string
+	}{
+		{scheme1, http.StatusUnprocessableEntity, `["step"]`},
+		{scheme2Plus, http.StatusUnprocessableEntity, `["step"]`},
+		{scheme2, http.StatusCreated, `["v2·atomic_thing·step" "v2·other_thing·step"]`},
+	} {
+		t.Run(tc.scheme.String(), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, Options{Scheme: tc.scheme})
+			h.mustSend(t, request{path: atomicPath, key: "step", body: `{}`})
+			if rep := h.mustSend(t, request{path: "/v1/other/1", key: "step", body: `{}`}); rep.status != tc.want {
+				t.Fatalf("the key on another operation: got %d %s, want %d", rep.status, rep.body, tc.want)
+			}
+			var names []string
+			rows, err := h.db.Query(context.Background(), `SELECT key FROM idempotency_keys ORDER BY key`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var n string
+				if err := rows.Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				names = append(names, n)
+			}
+			if got := fmt.Sprintf("%q", names); got != tc.names {
+				t.Fatalf("records %s, want %s", got, tc.names)
+			}
+		})
+	}
+}
+
+// raceOn sends n copies of r at once, to each of hs in turn.
+func raceOn(t *testing.T, hs []*harness, n int, r request) []reply {
+	t.Helper()
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		replies = make([]reply, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			replies[i], errs[i] = hs[i%len(hs)].send(r)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	return replies
+}
