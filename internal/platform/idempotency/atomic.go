@@ -231,7 +231,7 @@ func (s *Store) storeAnswer(c echo.Context, rec *Record, resp *response) (*store
 		query = sqlStoreOwnAnswer
 		names = keyscheme.Names{Write: rec.name, Scheme: names.Scheme} // its claim's row
 	}
-	args := []any{rec.principal, rec.key, rec.fp, rec.owner, rec.at, rec.at,
+	args := []any{rec.principal, rec.names.Lock, rec.fp, rec.owner, rec.at, rec.at,
 		names.Write, names.Other, names.Scheme, resp.status, headers, resp.body, now}
 	var held, stored bool
 	store := func(q pgx.Tx) error { return q.QueryRow(ctx, query, args...).Scan(&held, &stored) }
@@ -241,7 +241,7 @@ func (s *Store) storeAnswer(c echo.Context, rec *Record, resp *response) (*store
 		// The key may have the other name: read it under the key's lock,
 		// as a claim does (sqlKeyLock).
 		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, sqlKeyLock, rec.principal, rec.key).Scan(&held); err != nil || !held {
+			if err := tx.QueryRow(ctx, sqlKeyLock, rec.principal, rec.names.Lock).Scan(&held); err != nil || !held {
 				return err
 			}
 			return store(tx)

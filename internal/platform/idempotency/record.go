@@ -279,7 +279,7 @@ SELECT lock.held, EXISTS (SELECT 1 FROM stored) FROM lock`
 
 // claimArgs are the arguments of sqlClaimInTx and sqlReclaimInTx.
 func (r *Record) claimArgs() []any {
-	return []any{r.principal, r.key, r.fp, r.owner, r.at.Add(r.store.lease), r.at,
+	return []any{r.principal, r.names.Lock, r.fp, r.owner, r.at.Add(r.store.lease), r.at,
 		r.names.Write, r.names.Other, r.names.Scheme}
 }
 
@@ -324,7 +324,7 @@ func (r *Record) QueueClaim(b *pgx.Batch) {
 		// another name to read under it.
 		held := true
 		if r.names.Other != "" {
-			b.Queue(sqlKeyLock, r.principal, r.key).QueryRow(func(row pgx.Row) error {
+			b.Queue(sqlKeyLock, r.principal, r.names.Lock).QueryRow(func(row pgx.Row) error {
 				if err := row.Scan(&held); err != nil {
 					return fmt.Errorf("lock idempotency key %q: %w", r.key, err)
 				}
@@ -460,7 +460,7 @@ func (r *Record) completion(a Answer) (*response, []any, error) {
 		return nil, nil, fmt.Errorf("encode headers: %w", err)
 	}
 	now := r.store.now().UTC().Truncate(time.Microsecond)
-	return resp, []any{r.principal, r.key, r.name, r.owner, resp.status, headers, resp.body, now}, nil
+	return resp, []any{r.principal, r.names.Lock, r.name, r.owner, resp.status, headers, resp.body, now}, nil
 }
 
 // completed records what sqlCompleteInTx did and reports whether it stored

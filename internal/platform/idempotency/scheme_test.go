@@ -17,68 +17,67 @@ var (
 	scheme2Deaf = keyscheme.Scheme{Version: 2, Blind: true}
 )
 
-// Two replicas on one database, each on its scheme: a request sent to the
-// first and then, again, to the second is answered by the second from the
-// first's record, with no second effect; and copies sent to both at once
-// make one effect. Where the two cannot see each other's records (a
+// Two replicas on one database, each on its scheme: a request sent to one
+// and then, again, to the other is answered by the second from the first's
+// record, with no second effect, in either order; and copies sent to both
+// at once make one effect. Where one cannot see the other's records (a
 // scheme-2 replica with the transition rules off, or one that skipped the
-// transition beside a scheme-1 replica) the second copy runs again: that
-// row must break, so the rules are what holds the others.
+// transition beside a scheme-1 replica) the copy runs again: those pairs
+// must break, so the rules are what holds the others.
 func TestSchemes_ReplicasSideBySide(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name   string
-		first  keyscheme.Scheme
-		second keyscheme.Scheme
+		a, b   keyscheme.Scheme
 		breaks bool
 	}{
-		{"1 then 2+1", scheme1, scheme2Plus, false},
-		{"2+1 then 1", scheme2Plus, scheme1, false},
-		{"2+1 then 2", scheme2Plus, scheme2, false},
-		{"2 then 2+1", scheme2, scheme2Plus, false},
-		{"1 then 2", scheme1, scheme2, false},
-		{"2 then 1", scheme2, scheme1, true}, // the clean-up while a scheme-1 replica runs
-		{"1 then 2, rules off", scheme1, scheme2Deaf, true},
-		{"2, rules off, then 1", scheme2Deaf, scheme1, true},
+		{"1 beside 2+1", scheme1, scheme2Plus, false}, // the rollout
+		{"2+1 beside 2", scheme2Plus, scheme2, false}, // the clean-up
+		{"1 beside 2", scheme1, scheme2, true},        // the clean-up while a scheme-1 replica runs
+		{"1 beside 2, rules off", scheme1, scheme2Deaf, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			a := newHarness(t, Options{Scheme: tc.first})
-			b := a.beside(t, Options{Scheme: tc.second})
-			const keys = 5
-			doubled := 0
+			a := newHarness(t, Options{Scheme: tc.a})
+			b := a.beside(t, Options{Scheme: tc.b})
+			const keys = 4
+			doubled, sent := 0, 0
 			for i := range keys {
 				for _, act := range []string{"", "batched", "two_phase"} {
 					per := 1 // effects of one run
 					if act == "two_phase" {
 						per = 2 // one in each phase
 					}
-					key := fmt.Sprintf("k%d-%s", i, act)
-					r := request{path: atomicPath, key: key, act: act, body: `{"quantity":1}`}
-					first := a.mustSend(t, r)
-					if first.status != http.StatusCreated {
-						t.Fatalf("first %s: got %d %s, want 201", key, first.status, first.body)
-					}
-					again := b.mustSend(t, r)
-					if again.status != http.StatusCreated {
-						t.Fatalf("again %s: got %d %s, want 201", key, again.status, again.body)
-					}
-					switch n := a.effects(t, "alice", key); {
-					case n == per && again.replayed() && string(again.body) == string(first.body):
-					case n == per:
-						t.Fatalf("%s: one run, but the copy was answered %s, not the first answer %s", key, again.body, first.body)
-					case tc.breaks && n == 2*per:
-						doubled++
-					default:
-						t.Fatalf("%s: %d effects of one request, want %d", key, n, per)
+					for order, pair := range [][2]*harness{{a, b}, {b, a}} {
+						key := fmt.Sprintf("k%d-%s-%d", i, act, order)
+						r := request{path: atomicPath, key: key, act: act, body: `{"quantity":1}`}
+						first := pair[0].mustSend(t, r)
+						if first.status != http.StatusCreated {
+							t.Fatalf("first %s: got %d %s, want 201", key, first.status, first.body)
+						}
+						again := pair[1].mustSend(t, r)
+						if again.status != http.StatusCreated {
+							t.Fatalf("again %s: got %d %s, want 201", key, again.status, again.body)
+						}
+						sent++
+						switch n := a.effects(t, "alice", key); {
+						case n == per && again.replayed() && string(again.body) == string(first.body):
+						case n == per:
+							t.Fatalf("%s: one run, but the copy was answered %s, not the first answer %s", key, again.body, first.body)
+						case tc.breaks && n == 2*per:
+							doubled++
+						default:
+							t.Fatalf("%s: %d effects of one request, want %d", key, n, per)
+						}
 					}
 				}
 			}
-			if tc.breaks && doubled != 3*keys {
-				t.Fatalf("%d of %d requests ran twice, want all: the replicas see each other's records", doubled, 3*keys)
-			}
 			if tc.breaks {
+				// In one order at least, every copy runs again.
+				if doubled < sent/2 {
+					t.Fatalf("%d of %d requests ran twice, want at least half: the replicas see each other's records", doubled, sent)
+				}
 				return
 			}
 			// Copies at once, half to each replica.

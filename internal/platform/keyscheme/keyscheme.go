@@ -31,7 +31,6 @@ package keyscheme
 import (
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // Newest is the scheme a replica writes unless told otherwise.
@@ -121,6 +120,10 @@ type Names struct {
 	// honoured when it exists: the key is claimed under it instead. Empty
 	// when there is none to look for.
 	Other string
+	// Lock is what the claim's advisory lock is taken on: the client's
+	// key under every scheme, so that replicas of both exclude each other
+	// while a copy runs (Blind: the scheme-2 name).
+	Lock string
 }
 
 // sep joins the parts of a scheme-2 name. It is not ASCII, and a scheme-1
@@ -134,20 +137,12 @@ func (s Scheme) Record(operation, key string) Names {
 	v2 := "v2" + sep + operation + sep + key
 	switch {
 	case s.Version == 1:
-		return Names{Write: key, Scheme: 1}
+		return Names{Write: key, Scheme: 1, Lock: key}
 	case s.Blind:
-		return Names{Write: v2, Scheme: 2}
+		return Names{Write: v2, Scheme: 2, Lock: v2}
 	case s.Transition:
-		return Names{Write: key, Scheme: 2, Other: v2}
+		return Names{Write: key, Scheme: 2, Other: v2, Lock: key}
 	default:
-		return Names{Write: v2, Scheme: 2, Other: key}
+		return Names{Write: v2, Scheme: 2, Other: key, Lock: key}
 	}
-}
-
-// SchemeOf is the scheme whose form name has: a scheme-2 name, or a client's key.
-func SchemeOf(name string) int {
-	if strings.HasPrefix(name, "v2"+sep) {
-		return 2
-	}
-	return 1
 }
