@@ -96,11 +96,20 @@ func NewThrough(t testing.TB, replicas int, vars map[string]string, switches app
 	return build(t, spec{replicas: replicas, vars: vars, switches: switches, cutter: cutter})
 }
 
+// NewEach is NewWith with one replica for each of each: its variables
+// override vars for that replica alone (replicas side by side on two key
+// schemes, SHOP_KEY_SCHEME). Env.Cfg is the configuration vars alone make.
+func NewEach(t testing.TB, vars map[string]string, each []map[string]string, switches app.Deps) *Env {
+	t.Helper()
+	return build(t, spec{replicas: len(each), vars: vars, each: each, switches: switches})
+}
+
 // spec is what an Env is built from: New's arguments, and what a Stack
 // asks for besides (StackOptions).
 type spec struct {
 	replicas   int
 	vars       map[string]string
+	each       []map[string]string // per replica, over vars (NewEach)
 	switches   app.Deps
 	cutter     *testenv.CommitCutter
 	names      []string // SHOP_REPLICA_NAME of each replica, in order
@@ -161,6 +170,14 @@ func build(t testing.TB, s spec) *Env {
 	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, Cfg: cfg}
 	for i := range replicas {
 		c := cfg
+		if i < len(s.each) && len(s.each[i]) > 0 {
+			own := maps.Clone(environ)
+			maps.Copy(own, s.each[i])
+			if c, err = config.FromEnv(func(k string) string { return own[k] }); err != nil {
+				t.Fatalf("config of replica %d: %v", i, err)
+			}
+			c.GatewayURL, c.LabGatewayURL = cfg.GatewayURL, cfg.LabGatewayURL
+		}
 		if i < len(s.names) {
 			c.ReplicaName = s.names[i]
 		}
@@ -168,7 +185,7 @@ func build(t testing.TB, s spec) *Env {
 		clients := redisx.Clients(c.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
 		a, err := app.New(c, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
-			Layers: switches.Layers, NaiveStock: switches.NaiveStock})
+			Layers: switches.Layers, NaiveStock: switches.NaiveStock, BlindSchemes: switches.BlindSchemes})
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
 		}
