@@ -46,6 +46,9 @@ const (
 	// sleep and SHOP_SHUTDOWN_DRAIN: the idempotency keys still being
 	// finished in the background, then the pools closing.
 	drainMargin = idempotency.FinishRetryTimeout
+	// minPreStop is the least preStop sleep: the time the endpoints
+	// controller and the proxies take to drop a terminating pod.
+	minPreStop = 3
 	// connReserve is what PostgreSQL keeps besides the API pods: the
 	// migration Job, an operator's session, superuser_reserved_connections.
 	connReserve = 10
@@ -147,6 +150,16 @@ func TestK8s_ChecksCatchMistakes(t *testing.T) {
 		{"no memory limit", "resources", func(o *objects) { delete(api(o).Resources.Limits, "memory") }},
 		{"a Secret that is not rendered", "Secret", func(o *objects) { o.secrets = nil }},
 		{"a configuration the service refuses", "refuses this configuration", func(o *objects) { setEnv(api(o), "SHOP_LOCK_MODE", "sometimes") }},
+		{"a key scheme the service refuses", "refuses this configuration", func(o *objects) { setEnv(api(o), "SHOP_KEY_SCHEME", "3") }},
+		{"a rollout that stops a replica first", "maxUnavailable", func(o *objects) {
+			o.deployments[0].Spec.Strategy.RollingUpdate.MaxUnavailable = intOrString{Int: 1}
+		}},
+		{"a rollout that replaces everything at once", "maxSurge", func(o *objects) {
+			o.deployments[0].Spec.Strategy.RollingUpdate.MaxSurge = intOrString{Str: "100%"}
+		}},
+		{"a rollout that recreates", "strategy Recreate", func(o *objects) { o.deployments[0].Spec.Strategy.Type = "Recreate" }},
+		{"no preStop sleep", "preStop sleep 0s", func(o *objects) { api(o).Lifecycle = nil }},
+		{"pods that migrate at start", "SHOP_MIGRATE", func(o *objects) { setEnv(api(o), "SHOP_MIGRATE", "true") }},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			objs := mustDecode(t, rendered)
@@ -303,6 +316,29 @@ func checkK8s(o objects, routes []string, overlay bool) []string {
 			grace, need, sleep, cfg.ShutdownDrain, drainMargin)
 	}
 
+	// The rollout (DESIGN.md §8): one new pod at a time beside the old
+	// ones, none of them taken away before its successor is ready, so old
+	// and new versions serve side by side for as short a time as a pod's
+	// start; the preStop sleep lets the endpoints drop the pod before it
+	// stops accepting; and the pods do not migrate at start, which an old
+	// release's pod restarted during the rollout could not do on the new
+	// schema (the migrations are the Job's).
+	rollout := d.Spec.Strategy
+	switch {
+	case rollout.Type != "" && rollout.Type != "RollingUpdate":
+		bad("Deployment shop-api: strategy %s, want RollingUpdate", rollout.Type)
+	case rollout.RollingUpdate.MaxUnavailable.Int != 0 || rollout.RollingUpdate.MaxUnavailable.Str != "":
+		bad("Deployment shop-api: maxUnavailable %v, want 0: a replica is stopped only once its successor is ready", rollout.RollingUpdate.MaxUnavailable)
+	case rollout.RollingUpdate.MaxSurge.Int != 1:
+		bad("Deployment shop-api: maxSurge %v, want 1: one new replica at a time beside the old ones", rollout.RollingUpdate.MaxSurge)
+	}
+	if sleep < minPreStop {
+		bad("container api: preStop sleep %ds, want at least %ds for the endpoints to drop the pod before it stops accepting", sleep, minPreStop)
+	}
+	if cfg.Migrate {
+		bad("container api: SHOP_MIGRATE=true; the migrations are the Job's, and an old release's pod restarted mid-rollout cannot migrate the new schema")
+	}
+
 	// The lock quorum: SHOP_REDIS_ADDRS names three Services, each of one
 	// StatefulSet of its own with one replica.
 	if len(cfg.RedisAddrs) != 3 {
@@ -449,8 +485,12 @@ func setEnv(c *container, name, value string) {
 	for i := range c.Env {
 		if c.Env[i].Name == name {
 			c.Env[i].Value = value
+			return
 		}
 	}
+	c.Env = append(c.Env, c.Env[0]) // a variable of the container's element type
+	e := &c.Env[len(c.Env)-1]
+	e.Name, e.Value, e.ValueFrom = name, value, nil
 }
 
 // literalEnv is getenv over a container's literal values (the Secret's

@@ -1,4 +1,4 @@
--- Key schemes (internal/platform/keyscheme, DESIGN.md §9). Each idempotency
+-- Key schemes (internal/platform/keyscheme, DESIGN.md §8). Each idempotency
 -- record carries the scheme it was written under; replicas of the release
 -- before schemes leave the default, 1.
 --

@@ -74,7 +74,7 @@ type Config struct {
 	// replica writes (SHOP_KEY_SCHEME: 1 or 2, default 2) and whether a
 	// scheme-2 replica still serves beside scheme-1 ones
 	// (SHOP_KEY_TRANSITION: on, the default, or off once none runs).
-	// DESIGN.md §9 has the rollout.
+	// DESIGN.md §8 has the rollout.
 	KeyScheme keyscheme.Scheme
 	Migrate   bool // SHOP_MIGRATE: apply migrations when serve starts
 	// Demo makes `shop seed` add a demo user and print its token

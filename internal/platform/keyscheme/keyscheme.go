@@ -1,6 +1,6 @@
 // Package keyscheme names what the service writes that other replicas must
 // read the same way: the idempotency records in PostgreSQL and the lock
-// names in Redis (DESIGN.md §9). Each name carries the scheme it was made
+// names in Redis (DESIGN.md §8). Each name carries the scheme it was made
 // under, so that a new rule can be rolled out beside replicas that still
 // follow the old one, behind a version prefix, instead of in place.
 //
