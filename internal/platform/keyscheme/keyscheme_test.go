@@ -55,4 +55,3 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
-
