@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,8 +70,13 @@ type cluster struct {
 	gwPx     *toxiproxy.Proxy
 	replicas []*process
 	lockMode string
-	// extraEnv overrides replicaTimings for the scenario running now.
-	extraEnv []string
+	// extraEnv overrides replicaTimings for the scenario running now;
+	// replicaEnv, one replica's, overrides both (scenario 9 moves replica
+	// 0 to another key scheme).
+	extraEnv   []string
+	replicaEnv map[int][]string
+	// replicasMu guards replicas while scenario 9 replaces one under load.
+	replicasMu sync.Mutex
 	// route says where the balancer sends requests: to both replicas,
 	// or (once scenario 4's pause ends) only to replica 1.
 	route atomic.Int32
@@ -91,6 +97,8 @@ const (
 
 // replicaURLs are the replicas the balancer may send to now.
 func (c *cluster) replicaURLs() []string {
+	c.replicasMu.Lock()
+	defer c.replicasMu.Unlock()
 	if c.route.Load() == routeOnly1 {
 		return []string{c.replicas[1].url}
 	}
@@ -247,6 +255,13 @@ func (c *cluster) startGateway() {
 }
 
 func (c *cluster) startReplica(i int) *process {
+	p := c.replicaProcess(i)
+	c.start(p, "/readyz")
+	return p
+}
+
+// replicaProcess is replica i as it would start now, not started.
+func (c *cluster) replicaProcess(i int) *process {
 	addr, metrics := freePort(c.t), freePort(c.t)
 	p := &process{
 		name: fmt.Sprintf("replica%d", i), args: []string{"serve"},
@@ -260,36 +275,69 @@ func (c *cluster) startReplica(i int) *process {
 			"SHOP_GATEWAY_URL=http://" + c.gwPx.Listen,
 			"SHOP_ADMIN_TOKEN=" + adminToken,
 			"SHOP_LOCK_MODE=" + c.lockMode,
-		}, append(append([]string(nil), replicaTimings...), c.extraEnv...)...),
+		}, slices.Concat(replicaTimings, c.extraEnv, c.replicaEnv[i])...),
 	}
-	c.start(p, "/readyz")
 	return p
+}
+
+// rollReplica stops replica i as an orchestrator does, with SIGTERM, waits
+// for it to drain and exit, and starts it again with the cluster's
+// settings now. It may run beside the workload, off the test's goroutine,
+// so it reports a failure instead of ending the test.
+func (c *cluster) rollReplica(i int) error {
+	c.replicasMu.Lock()
+	old := c.replicas[i]
+	c.replicasMu.Unlock()
+	if err := old.terminate(30 * time.Second); err != nil {
+		return err
+	}
+	p := c.replicaProcess(i)
+	p.logPath = old.logPath
+	if err := c.launch(p, "/readyz"); err != nil {
+		return err
+	}
+	c.replicasMu.Lock()
+	c.replicas[i] = p
+	c.replicasMu.Unlock()
+	return nil
 }
 
 // restartReplica starts replica i again, in the cluster's lock mode now.
 func (c *cluster) restartReplica(i int) {
 	old := c.replicas[i]
 	old.kill()
-	c.replicas[i] = c.startReplica(i)
-	c.replicas[i].logPath = old.logPath
+	p := c.replicaProcess(i)
+	p.logPath = old.logPath
+	c.start(p, "/readyz")
+	c.replicasMu.Lock()
+	c.replicas[i] = p
+	c.replicasMu.Unlock()
 }
 
 // start runs p and waits until readyPath answers 200.
 func (c *cluster) start(p *process, readyPath string) {
 	c.t.Helper()
+	if err := c.launch(p, readyPath); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// launch is start, reporting what went wrong.
+func (c *cluster) launch(p *process, readyPath string) error {
 	if p.logPath == "" {
 		p.logPath = filepath.Join(c.dir, p.name+".log")
 	}
 	logs, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	p.cmd = exec.Command(c.bin, p.args...)
 	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
 	p.done = make(chan struct{})
 	if err := p.cmd.Start(); err != nil {
-		c.t.Fatalf("start %s: %v", p.name, err)
+		logs.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	go func() { _ = p.cmd.Wait(); logs.Close(); close(p.done) }()
 	c.t.Cleanup(func() {
@@ -305,17 +353,17 @@ func (c *cluster) start(p *process, readyPath string) {
 			io.Copy(io.Discard, res.Body) //nolint:errcheck
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-p.done:
 			b, _ := os.ReadFile(p.logPath)
-			c.t.Fatalf("%s exited:\n%s", p.name, tail(b, 4096))
+			return fmt.Errorf("%s exited:\n%s", p.name, tail(b, 4096))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	c.t.Fatalf("%s not ready within 30 s", p.name)
+	return fmt.Errorf("%s not ready within 30 s", p.name)
 }
 
 func tail(b []byte, n int) []byte {
@@ -334,6 +382,20 @@ func (p *process) kill() {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
+}
+
+// terminate stops p the way an orchestrator does: SIGTERM, and the
+// process's own drain; it is killed, and an error returned, if it has not
+// exited within timeout.
+func (p *process) terminate(timeout time.Duration) error {
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(timeout):
+		p.kill()
+		return fmt.Errorf("%s did not exit within %s of SIGTERM", p.name, timeout)
+	}
 }
 
 func (p *process) signal(s syscall.Signal) {

@@ -488,7 +488,62 @@ func scenarios() []scenario {
 				}
 				return func() {}
 			}},
+		// Both replicas start on key scheme 1, as the release before
+		// schemes; the rolling restart moves replica 0 to scheme 2 (in
+		// transition) and restarts replica 1 on scheme 1, so that the
+		// after phase is the mixed state of a rollout.
+		{row: "9", flows: []string{flowOrders, flowPay}, stopsReplica: true, during: rollFor,
+			env:    []string{"SHOP_KEY_SCHEME=1"},
+			floors: half("one replica of two serves while the other drains and starts, with the machine's two cores to itself; a request in hand on the stopping one finishes in its drain, and a new one is refused its connection and fails over at once"),
+			fault:  rollingRestart, observe: keySchemes, report: reportKeySchemes},
 	}
+}
+
+// rollFor is scenario 9's fault phase: two replicas drained (up to
+// SHOP_SHUTDOWN_DRAIN, 2 s, each) and started again, with room to spare.
+const rollFor = 10 * time.Second
+
+// rollingRestart restarts the replicas one after the other, as a rolling
+// update does: SIGTERM, the drain, the exit, the start with the new
+// settings, ready, then the next. Replica 0 comes back on key scheme 2.
+// It runs beside the workload; the heal waits for it to end.
+func rollingRestart(t *testing.T, c *cluster) func() {
+	done := make(chan error, 1)
+	go func() {
+		for i := range c.replicas {
+			if i == 0 {
+				c.replicaEnv = map[int][]string{0: {"SHOP_KEY_SCHEME=2"}}
+			}
+			if err := c.rollReplica(i); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			t.Errorf("rolling restart: %v", err)
+		}
+	}
+}
+
+// keySchemes reads what the replicas met of the other scheme's records.
+func keySchemes(c *cluster) map[string]float64 {
+	out := map[string]float64{}
+	for i, r := range c.replicas {
+		scrape(r, func(name, labels string, value float64) {
+			if name == "shop_idempotency_cross_scheme_total" {
+				out[fmt.Sprintf("replica%d", i)] += value
+			}
+		})
+	}
+	return out
+}
+
+func reportKeySchemes(t *testing.T, c *cluster, healed, end map[string]float64) string {
+	return fmt.Sprintf("requests that met a record of the other key scheme, after the restart: replica 0 (scheme 2) %.0f, replica 1 (scheme 1) %.0f",
+		end["replica0"], end["replica1"])
 }
 
 func allRedisDown(t *testing.T, c *cluster) func() {

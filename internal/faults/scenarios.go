@@ -36,6 +36,7 @@ func Scenarios() []Scenario {
 		{"7b", "PostgreSQL connections reset, twice 2.5 s apart"},
 		{"7c", "PostgreSQL blackholed for 4 s"},
 		{"8", "every Redis node 500 ms slower (past the per-node timeout)"},
+		{"9", "rolling restart (SIGTERM, drain, start, one replica after the other), replica 0 moved from key scheme 1 to 2"},
 	}
 }
 
