@@ -22,13 +22,68 @@ const stopTimeout = 2 * time.Minute
 // answered exists once, none exists that they were not answered, each is in
 // the state the client left it, each paid order has one succeeded payment,
 // and the stock is the initial stock less what the orders hold.
-//
-// The stop is timed so that traffic runs before, during and after it: it
-// starts once every buyer has placed two orders, and the buyers' last two
-// orders wait until it has finished.
 func (sc *scenario) replicaAndRedisNodeDown(ctx context.Context, t *testing.T) {
+	sc.underTraffic(ctx, t, "chaos", func(ctx context.Context) error {
+		start := time.Now()
+		if err := sc.s.stop(ctx, "api-2", "redis-3"); err != nil {
+			return err
+		}
+		t.Logf("api-2 and redis-3 stopped in %s, under traffic", time.Since(start).Round(100*time.Millisecond))
+		out, err := sc.s.run(ctx, "ps", "--services", "--filter", "status=running")
+		if err != nil {
+			return fmt.Errorf("compose ps: %w\n%s", err, out)
+		}
+		for _, svc := range []string{"api-2", "redis-3"} {
+			if strings.Contains("\n"+out+"\n", "\n"+svc+"\n") {
+				t.Errorf("%s still running after the stop", svc)
+			}
+		}
+		return nil
+	})
+}
+
+// The same traffic while api-1 is recreated, as a rollout replaces a
+// replica: compose stops it (SIGTERM, its drain), removes it and starts a
+// new one, here on key scheme 1 beside api-2 on scheme 2 in transition
+// (the rollback of one replica from the mixed state, DESIGN.md §8); the
+// balancer is reloaded to find the new container. The same checks
+// afterwards, and the new api-1 answers through the balancer.
+func (sc *scenario) replicaRecreated(ctx context.Context, t *testing.T) {
+	sc.underTraffic(ctx, t, "rollout", func(ctx context.Context) error {
+		start := time.Now()
+		if out, err := sc.s.runWith(ctx, []string{"SHOP_KEY_SCHEME=1"}, "up", "-d", "--no-deps", "--force-recreate", "api-1"); err != nil {
+			return fmt.Errorf("compose up --force-recreate api-1: %w\n%s", err, out)
+		}
+		// nginx resolves its upstreams when it loads its configuration.
+		if out, err := sc.s.run(ctx, "exec", "-T", "lb", "nginx", "-s", "reload"); err != nil {
+			return fmt.Errorf("reload the balancer: %w\n%s", err, out)
+		}
+		t.Logf("api-1 recreated on key scheme 1 in %s, under traffic", time.Since(start).Round(100*time.Millisecond))
+		return nil
+	})
+	// Both replicas answer again, the new one among them.
+	deadline := time.Now().Add(30 * time.Second)
+	seen := map[string]bool{}
+	for len(seen) < 2 && time.Now().Before(deadline) {
+		resp, err := sc.c.once(ctx, request{method: http.MethodGet, path: "/v1/products/" + sc.bulk})
+		if err == nil && resp.status == http.StatusOK {
+			seen[resp.header.Get("X-Served-By")] = true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(seen) < 2 {
+		t.Errorf("after the recreate only %v answered through the balancer, want both replicas", seen)
+	}
+}
+
+// underTraffic runs buyers who keep buying, paying and cancelling while
+// disrupt does its work, then checks what they were answered against what
+// the API holds. disrupt starts once every buyer has placed two orders,
+// and the buyers' last two orders wait until it has finished, so traffic
+// runs before, during and after it.
+func (sc *scenario) underTraffic(ctx context.Context, t *testing.T, prefix string, disrupt func(context.Context) error) {
 	initial := getProduct(ctx, t, sc.c, sc.bulk).StockAvailable
-	buyers := registerMany(ctx, t, sc.c, "chaos", chaosBuyers)
+	buyers := registerMany(ctx, t, sc.c, prefix, chaosBuyers)
 	sc.noteBuyers(buyers)
 
 	var warm sync.WaitGroup
@@ -40,9 +95,7 @@ func (sc *scenario) replicaAndRedisNodeDown(ctx context.Context, t *testing.T) {
 		warm.Wait()
 		stopCtx, cancel := context.WithTimeout(ctx, stopTimeout)
 		defer cancel()
-		start := time.Now()
-		stopErr = sc.s.stop(stopCtx, "api-2", "redis-3")
-		t.Logf("api-2 and redis-3 stopped in %s, under traffic", time.Since(start).Round(100*time.Millisecond))
+		stopErr = disrupt(stopCtx)
 	}()
 
 	records := make([][]purchase, len(buyers))
@@ -75,16 +128,6 @@ func (sc *scenario) replicaAndRedisNodeDown(ctx context.Context, t *testing.T) {
 		t.Fatal(stopErr)
 	}
 	failOn(t, errs)
-
-	out, err := sc.s.run(ctx, "ps", "--services", "--filter", "status=running")
-	if err != nil {
-		t.Fatalf("compose ps: %v\n%s", err, out)
-	}
-	for _, svc := range []string{"api-2", "redis-3"} {
-		if strings.Contains("\n"+out+"\n", "\n"+svc+"\n") {
-			t.Errorf("%s still running after the stop", svc)
-		}
-	}
 	expect[map[string]any](ctx, t, sc.c, request{method: http.MethodGet, path: "/readyz"}, http.StatusOK)
 
 	var mu sync.Mutex
@@ -109,9 +152,9 @@ func (sc *scenario) replicaAndRedisNodeDown(ctx context.Context, t *testing.T) {
 	if got := getProduct(ctx, t, sc.c, sc.bulk).StockAvailable; got != initial-sold[sc.bulk] {
 		t.Errorf("stock %d, want initial %d - sold %d = %d", got, initial, sold[sc.bulk], initial-sold[sc.bulk])
 	}
-	// What the earlier steps did still holds on the surviving replica.
+	// What the earlier steps did still holds.
 	if got := getProduct(ctx, t, sc.c, sc.ltd).StockAvailable; got != 0 {
-		t.Errorf("limited stock after the stop: %d, want 0", got)
+		t.Errorf("limited stock: %d, want 0", got)
 	}
 	failOn(t, forEach(len(sc.winners), workers, func(i int) error {
 		w := sc.winners[i]

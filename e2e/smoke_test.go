@@ -56,6 +56,7 @@ func TestStack(t *testing.T) {
 		{"ProductsAndRestockOnce", sc.productsAndRestockOnce},
 		{"FlashSaleWithDuplicateKeys", sc.flashSale},
 		{"PayOnce", sc.payOnce},
+		{"ReplicaRecreated", sc.replicaRecreated},
 		{"ReplicaAndRedisNodeDown", sc.replicaAndRedisNodeDown},
 		{"GatewayChargedOnce", sc.gatewayChargedOnce},
 		{"BooksBalance", sc.booksBalance},

@@ -104,11 +104,17 @@ func (s *stack) stop(ctx context.Context, services ...string) error {
 
 // run runs one compose command on the stack and returns its output.
 func (s *stack) run(ctx context.Context, args ...string) (string, error) {
+	return s.runWith(ctx, nil, args...)
+}
+
+// runWith is run with extra variables in the command's environment (the
+// compose file's ${…} take them).
+func (s *stack) runWith(ctx context.Context, extra []string, args ...string) (string, error) {
 	full := append([]string{}, s.compose[1:]...)
 	full = append(full, "-p", s.project, "-f", "../docker-compose.yml")
 	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, s.compose[0], full...)
-	cmd.Env = s.env
+	cmd.Env = append(append([]string(nil), s.env...), extra...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
