@@ -5,9 +5,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/app/apptest"
@@ -190,4 +194,172 @@ func mixedVersionRace(t *testing.T, on layers.Set, blind bool) (e *apptest.Env, 
 		t.Errorf("work not done: %d of %d orders created, %d paid, %d holds, %d likes", created, users, paid, held, lc.Users)
 	}
 	return e, effects, contradictions, fmt.Sprintf("%d orders, %d paid, %d holds, %d likes", created, paid, held, lc.Users)
+}
+
+// TestSchemes_RollingRestart: orders and payments run on two replicas,
+// both on key scheme 1, while each is replaced in turn as a rolling update
+// does (out of rotation, drained, started again), replica 0 on scheme 2.
+// Every client sends each request twice at once, to two replicas, as a
+// retry after a lost answer does. Invariant: every order acknowledged (201)
+// exists, one per key; every payment acknowledged has its order paid with
+// one charge at the gateway, and no charge without a paid order; no 500.
+//
+// It holds with every layer and with the key and the lock alone; with the
+// key and the lock alone and the transition rules off, once replica 0 is
+// back on scheme 2 the copies that land on both make second orders and
+// second charges.
+func TestSchemes_RollingRestart(t *testing.T) {
+	for _, row := range schemeRows[:3] {
+		t.Run(strings.ReplaceAll(row.name, " ", "_"), func(t *testing.T) {
+			effects, lost, done := rollingRestart(t, row.layers, row.blind)
+			t.Logf("second effects %d, acknowledged and lost %d; %s", effects, lost, done)
+			switch {
+			case lost != 0:
+				t.Errorf("%d acknowledged writes lost", lost)
+			case !row.breaks && effects != 0:
+				t.Errorf("%d second effects, want none", effects)
+			case row.breaks && effects == 0:
+				t.Errorf("no request made two effects: with the transition rules off the rolling restart should break")
+			}
+		})
+	}
+}
+
+func rollingRestart(t *testing.T, on layers.Set, blind bool) (effects, lost int, done string) {
+	const clients = 8
+	e := apptest.NewEach(t, map[string]string{"SHOP_LOCK_MODE": "strict"},
+		[]map[string]string{{"SHOP_KEY_SCHEME": "1"}, {"SHOP_KEY_SCHEME": "1"}},
+		app.Deps{Layers: on, BlindSchemes: blind})
+	if !on.On(layers.Constraint) {
+		for _, name := range schemeDrops {
+			c, _ := postgres.Lookup(app.Layer4, name)
+			if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
+				t.Fatalf("%s: %v", c.Drop(), err)
+			}
+		}
+		for _, c := range requestKeyConstraints {
+			if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
+				t.Fatalf("%s: %v", c.Drop(), err)
+			}
+		}
+	}
+	apptest.MustCreateProduct(t, e.R(0), "ROLL-1", 1000, 100000)
+	us := testenv.Users(t, e.DB, clients)
+	e.Warm(t, 16)
+
+	var (
+		mu         sync.Mutex
+		acked      []string // orders answered 201
+		paidAcked  []string // orders whose payment was answered 200 or 201
+		internal   []apptest.Response
+		stopped    = make(chan struct{})
+		restarting sync.WaitGroup
+	)
+	// twice sends a request's two copies at once, to replicas i and i+1,
+	// each retried as it asks, and returns both final answers.
+	twice := func(i int, send func(r *apptest.Replica) apptest.Response) [2]apptest.Response {
+		var out [2]apptest.Response
+		var wg sync.WaitGroup
+		for c := range 2 {
+			wg.Go(func() {
+				out[c] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response { return send(e.R(i + c + attempt)) })
+			})
+		}
+		wg.Wait()
+		return out
+	}
+	restarting.Go(func() {
+		defer close(stopped)
+		time.Sleep(700 * time.Millisecond)
+		e.Restart(t, 0, map[string]string{"SHOP_KEY_SCHEME": "2"})
+		time.Sleep(700 * time.Millisecond)
+		e.Restart(t, 1, nil)
+		time.Sleep(700 * time.Millisecond)
+	})
+	var wg sync.WaitGroup
+	for i, u := range us {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stopped:
+					return
+				default:
+				}
+				orderKey, payKey := apptest.NewKey(), apptest.NewKey()
+				var id string
+				for _, r := range twice(i+n, func(r *apptest.Replica) apptest.Response {
+					return r.Do(t, http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: "ROLL-1", Quantity: 1}), "Idempotency-Key", orderKey)
+				}) {
+					mu.Lock()
+					switch {
+					case r.Status == http.StatusCreated:
+						o := apptest.Decode[apptest.Order](t, r)
+						acked, id = append(acked, o.ID), o.ID
+					case r.Status >= 500:
+						internal = append(internal, r)
+					}
+					mu.Unlock()
+				}
+				if id == "" {
+					continue
+				}
+				for _, r := range twice(i+n, func(r *apptest.Replica) apptest.Response {
+					return r.Do(t, http.MethodPost, payPath(id), u.Token, map[string]string{"payment_method": "pm_card_ok"}, "Idempotency-Key", payKey)
+				}) {
+					mu.Lock()
+					switch {
+					case r.Status == http.StatusOK || r.Status == http.StatusCreated:
+						paidAcked = append(paidAcked, id)
+					case r.Status >= 500:
+						internal = append(internal, r)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	restarting.Wait()
+	e.SettleLeftovers(t)
+	for _, r := range internal {
+		t.Errorf("answered %s", r)
+	}
+
+	acked, paidAcked = distinct(acked), distinct(paidAcked)
+	lost = len(acked) - e.Count(t, `SELECT count(*)::int FROM orders WHERE id = ANY($1::uuid[])`, acked) +
+		len(paidAcked) - e.Count(t, `SELECT count(*)::int FROM orders WHERE id = ANY($1::uuid[]) AND status = 'paid'`, paidAcked)
+	secondOrders := e.Count(t, `SELECT (count(*) - count(DISTINCT (user_id, request_key)))::int FROM orders`)
+	extraCharges, unpaidCharged := 0, 0
+	for _, id := range orderIDs(t, e) {
+		n := len(e.Gateway.Charges(id))
+		extraCharges += max(n-1, 0)
+		if n > 0 && e.Count(t, `SELECT count(*)::int FROM orders WHERE id = $1 AND status = 'paid'`, id) == 0 {
+			unpaidCharged++
+		}
+	}
+	if len(acked) == 0 || len(paidAcked) == 0 {
+		t.Errorf("no work done: %d orders and %d payments acknowledged", len(acked), len(paidAcked))
+	}
+	return secondOrders + extraCharges + unpaidCharged, lost,
+		fmt.Sprintf("%d orders answered 201, %d answered paid; second orders %d, second charges %d, charges on unpaid orders %d",
+			len(acked), len(paidAcked), secondOrders, extraCharges, unpaidCharged)
+}
+
+// orderIDs are the ids of every order in e's database.
+func orderIDs(t *testing.T, e *apptest.Env) []string {
+	t.Helper()
+	rows, err := e.DB.Query(context.Background(), `SELECT id::text FROM orders`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func distinct(ids []string) []string {
+	slices.Sort(ids)
+	return slices.Compact(ids)
 }

@@ -41,6 +41,16 @@ type Env struct {
 	LabGateway *gateway.Server       // the race lab's live copy's (StackOptions.LabGateway); nil without one
 	Cfg        config.Config         // every replica's configuration, its name aside (StackOptions.Names)
 	Replicas   []*Replica
+
+	// What Restart needs to start a replica again: the environment the
+	// configurations were read from, each replica's own part of it and
+	// its configuration, and how a replica is started.
+	environ map[string]string
+	each    []map[string]string
+	cfgs    []config.Config
+	start   func(t testing.TB, c config.Config) *Replica
+	mu      sync.Mutex   // guards Replicas and down while a replica restarts
+	down    map[int]bool // replicas out of rotation (Restart)
 }
 
 // Replica is one app.New with its own pool, Redis clients and HTTP
@@ -56,6 +66,9 @@ type Replica struct {
 	// breach, when set, is why the requests of this copy of the replica
 	// break the contract on purpose (OffContract).
 	breach string
+	// stop closes its servers, waiting for the requests they hold (and,
+	// for the Env's replicas, then the app); once.
+	stop func()
 }
 
 // Serve serves a's API and metrics on servers of their own, as
@@ -66,7 +79,8 @@ func Serve(t testing.TB, a *app.App, client *http.Client) *Replica {
 	t.Cleanup(srv.Close)
 	metrics := httptest.NewServer(a.MetricsHandler())
 	t.Cleanup(metrics.Close)
-	return &Replica{App: a, URL: srv.URL, MetricsURL: metrics.URL, client: client}
+	return &Replica{App: a, URL: srv.URL, MetricsURL: metrics.URL, client: client,
+		stop: sync.OnceFunc(func() { srv.Close(); metrics.Close() })}
 }
 
 // New builds replicas of the service on a fresh database, and a
@@ -167,20 +181,10 @@ func build(t testing.TB, s spec) *Env {
 	client := &http.Client{Transport: checked, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
-	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, Cfg: cfg}
-	for i := range replicas {
-		c := cfg
-		if i < len(s.each) && len(s.each[i]) > 0 {
-			own := maps.Clone(environ)
-			maps.Copy(own, s.each[i])
-			if c, err = config.FromEnv(func(k string) string { return own[k] }); err != nil {
-				t.Fatalf("config of replica %d: %v", i, err)
-			}
-			c.GatewayURL, c.LabGatewayURL = cfg.GatewayURL, cfg.LabGatewayURL
-		}
-		if i < len(s.names) {
-			c.ReplicaName = s.names[i]
-		}
+	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, Cfg: cfg,
+		environ: environ, each: s.each, down: map[int]bool{}}
+	e.start = func(t testing.TB, c config.Config) *Replica {
+		t.Helper()
 		pool := testenv.PoolFor(t, replicaURL)
 		clients := redisx.Clients(c.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
@@ -189,8 +193,22 @@ func build(t testing.TB, s spec) *Env {
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
 		}
-		t.Cleanup(a.Close)
-		e.Replicas = append(e.Replicas, Serve(t, a, client))
+		r := Serve(t, a, client)
+		closeServers := r.stop
+		r.stop = sync.OnceFunc(func() { closeServers(); a.Close() })
+		t.Cleanup(r.stop)
+		return r
+	}
+	for i := range replicas {
+		c, err := e.config(i, nil)
+		if err != nil {
+			t.Fatalf("config of replica %d: %v", i, err)
+		}
+		if i < len(s.names) {
+			c.ReplicaName = s.names[i]
+		}
+		e.cfgs = append(e.cfgs, c)
+		e.Replicas = append(e.Replicas, e.start(t, c))
 	}
 	// Cleanups run last-in first-out: a test that ended while a slow
 	// answer was held lets it go before the replicas and the gateway wait
@@ -236,8 +254,61 @@ func (e *Env) AssertBooks(t *testing.T) {
 	}
 }
 
-// R returns replica i modulo their number, so loops spread requests.
-func (e *Env) R(i int) *Replica { return e.Replicas[i%len(e.Replicas)] }
+// R returns replica i modulo their number, so loops spread requests; while
+// one restarts (Restart), the next in rotation.
+func (e *Env) R(i int) *Replica {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := len(e.Replicas)
+	for j := range n {
+		if k := (i + j) % n; !e.down[k] {
+			return e.Replicas[k]
+		}
+	}
+	return e.Replicas[i%n]
+}
+
+// config is replica i's configuration: the Env's environment, the
+// replica's own variables (NewEach), then vars.
+func (e *Env) config(i int, vars map[string]string) (config.Config, error) {
+	own := maps.Clone(e.environ)
+	if i < len(e.each) {
+		maps.Copy(own, e.each[i])
+	}
+	maps.Copy(own, vars)
+	c, err := config.FromEnv(func(k string) string { return own[k] })
+	if err != nil {
+		return c, err
+	}
+	c.GatewayURL, c.LabGatewayURL = e.Cfg.GatewayURL, e.Cfg.LabGatewayURL
+	return c, nil
+}
+
+// Restart replaces replica i as a rolling update does: it leaves the
+// rotation (R sends nothing more to it); after a moment, the preStop
+// sleep in which a balancer stops sending, its servers close, waiting for
+// the requests they hold (the drain), and its app closes; then a new
+// replica starts with vars over the replica's configuration and takes its
+// place.
+func (e *Env) Restart(t testing.TB, i int, vars map[string]string) {
+	t.Helper()
+	c, err := e.config(i, vars)
+	if err != nil {
+		t.Fatalf("config of replica %d: %v", i, err)
+	}
+	c.ReplicaName = e.cfgs[i].ReplicaName
+	e.mu.Lock()
+	e.down[i] = true
+	old := e.Replicas[i]
+	e.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	old.stop()
+	r := e.start(t, c)
+	e.mu.Lock()
+	e.Replicas[i], e.cfgs[i] = r, c
+	delete(e.down, i)
+	e.mu.Unlock()
+}
 
 // Logger sends the service's warnings and errors to the test log, and
 // drops them once the test is over (a late log line would panic).
