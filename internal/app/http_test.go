@@ -950,27 +950,35 @@ func TestRequestID(t *testing.T) {
 
 // Through the HTTP route, create-order runs under the idempotency claim on
 // (user, key) and takes no Redis lock on the same key; cancel, which has no
-// claim, takes its lock on the order.
+// claim, takes its lock on the order: one Redis lock after the key
+// schemes' clean-up, two (the scheme-1 name and its own) in transition.
 func TestOrders_LockUse(t *testing.T) {
-	e := apptest.New(t, 1, nil)
-	r := e.R(0)
-	apptest.MustCreateProduct(t, r, "LOCKS", 100, 10)
-	u := apptest.MustCreateUser(t, r, "lena")
-	acquired := func() string {
-		m := regexp.MustCompile(`(?m)^shop_lock_acquisitions_total\{outcome="acquired"\} (\d+)$`).FindStringSubmatch(apptest.Scrape(t, r))
-		if m == nil {
-			return "0"
-		}
-		return m[1]
-	}
-	res := r.Do(t, http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: "LOCKS", Quantity: 1}), "Idempotency-Key", apptest.NewKey())
-	apptest.WantStatus(t, res, http.StatusCreated)
-	if got := acquired(); got != "0" {
-		t.Fatalf("create took %s Redis locks, want 0: the idempotency claim is its lock", got)
-	}
-	o := apptest.Decode[apptest.Order](t, res)
-	apptest.WantStatus(t, r.Do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil), http.StatusOK)
-	if got := acquired(); got != "1" {
-		t.Fatalf("cancel took %s Redis locks, want 1", got)
+	for _, tc := range []struct {
+		transition string
+		want       string
+	}{{"off", "1"}, {"on", "2"}} {
+		t.Run("transition "+tc.transition, func(t *testing.T) {
+			e := apptest.New(t, 1, map[string]string{"SHOP_KEY_TRANSITION": tc.transition})
+			r := e.R(0)
+			apptest.MustCreateProduct(t, r, "LOCKS", 100, 10)
+			u := apptest.MustCreateUser(t, r, "lena")
+			acquired := func() string {
+				m := regexp.MustCompile(`(?m)^shop_lock_acquisitions_total\{outcome="acquired"\} (\d+)$`).FindStringSubmatch(apptest.Scrape(t, r))
+				if m == nil {
+					return "0"
+				}
+				return m[1]
+			}
+			res := r.Do(t, http.MethodPost, "/v1/orders", u.Token, apptest.OrderBody(apptest.Line{SKU: "LOCKS", Quantity: 1}), "Idempotency-Key", apptest.NewKey())
+			apptest.WantStatus(t, res, http.StatusCreated)
+			if got := acquired(); got != "0" {
+				t.Fatalf("create took %s Redis locks, want 0: the idempotency claim is its lock", got)
+			}
+			o := apptest.Decode[apptest.Order](t, res)
+			apptest.WantStatus(t, r.Do(t, http.MethodPost, "/v1/orders/"+o.ID+"/cancel", u.Token, nil), http.StatusOK)
+			if got := acquired(); got != tc.want {
+				t.Fatalf("cancel took %s Redis locks, want %s", got, tc.want)
+			}
+		})
 	}
 }
