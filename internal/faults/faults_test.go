@@ -505,7 +505,7 @@ const rollFor = 10 * time.Second
 
 // rollingRestart restarts the replicas one after the other, as a rolling
 // update does: SIGTERM, the drain, the exit, the start with the new
-// settings, ready, then the next. Replica 0 comes back on key scheme 2.
+// settings, ready and in rotation for a second, then the next. Replica 0 comes back on key scheme 2.
 // It runs beside the workload; the heal waits for it to end.
 func rollingRestart(t *testing.T, c *cluster) func() {
 	done := make(chan error, 1)
@@ -518,6 +518,11 @@ func rollingRestart(t *testing.T, c *cluster) func() {
 				done <- err
 				return
 			}
+			// As a rollout waits for the new replica to be ready and in
+			// the balancer's rotation before it stops the next: a request
+			// that picked its replicas a moment before the swap must still
+			// find one of them there.
+			time.Sleep(time.Second)
 		}
 		done <- nil
 	}()
