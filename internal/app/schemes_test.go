@@ -107,20 +107,7 @@ func mixedVersionRace(t *testing.T, on layers.Set, blind bool) (e *apptest.Env, 
 	}, []map[string]string{{"SHOP_KEY_SCHEME": "1"}, {"SHOP_KEY_SCHEME": "2"}},
 		app.Deps{Layers: on, BlindSchemes: blind})
 	if !on.On(layers.Constraint) {
-		for _, name := range schemeDrops {
-			c, ok := postgres.Lookup(app.Layer4, name)
-			if !ok {
-				t.Fatalf("%s is in no flow's catalogue of constraints (app.Layer4)", name)
-			}
-			if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
-				t.Fatalf("%s: %v", c.Drop(), err)
-			}
-		}
-		for _, c := range requestKeyConstraints {
-			if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
-				t.Fatalf("%s: %v", c.Drop(), err)
-			}
-		}
+		dropSchemeConstraints(t, e)
 	}
 	apptest.MustCreateProduct(t, e.R(0), "MIX-1", 1000, 100)
 	ev := apptest.MustCreateEvent(t, e.R(0), "mixed", 1, users)
@@ -231,17 +218,7 @@ func rollingRestart(t *testing.T, on layers.Set, blind bool) (effects, lost int,
 		[]map[string]string{{"SHOP_KEY_SCHEME": "1"}, {"SHOP_KEY_SCHEME": "1"}},
 		app.Deps{Layers: on, BlindSchemes: blind})
 	if !on.On(layers.Constraint) {
-		for _, name := range schemeDrops {
-			c, _ := postgres.Lookup(app.Layer4, name)
-			if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
-				t.Fatalf("%s: %v", c.Drop(), err)
-			}
-		}
-		for _, c := range requestKeyConstraints {
-			if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
-				t.Fatalf("%s: %v", c.Drop(), err)
-			}
-		}
+		dropSchemeConstraints(t, e)
 	}
 	apptest.MustCreateProduct(t, e.R(0), "ROLL-1", 1000, 100000)
 	us := testenv.Users(t, e.DB, clients)
@@ -362,4 +339,23 @@ func orderIDs(t *testing.T, e *apptest.Env) []string {
 func distinct(ids []string) []string {
 	slices.Sort(ids)
 	return slices.Compact(ids)
+}
+
+// dropSchemeConstraints drops schemeDrops and requestKeyConstraints from
+// e's database: the rows with layer 4 off.
+func dropSchemeConstraints(t *testing.T, e *apptest.Env) {
+	t.Helper()
+	drops := slices.Clone(requestKeyConstraints)
+	for _, name := range schemeDrops {
+		c, ok := postgres.Lookup(app.Layer4, name)
+		if !ok {
+			t.Fatalf("%s is in no flow's catalogue of constraints (app.Layer4)", name)
+		}
+		drops = append(drops, c)
+	}
+	for _, c := range drops {
+		if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
+			t.Fatalf("%s: %v", c.Drop(), err)
+		}
+	}
 }

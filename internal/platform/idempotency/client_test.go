@@ -107,17 +107,23 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 // race sends n copies of r at once and returns the replies.
 func race(t *testing.T, h *harness, n int, r request) []reply {
 	t.Helper()
+	h.crowd.Store(int64(n))
+	return raceOn(t, []*harness{h}, n, r)
+}
+
+// raceOn sends n copies of r at once, to each of hs in turn.
+func raceOn(t *testing.T, hs []*harness, n int, r request) []reply {
+	t.Helper()
 	var (
 		wg      sync.WaitGroup
 		start   = make(chan struct{})
 		replies = make([]reply, n)
 		errs    = make([]error, n)
 	)
-	h.crowd.Store(int64(n))
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			replies[i], errs[i] = h.send(r)
+			replies[i], errs[i] = hs[i%len(hs)].send(r)
 		})
 	}
 	close(start)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/shop-example/shop/internal/platform/keyscheme"
@@ -167,29 +166,4 @@ func TestSchemes_KeyScopedToItsOperation(t *testing.T) {
 			}
 		})
 	}
-}
-
-// raceOn sends n copies of r at once, to each of hs in turn.
-func raceOn(t *testing.T, hs []*harness, n int, r request) []reply {
-	t.Helper()
-	var (
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
-		replies = make([]reply, n)
-		errs    = make([]error, n)
-	)
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			replies[i], errs[i] = hs[i%len(hs)].send(r)
-		})
-	}
-	close(start)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatalf("send: %v", err)
-		}
-	}
-	return replies
 }
