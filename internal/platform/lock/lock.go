@@ -222,9 +222,18 @@ func (l *Locker) doNamed(ctx context.Context, key string, names []string, fn fun
 		return fn(ctx)
 	}
 	return l.do(ctx, key, names[0], func(ctx context.Context) error {
+		if ctx.Value(degradedKey{}) != nil {
+			// The quorum did not answer for the first name: the work runs
+			// without the lock once, not after a wait for each name.
+			return fn(ctx)
+		}
 		return l.doNamed(ctx, key, names[1:], fn)
 	})
 }
+
+// degradedKey marks the context of work that Degrade mode runs without the
+// lock.
+type degradedKey struct{}
 
 // do is Do on one Redis name.
 func (l *Locker) do(ctx context.Context, key, name string, fn func(ctx context.Context) error) error {
@@ -275,7 +284,7 @@ func (l *Locker) do(ctx context.Context, key, name string, fn func(ctx context.C
 		l.m.degraded.Inc()
 		l.log.WarnContext(ctx, "lock quorum unreachable; running without the lock",
 			"key", name, "err", res.cause)
-		return fn(ctx)
+		return fn(context.WithValue(ctx, degradedKey{}, true))
 	}
 }
 
