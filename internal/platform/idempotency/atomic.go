@@ -16,7 +16,6 @@ import (
 
 	"github.com/shop-example/shop/internal/platform/auth"
 	"github.com/shop-example/shop/internal/platform/httpx"
-	"github.com/shop-example/shop/internal/platform/keyscheme"
 	"github.com/shop-example/shop/internal/platform/layers"
 )
 
@@ -226,25 +225,25 @@ func (s *Store) storeAnswer(c echo.Context, rec *Record, resp *response) (*store
 	defer cancel()
 	now := s.now().UTC().Truncate(time.Microsecond)
 	names := rec.names
-	query := sqlStoreAnswer
+	query, keyLock := sqlStoreAnswer, sqlKeyLock
 	if rec.claimed {
-		query = sqlStoreOwnAnswer
-		names = keyscheme.Names{Write: rec.name, Scheme: names.Scheme} // its claim's row
+		query, keyLock = sqlStoreOwnAnswer, sqlKeyWaitLock
 	}
-	args := []any{rec.principal, rec.names.Lock, rec.fp, rec.owner, rec.at, rec.at,
+	args := []any{rec.principal, names.Lock, rec.fp, rec.owner, rec.at, rec.at,
 		names.Write, names.Other, names.Scheme, resp.status, headers, resp.body, now}
 	var held, stored bool
-	store := func(q pgx.Tx) error { return q.QueryRow(ctx, query, args...).Scan(&held, &stored) }
 	if names.Other == "" {
 		err = s.db.QueryRow(ctx, query, args...).Scan(&held, &stored)
 	} else {
 		// The key may have the other name: read it under the key's lock,
-		// as a claim does (sqlKeyLock).
+		// as a claim does (sqlKeyLock). A claim of this request's that
+		// rolled back may have been made meanwhile under the other name by
+		// a copy on another replica; then that copy's record is the key's.
 		err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, sqlKeyLock, rec.principal, rec.names.Lock).Scan(&held); err != nil || !held {
+			if err := tx.QueryRow(ctx, keyLock, rec.principal, names.Lock).Scan(&held); err != nil || !held {
 				return err
 			}
-			return store(tx)
+			return tx.QueryRow(ctx, query, args...).Scan(&held, &stored)
 		})
 	}
 	if err != nil {

@@ -175,13 +175,23 @@ SELECT lock.held, claim.key, coalesce(claim.owner = $4, false), claim.fingerprin
 
 	claimLock = `pg_try_advisory_xact_lock(hashtext($1), hashtext($2))`
 
-	// recordName is the name the key has: $8, the other scheme's, when a
-	// record of it exists, else $7, this replica's.
-	recordName = `coalesce((SELECT key FROM idempotency_keys WHERE principal = $1 AND key = $8), $7)`
+	// recordName is the name the key has: the name of its record under
+	// $7 (this replica's) or $8 (the other scheme's), else $7. Should
+	// both exist, every replica, on either scheme, takes the scheme-1
+	// one (firstName), so all of them answer from the same record.
+	recordName = `coalesce((SELECT key FROM idempotency_keys WHERE principal = $1 AND key IN ($7, $8)
+	                        ORDER BY ` + firstName + ` LIMIT 1), $7)`
+
+	// firstName orders a key's names the scheme-1 one first.
+	firstName = `key LIKE 'v2·%'`
 
 	// sqlKeyLock takes the key's try-lock alone, ahead of the statement
 	// that reads the key under it.
 	sqlKeyLock = `SELECT ` + claimLock
+
+	// sqlKeyWaitLock is sqlKeyLock for the owner of a claim, which waits
+	// for the key's lock (sqlStoreOwnAnswer says why).
+	sqlKeyWaitLock = `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2)) IS NOT NULL`
 
 	// sqlReclaimInTx and sqlReclaimedRow claim the key again in a later
 	// transaction of the request that claimed it (a payment's second
@@ -207,12 +217,12 @@ WITH lock AS (
 )
 SELECT held FROM lock`
 
-	// sqlReclaimedRow reads the key's row under either name, the other
-	// scheme's first, as recordName does.
+	// sqlReclaimedRow reads the key's row under either name, in the order
+	// recordName takes them.
 	sqlReclaimedRow = `
 SELECT key, owner = $2, fingerprint, created_at, status_code, headers, body, scheme
   FROM idempotency_keys WHERE principal = $1 AND key IN ($3, $4)
- ORDER BY key = $4 DESC LIMIT 1`
+ ORDER BY ` + firstName + ` LIMIT 1`
 
 	takeable = `(idempotency_keys.status_code IS NULL
 	     AND idempotency_keys.fingerprint = EXCLUDED.fingerprint
@@ -255,7 +265,9 @@ WITH lock AS (
 	// gave up would take such a copy (a client retrying the same key)
 	// for the key's owner: the request's own answer would become
 	// request_in_progress, and its claim would stay held until its lease
-	// ran out. Its name is its claim's ($8 = $7).
+	// ran out. It is sent with the names the claim was made with, so that a
+	// claim that rolled back meanwhile is stored under the name the key
+	// has now, like any answer.
 	sqlStoreOwnAnswer = `
 WITH lock AS (
 	SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2)) IS NOT NULL AS held
@@ -263,7 +275,7 @@ WITH lock AS (
 
 	// storeAnswer is the write of sqlStoreAnswer and sqlStoreOwnAnswer,
 	// made once the key's advisory lock is held: $7 and $8 name the
-	// record as in sqlClaimInTx, $9 is the scheme, $10–$14 the answer.
+	// record as in sqlClaimInTx, $9 is the scheme, $10–$13 the answer.
 	storeAnswer = `stored AS (
 	INSERT INTO idempotency_keys (principal, key, fingerprint, owner, locked_until, created_at,
 	                              scheme, status_code, headers, body, completed_at)
@@ -397,7 +409,11 @@ func (r *Record) decide(held bool, row pgx.Row) error {
 		return &Refusal{prev: st}
 	}
 	if r.claimed {
-		return nil // this request's own claim, again in a later transaction
+		// This request's own claim, again in a later transaction; under the
+		// name the key has now, if the claim rolled back and was made again
+		// (sqlReclaimInTx).
+		r.name = *name
+		return nil
 	}
 	r.claimed, r.firstSeen, r.name = true, st.firstSeen, *name
 	if st.firstSeen.Equal(r.at) {

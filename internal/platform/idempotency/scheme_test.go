@@ -2,11 +2,17 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/shop-example/shop/internal/platform/keyscheme"
+	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 var (
@@ -166,4 +172,134 @@ func TestSchemes_KeyScopedToItsOperation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A replica in transition whose claim rolled back (a 409 out_of_stock
+// after the claim) stores that answer in a statement of its own. If a copy
+// of the request ran meanwhile on a cleaned-up replica, under the other
+// name, that copy's record is the key's: the answer must not become a
+// second record, or each replica would replay a different one.
+func TestSchemes_StoredAnswerMeetsTheOtherName(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clean := newHarness(t, Options{Scheme: scheme2})
+	// The replica in transition stores its answers through a pool of one
+	// connection, held by the test until the copy has run.
+	one, err := postgres.Open(ctx, clean.db.Config().ConnString(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(one.Close)
+	transition := harnessOn(t, one, clean.flowDB, Options{Scheme: scheme2Plus})
+	held, err := one.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request{path: atomicPath, key: "k", body: `{"quantity":1}`}
+	refused := r
+	refused.act = "out_of_stock"
+	answered := make(chan reply, 1)
+	go func() { answered <- transition.mustSend(t, refused) }()
+	// Its claim rolled back, and its answer waits for the connection.
+	for deadline := time.Now().Add(testDeadline); one.Stat().EmptyAcquireCount() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the refusal never asked for a connection")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if first := clean.mustSend(t, r); first.status != http.StatusCreated {
+		t.Fatalf("the copy on the cleaned-up replica: %d %s", first.status, first.body)
+	}
+	held.Release()
+	<-answered
+	onClean, onTransition := clean.mustSend(t, r), transition.mustSend(t, r)
+	if onClean.status != http.StatusCreated || onTransition.status != http.StatusCreated {
+		t.Errorf("retries replay %d (cleaned up) and %d (in transition), want the 201 the copy made; records %q",
+			onClean.status, onTransition.status, names(t, clean))
+	}
+}
+
+// A claim taken over, rolled back and made again may land under the other
+// name (the first owner released the one it had): the request completes and
+// releases the record under the name it has now, not the one it first had.
+func TestSchemes_ReclaimKeepsTheKeysName(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	transition := newHarness(t, Options{Scheme: scheme2Plus})
+	clean := transition.beside(t, Options{Scheme: scheme2})
+	fp := fingerprint(http.MethodPost, atomicPath, []byte(`{}`))
+	t0 := time.Now().UTC().Truncate(time.Microsecond)
+	record := func(s *Store, at time.Time) *Record {
+		return &Record{store: s, flow: atomicFlow, principal: "p", key: "k", names: s.scheme.Record(atomicFlow, "k"),
+			fp: fp, owner: uuid.New(), at: at}
+	}
+	// B, in transition, commits its first phase under "k", and stalls.
+	b := record(transition.store, t0)
+	if err := postgres.InTx(ctx, transition.flowDB, func(tx pgx.Tx) error { return b.Claim(ctx, tx) }); err != nil {
+		t.Fatal(err)
+	}
+	// A, cleaned up, takes the expired claim over; its try rolls back.
+	a := record(clean.store, t0.Add(DefaultLease+time.Second))
+	again := errors.New("a version conflict: try again")
+	if err := postgres.InTx(ctx, clean.flowDB, func(tx pgx.Tx) error {
+		if err := a.Claim(ctx, tx); err != nil {
+			return err
+		}
+		return again
+	}); !errors.Is(err, again) {
+		t.Fatal(err)
+	}
+	// B gives up and releases its claim, still its own on the row.
+	if err := transition.store.release(ctx, "p", b.name, b.owner); err != nil {
+		t.Fatal(err)
+	}
+	// A's second try claims again, now under its own scheme's name.
+	var stored bool
+	if err := postgres.InTx(ctx, clean.flowDB, func(tx pgx.Tx) error {
+		if err := a.Claim(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlEffect, "p", "k", 1); err != nil {
+			return err
+		}
+		var err error
+		stored, err = a.Complete(ctx, tx, Answer{Status: http.StatusCreated, Body: "ok"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !stored {
+		t.Fatalf("the second try's answer was not stored; records %q", names(t, clean))
+	}
+	// A retry after the lease is answered from that record: no second run.
+	d := record(transition.store, t0.Add(3*DefaultLease))
+	err := postgres.InTx(ctx, transition.flowDB, func(tx pgx.Tx) error {
+		if err := d.Claim(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, sqlEffect, "p", "k", 2)
+		return err
+	})
+	var refusal *Refusal
+	if !errors.As(err, &refusal) || refusal.prev == nil || refusal.prev.response == nil {
+		t.Errorf("the retry: %v, want the stored answer replayed", err)
+	}
+	if n := transition.effects(t, "p", "k"); n != 1 {
+		t.Errorf("%d effects of one request, want 1; records %q", n, names(t, clean))
+	}
+}
+
+// names are the key names in h's database with their state.
+func names(t *testing.T, h *harness) []string {
+	t.Helper()
+	rows, err := h.db.Query(context.Background(),
+		`SELECT key || ':' || coalesce(status_code::text, 'claimed') FROM idempotency_keys ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -140,13 +140,13 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 }
 
 const (
-	// sqlReadKey reads the key's row under either name, the other
-	// scheme's first, as the claim's name is found.
+	// sqlReadKey reads the key's row under either name, in the order the
+	// claim's name is found (recordName).
 	sqlReadKey = `
 SELECT fingerprint, created_at, status_code, headers, body, scheme
   FROM idempotency_keys
  WHERE principal = $1 AND key IN ($2, $3)
- ORDER BY key = $3 DESC LIMIT 1`
+ ORDER BY ` + firstName + ` LIMIT 1`
 
 	// sqlRelease is fenced by the owner token: an owner whose key was
 	// taken over or completed meanwhile matches no row and changes

@@ -221,8 +221,9 @@ func (l *Locker) doNamed(ctx context.Context, key string, names []string, fn fun
 	if len(names) == 0 {
 		return fn(ctx)
 	}
-	return l.do(ctx, key, names[0], func(ctx context.Context) error {
-		if ctx.Value(degradedKey{}) != nil {
+	degraded := false
+	return l.do(ctx, key, names[0], &degraded, func(ctx context.Context) error {
+		if degraded {
 			// The quorum did not answer for the first name: the work runs
 			// without the lock once, not after a wait for each name.
 			return fn(ctx)
@@ -231,12 +232,9 @@ func (l *Locker) doNamed(ctx context.Context, key string, names []string, fn fun
 	})
 }
 
-// degradedKey marks the context of work that Degrade mode runs without the
-// lock.
-type degradedKey struct{}
-
-// do is Do on one Redis name.
-func (l *Locker) do(ctx context.Context, key, name string, fn func(ctx context.Context) error) error {
+// do is Do on one Redis name. When Degrade mode runs fn without the lock,
+// it says so in degraded first.
+func (l *Locker) do(ctx context.Context, key, name string, degraded *bool, fn func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -284,7 +282,8 @@ func (l *Locker) do(ctx context.Context, key, name string, fn func(ctx context.C
 		l.m.degraded.Inc()
 		l.log.WarnContext(ctx, "lock quorum unreachable; running without the lock",
 			"key", name, "err", res.cause)
-		return fn(context.WithValue(ctx, degradedKey{}, true))
+		*degraded = true
+		return fn(ctx)
 	}
 }
 
