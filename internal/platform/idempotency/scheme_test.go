@@ -200,10 +200,22 @@ func TestSchemes_StoredAnswerMeetsTheOtherName(t *testing.T) {
 	refused.act = "out_of_stock"
 	answered := make(chan reply, 1)
 	go func() { answered <- transition.mustSend(t, refused) }()
-	// Its claim rolled back, and its answer waits for the connection.
-	for deadline := time.Now().Add(testDeadline); one.Stat().EmptyAcquireCount() == 0; {
+	// Its claim was made and rolled back (the key's advisory lock is free
+	// again), and its answer waits for the held connection.
+	rolledBack := func() bool {
+		if counter(t, transition, "shop_idempotency_requests_total", "outcome", outcomeClaimed) == 0 {
+			return false
+		}
+		var locks int
+		if err := clean.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&locks); err != nil {
+			t.Fatal(err)
+		}
+		return locks == 0
+	}
+	for deadline := time.Now().Add(testDeadline); !rolledBack(); {
 		if time.Now().After(deadline) {
-			t.Fatal("the refusal never asked for a connection")
+			t.Fatal("the refused request's claim never rolled back")
 		}
 		time.Sleep(time.Millisecond)
 	}
