@@ -117,7 +117,8 @@ type Names struct {
 	Write  string
 	Scheme int
 	// Other is the name the key may already have under the other scheme,
-	// honoured when it exists: the key is claimed under it instead. Empty
+	// honoured when it exists: the key is claimed under it instead (and
+	// if the key has both, every replica takes the scheme-1 one). Empty
 	// when there is none to look for.
 	Other string
 	// Lock is what the claim's advisory lock is taken on: the client's
