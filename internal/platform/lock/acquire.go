@@ -38,10 +38,10 @@ type acquisition struct {
 }
 
 // acquire tries to take mu by repeated single attempts until it succeeds,
-// the wait budget or the Locker's tries are spent (busy), the quorum proves
-// unreachable, or ctx ends (returned as the error, with the attempts made).
-func (l *Locker) acquire(ctx context.Context, mu *redsync.Mutex) (acquisition, error) {
-	deadline := time.Now().Add(l.waitBudget)
+// the wait budget (which ends at deadline) or the Locker's tries are spent
+// (busy), the quorum proves unreachable, or ctx ends (returned as the
+// error, with the attempts made). It makes one attempt at least.
+func (l *Locker) acquire(ctx context.Context, mu *redsync.Mutex, deadline time.Time) (acquisition, error) {
 	delay := firstDelay
 	unreachable, tries := 0, 0
 	var timer *time.Timer

@@ -212,29 +212,29 @@ func nodeTimeout(expiry time.Duration) time.Duration {
 // lock of its own as above: a replica on either scheme then excludes the
 // others.
 func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context) error) error {
-	return l.doNamed(ctx, key, l.scheme.LockNames(l.prefix, key), fn)
+	return l.doNamed(ctx, key, l.scheme.LockNames(l.prefix, key), time.Now().Add(l.waitBudget), fn)
 }
 
 // doNamed runs fn under the locks on names, each taken inside the one
-// before.
-func (l *Locker) doNamed(ctx context.Context, key string, names []string, fn func(ctx context.Context) error) error {
+// before, all of them within one wait budget, which ends at deadline.
+func (l *Locker) doNamed(ctx context.Context, key string, names []string, deadline time.Time, fn func(ctx context.Context) error) error {
 	if len(names) == 0 {
 		return fn(ctx)
 	}
 	degraded := false
-	return l.do(ctx, key, names[0], &degraded, func(ctx context.Context) error {
+	return l.do(ctx, key, names[0], deadline, &degraded, func(ctx context.Context) error {
 		if degraded {
 			// The quorum did not answer for the first name: the work runs
 			// without the lock once, not after a wait for each name.
 			return fn(ctx)
 		}
-		return l.doNamed(ctx, key, names[1:], fn)
+		return l.doNamed(ctx, key, names[1:], deadline, fn)
 	})
 }
 
 // do is Do on one Redis name. When Degrade mode runs fn without the lock,
 // it says so in degraded first.
-func (l *Locker) do(ctx context.Context, key, name string, degraded *bool, fn func(ctx context.Context) error) error {
+func (l *Locker) do(ctx context.Context, key, name string, deadline time.Time, degraded *bool, fn func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -250,7 +250,7 @@ func (l *Locker) do(ctx context.Context, key, name string, degraded *bool, fn fu
 	)
 
 	start := time.Now()
-	res, err := l.acquire(ctx, mu)
+	res, err := l.acquire(ctx, mu, deadline)
 	l.m.wait.Observe(time.Since(start).Seconds())
 	l.m.tries.Observe(float64(res.tries))
 	if err != nil {

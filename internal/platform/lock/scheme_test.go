@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/platform/keyscheme"
+	"github.com/shop-example/shop/internal/platform/problem"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -56,5 +57,34 @@ func TestLocker_SchemesSideBySide(t *testing.T) {
 				assertReleased(t, addrs, name)
 			}
 		})
+	}
+}
+
+// In transition a key's two names are taken within one wait budget: a
+// waiter that got the scheme-1 name late has only what is left of it for
+// the scheme-2 name, so the transition does not double the longest wait.
+func TestLocker_SchemesShareTheWaitBudget(t *testing.T) {
+	addrs := testenv.RedisAddrs(t)
+	const budget = time.Second
+	locker := func(s keyscheme.Scheme) *Locker { return mustLocker(t, addrs, Options{WaitBudget: budget, Scheme: s}) }
+	inTransition := locker(keyscheme.Scheme{Version: 2, Transition: true})
+	key := uniqueKey(t)
+	releaseFirst := holdLock(t, locker(keyscheme.Scheme{Version: 1}), key) // the scheme-1 name, for most of the budget
+	defer releaseFirst()
+	releaseSecond := holdLock(t, locker(keyscheme.Scheme{Version: 2}), key) // the scheme-2 name, throughout
+	defer releaseSecond()
+	time.AfterFunc(budget*9/10, releaseFirst)
+
+	start := time.Now()
+	err := inTransition.Do(context.Background(), key, func(context.Context) error {
+		t.Error("the work ran while the scheme-2 name was held")
+		return nil
+	})
+	waited := time.Since(start)
+	if problem.CodeOf(err) != problem.ResourceBusy {
+		t.Fatalf("Do = %v, want resource_busy", err)
+	}
+	if waited > budget*3/2 {
+		t.Errorf("waited %s for a budget of %s: each name had a budget of its own", waited.Round(time.Millisecond), budget)
 	}
 }
