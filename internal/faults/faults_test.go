@@ -171,7 +171,7 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 		mode = "degrade"
 	}
 	if c.lockMode != mode || strings.Join(c.extraEnv, " ") != strings.Join(sc.env, " ") {
-		c.lockMode, c.extraEnv = mode, sc.env
+		c.lockMode, c.extraEnv, c.replicaEnv = mode, sc.env, nil
 		for i := range c.replicas {
 			c.restartReplica(i)
 		}

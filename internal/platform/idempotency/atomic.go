@@ -256,7 +256,8 @@ func (s *Store) storeAnswer(c echo.Context, rec *Record, resp *response) (*store
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil // gone again already: as busy as a key in progress
 	}
-	if err == nil && prev.scheme != s.scheme.Version {
+	if err == nil && prev.scheme != s.scheme.Version && !rec.crossed {
+		rec.crossed = true
 		s.counters.crossScheme(rec.flow, prev.scheme)
 	}
 	return prev, false, err

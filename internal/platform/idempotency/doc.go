@@ -137,4 +137,15 @@
 //
 // Keys are kept for Options.Retention (at least 24 h) and then deleted by
 // Sweep, which any number of replicas may run at once.
+//
+// # Key schemes
+//
+// A record's name, and the scheme it was written under, come from
+// Options.Scheme (package keyscheme, DESIGN.md §8): scheme 1 names it by
+// the client's key, scheme 2 by the key and its operation. Replicas of
+// both run side by side during a rollout; every statement that finds a
+// key's record looks under both names, under the key's advisory lock
+// (which is on the client's key under every scheme), takes the scheme-1
+// name should both exist, and claims, completes and releases the record
+// under the name it has. Record.name is that name once claimed.
 package idempotency

@@ -34,6 +34,7 @@ type Record struct {
 
 	claimed   bool      // a Claim of this request succeeded (its transaction may have rolled back since)
 	name      string    // the record's name, once claimed: names.Write, or names.Other if the key had it
+	crossed   bool      // the request met a record of the other scheme, and was counted for it
 	firstSeen time.Time // when the key was first submitted, once claimed
 	answer    *response // what Complete stored, once it reported so
 }
@@ -140,9 +141,10 @@ const (
 	// connection held. The lock is on the client's key under every key
 	// scheme, so replicas on schemes 1 and 2 exclude each other.
 	//
-	// With the lock, the record's name: the other scheme's ($8), if the
-	// key already has it (a scheme-2 replica honours a scheme-1 record,
-	// package keyscheme), else this replica's ($7). Then the insert of
+	// With the lock, the record's name (recordName): the one the key
+	// already has, this replica's ($7) or the other scheme's ($8) (a
+	// scheme-2 replica honours a scheme-1 record, package keyscheme),
+	// else this replica's. Then the insert of
 	// the claim under that name; or, when it exists, the takeover of a
 	// claim whose lease ran out (only for the same fingerprint, and never
 	// of a completed key), or of this request's own claim from an earlier
@@ -391,7 +393,9 @@ func (r *Record) decide(held bool, row pgx.Row) error {
 		return &Refusal{}
 	}
 	s := r.store
-	if scheme != nil && int(*scheme) != s.scheme.Version {
+	if scheme != nil && int(*scheme) != s.scheme.Version && !r.crossed {
+		// Once a request: a two-phase flow meets its record again.
+		r.crossed = true
 		s.counters.crossScheme(r.flow, int(*scheme))
 	}
 	st := &stored{fingerprint: fp}

@@ -315,3 +315,32 @@ func names(t *testing.T, h *harness) []string {
 	}
 	return out
 }
+
+// A two-phase request that took over a scheme-1 record meets it again in
+// its second phase: it is counted once.
+func TestSchemes_CrossSchemeCountedOncePerRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	old := newHarness(t, Options{Scheme: scheme1})
+	clean := old.beside(t, Options{Scheme: scheme2})
+	fp := fingerprint(http.MethodPost, atomicPath, []byte(`{}`))
+	t0 := time.Now().UTC().Truncate(time.Microsecond)
+	record := func(s *Store, at time.Time) *Record {
+		return &Record{store: s, flow: atomicFlow, principal: "p", key: "k", names: s.scheme.Record(atomicFlow, "k"),
+			fp: fp, owner: uuid.New(), at: at}
+	}
+	// The scheme-1 request commits its first phase, and stalls past its lease.
+	if err := postgres.InTx(ctx, old.flowDB, func(tx pgx.Tx) error { return record(old.store, t0).Claim(ctx, tx) }); err != nil {
+		t.Fatal(err)
+	}
+	// A copy on the cleaned-up replica takes it over, in two phases.
+	r := record(clean.store, t0.Add(DefaultLease+time.Second))
+	for phase := range 2 {
+		if err := postgres.InTx(ctx, clean.flowDB, func(tx pgx.Tx) error { return r.Claim(ctx, tx) }); err != nil {
+			t.Fatalf("phase %d: %v", phase+1, err)
+		}
+	}
+	if got := counter(t, clean, "shop_idempotency_cross_scheme_total", "flow", atomicFlow, "scheme", "1"); got != 1 {
+		t.Fatalf("counted %v times, want once", got)
+	}
+}
