@@ -209,8 +209,9 @@ func nodeTimeout(expiry time.Duration) time.Duration {
 // The lock's Redis name is the key under the Locker's prefix and scheme
 // (keyscheme.Scheme.LockNames). While a transition of schemes lasts the
 // key has two names, and Do takes both, the scheme-1 name first, each a
-// lock of its own as above: a replica on either scheme then excludes the
-// others.
+// lock of its own as above but both within one wait budget: a replica on
+// either scheme then excludes the others. An unreachable quorum is found
+// once: the work then runs without either.
 func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context) error) error {
 	return l.doNamed(ctx, key, l.scheme.LockNames(l.prefix, key), time.Now().Add(l.waitBudget), fn)
 }
