@@ -9,6 +9,7 @@
 //	shop bench history -doc FILE            the goals of the last strategies runs, from the file's git history
 //	shop load [flags] SCRIPT.js       run a bundled k6 script without k6 (see README.md, "Load testing")
 //	shop gateway                      run the stand-in card processor (its own port)
+//	shop mailer                       run the stand-in mail provider (its own port)
 //	shop health <url>                 exit 0 if the URL answers 200 (container healthcheck)
 //
 // Settings come from the environment (SHOP_*, see README.md).
@@ -39,6 +40,7 @@ commands:
   bench history -doc FILE            the goals of the last strategies runs, read from FILE's git history (measures nothing)
   load [flags] SCRIPT.js             run a k6 script of loadtest/k6 without k6 (shop load --help)
   gateway                            run the stand-in card processor (payment gateway)
+  mailer                             run the stand-in mail provider (its own port)
   health <url>                       exit 0 if the URL answers 200 (container healthcheck)
 `
 
@@ -88,6 +90,8 @@ func run(ctx context.Context, args []string, logger *slog.Logger) error {
 		return load.Run(ctx, args[1:], os.Stdout, os.Stderr)
 	case "gateway":
 		return gateway(ctx, logger)
+	case "mailer":
+		return mailer(ctx, logger)
 	case "health":
 		return health(ctx, args[1:])
 	case "help", "-h", "--help":

@@ -14,6 +14,7 @@ import (
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -29,8 +30,10 @@ import (
 // their names in the flows' catalogues.
 var (
 	createDrops = []string{inventory.ConstraintStockNonNegative, orders.ConstraintUserRequestKey}
-	cancelDrops = []string{orders.ConstraintReleasedOnce}
-	payDrops    = []string{payments.ConstraintOneActive}
+	// outbox_one_per_event too: a second move of an order would announce
+	// itself a second time, and that index refuses it.
+	cancelDrops = []string{orders.ConstraintReleasedOnce, outbox.ConstraintOnePerEvent}
+	payDrops    = []string{payments.ConstraintOneActive, outbox.ConstraintOnePerEvent}
 )
 
 func TestAblation_CreateOrder(t *testing.T) {

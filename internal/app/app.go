@@ -30,6 +30,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/ratelimit"
 	"github.com/shop-example/shop/internal/platform/redisx"
@@ -64,6 +65,8 @@ type Deps struct {
 	// (keyscheme.Scheme.Blind). The test that shows the rules are needed
 	// uses it; nothing else may.
 	BlindSchemes bool
+	// Events are the events' settings that only tests change.
+	Events EventDeps
 }
 
 // App is one replica of the service.
@@ -84,6 +87,7 @@ type App struct {
 	readiness   *readyProbe
 	sandboxes   *sandboxes
 	live        *liveCopy
+	events      *events
 }
 
 // New builds the service on deps with the settings in cfg. Close releases
@@ -156,8 +160,16 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 
+	replica := replicaName(cfg.ReplicaName)
+	ev, err := newEvents(cfg, deps, orderSvc, m, replica)
+	if err != nil {
+		limit.close()
+		bookkeeping.Close()
+		return nil, err
+	}
 	readiness, err := newReadyProbe(deps.Pool, locker, deps.Logger, m)
 	if err != nil {
+		ev.close()
 		limit.close()
 		bookkeeping.Close()
 		return nil, err
@@ -165,11 +177,13 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies})
 	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
-		bookkeeping: bookkeeping, limits: limit, readiness: readiness}
+		bookkeeping: bookkeeping, limits: limit, readiness: readiness, events: ev}
 	a.sandboxes = &sandboxes{a: a}
 	a.live = newLiveCopy(a)
-	replica := replicaName(cfg.ReplicaName)
 	e.Use(servedBy(replica))
+	if deps.Events.PublishAfterCommit {
+		e.Use(ev.publishAfterCommit(deps.Events.Lost))
+	}
 	// The race lab's live runs, before routing: a request with the lab's
 	// key is the live copy's (demo servers only).
 	e.Pre(a.live.route)
@@ -386,11 +400,12 @@ func (a *App) Close() {
 	a.idem.Wait()
 	a.bookkeeping.Close()
 	a.limits.close()
+	a.events.close()
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
 // expiry, payment reconciliation, idempotency-key sweeping, the check of
-// the like counts, seat hold expiry, and the readiness check that keeps shop_ready and
+// the like counts, seat hold expiry, the events (RunEvents), and the readiness check that keeps shop_ready and
 // shop_degraded current. Every replica runs them; each is safe to run
 // concurrently with its twins elsewhere.
 func (a *App) RunJobs(ctx context.Context) {
@@ -401,5 +416,18 @@ func (a *App) RunJobs(ctx context.Context) {
 	wg.Go(func() { a.Likes.RunReconciler(ctx, likeReconcileInterval) })
 	wg.Go(func() { a.Seats.RunExpiry(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.readiness.run(ctx, a.cfg.JobInterval) })
+	wg.Go(func() { a.RunEvents(ctx) })
 	wg.Wait()
 }
+
+// RunEvents runs this replica's outbox relay and event consumers until ctx
+// ends, unless SHOP_EVENTS=off: the fulfilment, and with SHOP_MAILER_URL
+// set the mail of receipts and tickets (DESIGN.md §9). RunJobs runs it.
+func (a *App) RunEvents(ctx context.Context) {
+	if !a.cfg.Events.Off {
+		a.events.run(ctx)
+	}
+}
+
+// Relay is this replica's outbox relay.
+func (a *App) Relay() *outbox.Relay { return a.events.relay }

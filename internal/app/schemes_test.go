@@ -20,6 +20,7 @@ import (
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/testenv"
 	"github.com/shop-example/shop/internal/seats"
@@ -52,6 +53,7 @@ var (
 	schemeDrops = []string{
 		orders.ConstraintUserRequestKey, inventory.ConstraintStockNonNegative,
 		payments.ConstraintOneActive, seats.ConstraintOneActiveHold, likes.ConstraintOneLike,
+		outbox.ConstraintOnePerEvent,
 	}
 	requestKeyConstraints = []postgres.Constraint{
 		{Table: "payments", Name: payments.ConstraintRequestKey},

@@ -62,6 +62,7 @@ type Charge struct {
 // checks for them.
 const (
 	orderPaid          = "paid"
+	orderFulfilled     = "fulfilled" // paid, and shipped since
 	orderPending       = "pending_payment"
 	orderPaying        = "paying" // a payment of it is in flight
 	paymentProcessing  = "processing"
@@ -76,7 +77,7 @@ const (
 // Report is what the audit found.
 type Report struct {
 	Orders   int // orders audited
-	Paid     int // of them paid
+	Paid     int // of them paid (fulfilled since, or not)
 	Payments int
 	Charges  int // charges at the gateway
 	Refunded int // of them refunded
@@ -154,7 +155,7 @@ func Audit(orders []Order, payments []Payment, charges []Charge) Report {
 			r.InFlight++
 		}
 		switch {
-		case o.Status == orderPaid:
+		case o.Status == orderPaid || o.Status == orderFulfilled:
 			r.Paid++
 			if len(live) != 1 {
 				problem("paid order %s has %d unrefunded charges at the gateway, want 1", o.ID, len(live))

@@ -10,7 +10,7 @@ import (
 
 // Status is where an order is in its life.
 //
-//	pending_payment ──begin payment──▶ paying ──charged──▶ paid
+//	pending_payment ──begin payment──▶ paying ──charged──▶ paid ──shipped──▶ fulfilled
 //	  │  │     ▲                          │ │
 //	  │  │     └───declined or refused────┘ │
 //	  │  ├─cancel─▶ cancelled ◀───cancel────┘  (the charge in flight is refunded)
@@ -18,6 +18,8 @@ import (
 //
 // paying is how an order says "a payment of mine is in flight": the expiry
 // job and a second payment ask the order's own row, not the payments.
+// fulfilled is a paid order shipped: the fulfilment consumer moves it, on
+// order.paid (Service.Fulfil).
 type Status string
 
 // The states of an order.
@@ -25,6 +27,7 @@ const (
 	StatusPendingPayment Status = "pending_payment"
 	StatusPaying         Status = "paying"
 	StatusPaid           Status = "paid"
+	StatusFulfilled      Status = "fulfilled"
 	StatusCancelled      Status = "cancelled"
 	StatusExpired        Status = "expired"
 )
@@ -186,6 +189,24 @@ func (o *Order) Expire(now time.Time) error {
 	o.Status, o.UpdatedAt = StatusExpired, now
 	return nil
 }
+
+// Fulfil moves a paid order to fulfilled. A fulfilled order is left as it
+// is (changed is false); any other cannot be shipped.
+func (o *Order) Fulfil(now time.Time) (changed bool, err error) {
+	switch o.Status {
+	case StatusPaid:
+		o.Status, o.UpdatedAt = StatusFulfilled, now
+		return true, nil
+	case StatusFulfilled:
+		return false, nil
+	default:
+		return false, problem.Errorf(problem.InvalidState, "order is %s and cannot be fulfilled", o.Status)
+	}
+}
+
+// Paid reports whether an order in s has been paid for: paid, or paid and
+// since fulfilled.
+func (s Status) Paid() bool { return s == StatusPaid || s == StatusFulfilled }
 
 // ReleasesStock reports whether moving into s gives the reserved stock back.
 func (s Status) ReleasesStock() bool {

@@ -16,6 +16,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/keyset"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
@@ -32,6 +33,7 @@ const (
 var Constraints = []postgres.Constraint{
 	{Table: "orders", Name: ConstraintUserRequestKey},
 	{Table: "stock_releases", Name: ConstraintReleasedOnce},
+	{Table: "fulfilments", Name: ConstraintFulfilledOnce},
 }
 
 const orderSelect = `SELECT o.id, o.user_id, o.request_key, o.status, o.total_cents, o.version,
@@ -261,17 +263,33 @@ func UpdateTx(ctx context.Context, tx pgx.Tx, id string, on layers.Set, change f
 		return Order{}, ErrVersionConflict
 	}
 	o.Version++
-	if !o.Status.ReleasesStock() {
-		return o, nil
+	if o.Status.ReleasesStock() {
+		_, err = tx.Exec(ctx, sqlInsertRelease, o.ID, string(o.Status), o.UpdatedAt)
+		if postgres.ConstraintViolated(err) == ConstraintReleasedOnce {
+			return Order{}, ErrAlreadyReleased
+		}
+		if err != nil {
+			return Order{}, fmt.Errorf("record release of %s: %w", id, err)
+		}
+		if err := inventory.ReturnStock(ctx, tx, o.Lines()); err != nil {
+			return Order{}, err
+		}
 	}
-	_, err = tx.Exec(ctx, sqlInsertRelease, o.ID, string(o.Status), o.UpdatedAt)
-	if postgres.ConstraintViolated(err) == ConstraintReleasedOnce {
-		return Order{}, ErrAlreadyReleased
+	// The move's event, last: it commits with the move or not at all. A
+	// second event of one move (outbox_one_per_event) means the order made
+	// this move before: the caller reads it again and decides.
+	e, announce, err := movedEvent(o)
+	if err != nil || !announce {
+		return o, err
+	}
+	err = outbox.Write(ctx, tx, e)
+	if postgres.ConstraintViolated(err) == outbox.ConstraintOnePerEvent {
+		return Order{}, ErrVersionConflict
 	}
 	if err != nil {
-		return Order{}, fmt.Errorf("record release of %s: %w", id, err)
+		return Order{}, err
 	}
-	return o, inventory.ReturnStock(ctx, tx, o.Lines())
+	return o, nil
 }
 
 // QueueWrite queues in b the write of o's new status, checked against the
@@ -298,6 +316,60 @@ func QueueWrite(b *pgx.Batch, o Order, on layers.Set, moved *bool) error {
 	return nil
 }
 
+// QueueAnnounce queues in b the event of o's move into its status, if
+// that move is announced (paid is; see movedEvent): for a caller whose
+// QueueWrite of o was seen to take effect (moved false). It goes into a
+// later batch than the write's, never the same one: a write that matched
+// no row must not announce a move it did not make.
+func QueueAnnounce(ctx context.Context, b *pgx.Batch, o Order) error {
+	e, ok, err := movedEvent(o)
+	if err != nil || !ok {
+		return err
+	}
+	return outbox.Queue(ctx, b, e)
+}
+
+// movedEvent is the event of an order's move into its status, if that
+// move is announced (outbox): paid, cancelled and expired are.
+func movedEvent(o Order) (outbox.Event, bool, error) {
+	var name string
+	switch o.Status {
+	case StatusPaid:
+		name = outbox.OrderPaid
+	case StatusCancelled:
+		name = outbox.OrderCancelled
+	case StatusExpired:
+		name = outbox.OrderExpired
+	default:
+		return outbox.Event{}, false, nil
+	}
+	e, err := outbox.New(name, o.ID, o.UpdatedAt, eventOf(o))
+	return e, err == nil, err
+}
+
+// EventBody is the body of an order's events.
+type EventBody struct {
+	OrderID    string `json:"order_id"`
+	UserID     string `json:"user_id,omitempty"`
+	Status     Status `json:"status"`
+	TotalCents int64  `json:"total_cents"`
+	Items      []struct {
+		SKU      string `json:"sku"`
+		Quantity int    `json:"quantity"`
+	} `json:"items,omitempty"`
+}
+
+func eventOf(o Order) EventBody {
+	b := EventBody{OrderID: o.ID, UserID: o.UserID, Status: o.Status, TotalCents: o.TotalCents}
+	for _, it := range o.Items {
+		b.Items = append(b.Items, struct {
+			SKU      string `json:"sku"`
+			Quantity int    `json:"quantity"`
+		}{it.SKU, it.Quantity})
+	}
+	return b
+}
+
 // ExpireDue expires up to limit pending orders whose time is up and returns
 // their stock, in one transaction. It returns how many it expired. The
 // state rule (pending only, never paying) holds unless on has State off.
@@ -313,6 +385,15 @@ func (s *Store) ExpireDue(ctx context.Context, on layers.Set, now time.Time, lim
 			return err
 		}
 		n = len(ids)
+		events := make([]outbox.Event, len(ids))
+		for i, id := range ids {
+			if events[i], err = outbox.New(outbox.OrderExpired, id, now, EventBody{OrderID: id, Status: StatusExpired}); err != nil {
+				return err
+			}
+		}
+		if err := outbox.Write(ctx, tx, events...); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, sqlInsertReleases, ids, now); err != nil {
 			if postgres.ConstraintViolated(err) == ConstraintReleasedOnce {
 				return ErrAlreadyReleased

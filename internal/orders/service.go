@@ -61,14 +61,14 @@ type Config struct {
 
 // Service runs the order flows. Each reads top to bottom in layer order.
 type Service struct {
-	store                  *Store
-	create, cancel, expire layers.Flow
-	metrics                *metrics.Metrics
-	logger                 *slog.Logger
-	ttl                    time.Duration
-	now                    func() time.Time
-	layers                 layers.Set
-	naiveStock             inventory.Take
+	store                          *Store
+	create, cancel, expire, fulfil layers.Flow
+	metrics                        *metrics.Metrics
+	logger                         *slog.Logger
+	ttl                            time.Duration
+	now                            func() time.Time
+	layers                         layers.Set
+	naiveStock                     inventory.Take
 }
 
 // NewService returns the order service.
@@ -90,8 +90,20 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	flow := layers.Flows("order", cfg.Layers, cfg.Locker, cfg.Metrics)
 	return &Service{store: cfg.Store, create: flow(FlowCreate), cancel: flow(flowCancel), expire: flow(flowExpire),
+		fulfil:  flow(flowFulfil),
 		metrics: cfg.Metrics, logger: cfg.Logger, ttl: cfg.OrderTTL, now: cfg.Now, layers: cfg.Layers,
 		naiveStock: cfg.NaiveStock}, nil
+}
+
+// WithLayers returns the service with on as its layers: the fulfilment
+// consumer runs on a set of its own, which the ablation test changes apart
+// from the API's.
+func (s *Service) WithLayers(on layers.Set) *Service {
+	c := *s
+	flow := layers.Flows("order", on, s.fulfil.Locker, s.metrics)
+	c.layers = on
+	c.create, c.cancel, c.expire, c.fulfil = flow(FlowCreate), flow(flowCancel), flow(flowExpire), flow(flowFulfil)
+	return &c
 }
 
 // Create places an order for userID: every line's stock is reserved, or

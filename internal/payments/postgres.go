@@ -261,16 +261,27 @@ func (s *Store) Settle(ctx context.Context, p Payment, on layers.Set, rec *idemp
 			_ = orders.QueueWrite(b, order, on, &moved) // asKnown: versioned, and no stock returned
 		}
 	}, func(tx pgx.Tx) (*pgx.Batch, error) {
+		last := &pgx.Batch{}
 		if moveOrder != nil && (!asKnown || moved) {
 			if _, err := orders.UpdateTx(ctx, tx, p.OrderID, on, moveOrder); err != nil {
 				return nil, err
 			}
+		} else if asKnown {
+			// The order's write took effect: its event (order.paid)
+			// commits with it.
+			if err := orders.QueueAnnounce(ctx, last, order); err != nil {
+				return nil, err
+			}
 		}
-		if answer == nil {
+		if answer != nil {
+			if err := rec.QueueComplete(last, answer(written)); err != nil {
+				return nil, err
+			}
+		}
+		if last.Len() == 0 {
 			return nil, nil
 		}
-		last := &pgx.Batch{}
-		return last, rec.QueueComplete(last, answer(written))
+		return last, nil
 	})
 	switch {
 	case errors.Is(err, errNotSettled):

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -239,6 +240,15 @@ type Move struct {
 	BookingID string
 }
 
+// BookingEvent is the body of booking.confirmed.
+type BookingEvent struct {
+	BookingID string   `json:"booking_id"`
+	HoldID    string   `json:"hold_id"`
+	EventID   string   `json:"event_id"`
+	UserID    string   `json:"user_id"`
+	Seats     []string `json:"seats"`
+}
+
 // Update reads userID's hold, lets change apply the rule (layer 2), and
 // writes the move in one transaction: the hold at the version read
 // (layer 3), its seats (booked, or back to available), its hold_seats no
@@ -305,6 +315,16 @@ func (s *Store) Update(ctx context.Context, holdID, userID string, on layers.Set
 			sqlConfirm, args = sqlConfirmHoldUnversioned, []any{h.ID, b.ID, now, h.EventID, h.Seats}
 		}
 		last.Queue(sqlConfirm, args...)
+		// booking.confirmed commits with the booking, or neither does.
+		e, err := outbox.New(outbox.BookingConfirmed, b.ID, now, BookingEvent{
+			BookingID: b.ID, HoldID: b.HoldID, EventID: b.EventID, UserID: b.UserID, Seats: b.Seats,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := outbox.Queue(ctx, last, e); err != nil {
+			return nil, err
+		}
 		if err := rec.QueueComplete(last, bookedAnswer(b)); err != nil {
 			return nil, err
 		}

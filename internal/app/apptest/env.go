@@ -2,6 +2,7 @@ package apptest
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 	"github.com/shop-example/shop/internal/books"
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/gateway/gatewaytest"
+	"github.com/shop-example/shop/internal/mailer"
+	"github.com/shop-example/shop/internal/mailer/mailertest"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/platform/testenv"
@@ -39,6 +42,7 @@ type Env struct {
 	Gateway    *gateway.Server       // the payment gateway, with its audit of charges
 	Slow       *gatewaytest.HoldBack // the gateway's pm_card_slow answers wait for its Release
 	LabGateway *gateway.Server       // the race lab's live copy's (StackOptions.LabGateway); nil without one
+	Mailer     *mailer.Server        // the mail provider, with its audit of messages (SHOP_MAILER_KEY_TTL applies)
 	Cfg        config.Config         // every replica's configuration, its name aside (StackOptions.Names)
 	Replicas   []*Replica
 
@@ -147,6 +151,8 @@ func build(t testing.TB, s spec) *Env {
 		"SHOP_ORDER_TTL":       OrderTTL.String(),
 		"SHOP_GATEWAY_TIMEOUT": "5s",
 		"SHOP_RATE_LIMIT":      "off",
+		// The tests share Redis: each Env's event streams are its own.
+		"SHOP_EVENTS_PREFIX": "test:" + rand.Text() + ":events:",
 	}
 	maps.Copy(environ, vars)
 	cfg, err := config.FromEnv(func(k string) string { return environ[k] })
@@ -157,6 +163,10 @@ func build(t testing.TB, s spec) *Env {
 	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Sleep: slow.Sleep, Logger: Logger(t)})
 	if vars["SHOP_GATEWAY_URL"] == "" {
 		cfg.GatewayURL = gwURL
+	}
+	var mail *mailer.Server
+	if vars["SHOP_MAILER_URL"] == "" {
+		mail, cfg.MailerURL = mailertest.Start(t, mailer.Options{KeyTTL: cfg.MailerKeyTTL, Logger: Logger(t)})
 	}
 	var labGateway *gateway.Server
 	if s.labGateway && vars["SHOP_LAB_GATEWAY_URL"] == "" {
@@ -181,7 +191,7 @@ func build(t testing.TB, s spec) *Env {
 	client := &http.Client{Transport: checked, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
-	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, Cfg: cfg,
+	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, Mailer: mail, Cfg: cfg,
 		environ: environ, each: s.each, down: map[int]bool{}}
 	e.start = func(t testing.TB, c config.Config) *Replica {
 		t.Helper()
@@ -189,7 +199,7 @@ func build(t testing.TB, s spec) *Env {
 		clients := redisx.Clients(c.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
 		a, err := app.New(c, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
-			Layers: switches.Layers, NaiveStock: switches.NaiveStock, BlindSchemes: switches.BlindSchemes})
+			Layers: switches.Layers, NaiveStock: switches.NaiveStock, BlindSchemes: switches.BlindSchemes, Events: switches.Events})
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
 		}
@@ -280,7 +290,7 @@ func (e *Env) config(i int, vars map[string]string) (config.Config, error) {
 	if err != nil {
 		return c, err
 	}
-	c.GatewayURL, c.LabGatewayURL = e.Cfg.GatewayURL, e.Cfg.LabGatewayURL
+	c.GatewayURL, c.LabGatewayURL, c.MailerURL = e.Cfg.GatewayURL, e.Cfg.LabGatewayURL, e.Cfg.MailerURL
 	return c, nil
 }
 

@@ -25,6 +25,14 @@ import (
 // puts it on a volume.
 const DefaultGatewayJournal = "data/gateway-journal.jsonl"
 
+// DefaultMailerJournal is where `shop mailer` keeps its journal unless
+// SHOP_MAILER_JOURNAL says otherwise, beside the gateway's.
+const DefaultMailerJournal = "data/mailer-journal.jsonl"
+
+// MaxMailerDelay bounds SHOP_MAILER_DELAY: `shop mailer` refuses a longer
+// hold-back (mailer.MaxDelay), which its request timeout could not hold.
+const MaxMailerDelay = 20 * time.Second
+
 // Config is everything the binary reads from its environment.
 type Config struct {
 	HTTPAddr string // SHOP_HTTP_ADDR
@@ -46,6 +54,25 @@ type Config struct {
 	// GatewayTimeout bounds one attempt of a call to the gateway
 	// (SHOP_GATEWAY_TIMEOUT).
 	GatewayTimeout time.Duration
+	// MailerURL is the mail provider the shop sends receipts and tickets
+	// through (SHOP_MAILER_URL); empty means no mailer.
+	MailerURL  string
+	MailerAddr string // SHOP_MAILER_ADDR: where `shop mailer` listens
+	// MailerJournal is the file where `shop mailer` keeps its messages
+	// (SHOP_MAILER_JOURNAL), so a restart forgets none of them.
+	MailerJournal string
+	// MailerKeyTTL is how long `shop mailer` remembers an Idempotency-Key
+	// (SHOP_MAILER_KEY_TTL); past it, the same key sends a second message.
+	MailerKeyTTL time.Duration
+	// MailerFailRate and MailerDelay are the faults `shop mailer` starts
+	// with (SHOP_MAILER_FAIL_RATE, 0–1; SHOP_MAILER_DELAY, 0 to
+	// MaxMailerDelay): the share of new keys answered 503, and how long
+	// every answer is held back after its message is journaled.
+	MailerFailRate float64
+	MailerDelay    time.Duration
+	// MailerTimeout bounds one attempt of a call to the mailer
+	// (SHOP_MAILER_TIMEOUT).
+	MailerTimeout time.Duration
 	// RequestTimeout bounds every request, from its arrival to its answer
 	// (SHOP_REQUEST_TIMEOUT).
 	RequestTimeout time.Duration
@@ -103,6 +130,28 @@ type Config struct {
 	// client address is the socket's.
 	TrustedProxies []netip.Prefix
 	RateLimit      RateLimits
+	Events         Events
+}
+
+// Events are the settings of the outbox's relay and its consumers
+// (package outbox, DESIGN.md §9).
+type Events struct {
+	// Off stops this process's relay and consumers (SHOP_EVENTS=off): the
+	// flows still write their events, which wait in the outbox for a
+	// process that relays them.
+	Off bool
+	// Redis is the node the event streams live on (SHOP_EVENTS_REDIS);
+	// empty means the first node of the lock quorum.
+	Redis string
+	// Prefix starts the name of each event's stream there
+	// (SHOP_EVENTS_PREFIX): stacks sharing one Redis each name their own.
+	Prefix string
+	// RedeliverAfter is how long an event may go unrecorded by a consumer
+	// before the relay publishes it again (SHOP_OUTBOX_REDELIVER_AFTER).
+	RedeliverAfter time.Duration
+	// Retention is how long events and inbox rows are kept
+	// (SHOP_OUTBOX_RETENTION); an event is redelivered only within it.
+	Retention time.Duration
 }
 
 // RateLimits are the abuse limits of package ratelimit.
@@ -208,6 +257,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		GatewayJournal:   str("SHOP_GATEWAY_JOURNAL", DefaultGatewayJournal),
 		GatewaySlowDelay: dur("SHOP_GATEWAY_SLOW_DELAY", 10*time.Second),
 		GatewayTimeout:   dur("SHOP_GATEWAY_TIMEOUT", 3*time.Second),
+		MailerURL:        str("SHOP_MAILER_URL", ""),
+		MailerAddr:       str("SHOP_MAILER_ADDR", ":8082"),
+		MailerJournal:    str("SHOP_MAILER_JOURNAL", DefaultMailerJournal),
+		MailerKeyTTL:     dur("SHOP_MAILER_KEY_TTL", 24*time.Hour),
+		MailerTimeout:    dur("SHOP_MAILER_TIMEOUT", 3*time.Second),
 		RequestTimeout:   dur("SHOP_REQUEST_TIMEOUT", 10*time.Second),
 		PaymentBudget:    dur("SHOP_PAYMENT_BUDGET", 7*time.Second),
 		ReconcileAfter:   dur("SHOP_PAYMENT_RECONCILE_AFTER", 30*time.Second),
@@ -287,6 +341,28 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			errs = append(errs, fmt.Errorf("SHOP_RATE_LIMIT_REDIS: want host:port, got %q", a))
 		}
 	}
+	c.Events = Events{
+		Redis:          str("SHOP_EVENTS_REDIS", ""),
+		Prefix:         str("SHOP_EVENTS_PREFIX", "shop:events:"),
+		RedeliverAfter: dur("SHOP_OUTBOX_REDELIVER_AFTER", 30*time.Second),
+		Retention:      dur("SHOP_OUTBOX_RETENTION", 24*time.Hour),
+	}
+	switch v := str("SHOP_EVENTS", "on"); v {
+	case "on":
+	case "off":
+		c.Events.Off = true
+	default:
+		errs = append(errs, fmt.Errorf("SHOP_EVENTS: want on or off, got %q", v))
+	}
+	if a := c.Events.Redis; a != "" {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("SHOP_EVENTS_REDIS: want host:port, got %q", a))
+		}
+	}
+	if c.Events.Retention <= c.Events.RedeliverAfter {
+		errs = append(errs, fmt.Errorf("SHOP_OUTBOX_RETENTION: %s must be longer than SHOP_OUTBOX_REDELIVER_AFTER %s",
+			c.Events.Retention, c.Events.RedeliverAfter))
+	}
 	for _, p := range strings.Split(str("SHOP_TRUSTED_PROXIES", ""), ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
@@ -353,6 +429,29 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if u, err := url.Parse(c.GatewayURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("SHOP_GATEWAY_URL: want an http:// URL, got %q", c.GatewayURL))
+	}
+	if c.MailerURL != "" {
+		if u, err := url.Parse(c.MailerURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			errs = append(errs, fmt.Errorf("SHOP_MAILER_URL: want an http:// URL, got %q", c.MailerURL))
+		}
+	}
+	// The mailer's faults are off by default, and 0 is a valid setting of
+	// each: read apart from dur, which wants a positive duration.
+	if v := str("SHOP_MAILER_FAIL_RATE", ""); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f >= 0 && f <= 1) { // NaN fails too
+			errs = append(errs, fmt.Errorf("SHOP_MAILER_FAIL_RATE: want a fraction 0–1 like 0.2, got %q", v))
+		} else {
+			c.MailerFailRate = f
+		}
+	}
+	if v := str("SHOP_MAILER_DELAY", ""); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > MaxMailerDelay {
+			errs = append(errs, fmt.Errorf("SHOP_MAILER_DELAY: want a duration 0–%s like 500ms, got %q", MaxMailerDelay, v))
+		} else {
+			c.MailerDelay = d
+		}
 	}
 	return c, errors.Join(errs...)
 }
@@ -424,6 +523,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("admin_token_set", c.AdminToken != ""),
 		slog.String("gateway_url", c.GatewayURL),
 		slog.Duration("gateway_timeout", c.GatewayTimeout),
+		slog.String("mailer_url", c.MailerURL),
+		slog.Duration("mailer_timeout", c.MailerTimeout),
 		slog.Duration("request_timeout", c.RequestTimeout),
 		slog.Duration("payment_budget", c.PaymentBudget),
 		slog.Duration("payment_reconcile_after", c.ReconcileAfter),
@@ -438,6 +539,13 @@ func (c Config) LogValue() slog.Value {
 			slog.Int("seats", c.SeatCaps.Seats),
 		),
 		slog.String("key_scheme", c.KeyScheme.String()),
+		slog.Group("events",
+			slog.Bool("off", c.Events.Off),
+			slog.String("redis", c.Events.Redis),
+			slog.String("prefix", c.Events.Prefix),
+			slog.Duration("redeliver_after", c.Events.RedeliverAfter),
+			slog.Duration("retention", c.Events.Retention),
+		),
 		slog.Bool("migrate", c.Migrate),
 		slog.Bool("demo", c.Demo),
 		slog.String("replica_name", c.ReplicaName),

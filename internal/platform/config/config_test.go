@@ -36,6 +36,13 @@ var allVars = []string{
 	"SHOP_GATEWAY_JOURNAL",
 	"SHOP_GATEWAY_SLOW_DELAY",
 	"SHOP_GATEWAY_TIMEOUT",
+	"SHOP_MAILER_URL",
+	"SHOP_MAILER_ADDR",
+	"SHOP_MAILER_JOURNAL",
+	"SHOP_MAILER_KEY_TTL",
+	"SHOP_MAILER_FAIL_RATE",
+	"SHOP_MAILER_DELAY",
+	"SHOP_MAILER_TIMEOUT",
 	"SHOP_PAYMENT_RECONCILE_AFTER",
 	"SHOP_LOCK_MODE",
 	"SHOP_ORDER_TTL",
@@ -58,6 +65,11 @@ var allVars = []string{
 	"SHOP_REQUEST_TIMEOUT",
 	"SHOP_PAYMENT_BUDGET",
 	"SHOP_TRUSTED_PROXIES",
+	"SHOP_EVENTS",
+	"SHOP_EVENTS_REDIS",
+	"SHOP_EVENTS_PREFIX",
+	"SHOP_OUTBOX_REDELIVER_AFTER",
+	"SHOP_OUTBOX_RETENTION",
 	"SHOP_RATE_LIMIT",
 	"SHOP_RATE_LIMIT_REDIS",
 	"SHOP_RATE_LIMIT_TIMEOUT",
@@ -97,6 +109,13 @@ func TestFromEnv_Defaults(t *testing.T) {
 		GatewayJournal:   "data/gateway-journal.jsonl",
 		GatewaySlowDelay: 10 * time.Second,
 		GatewayTimeout:   3 * time.Second,
+		MailerURL:        "", // no mailer to send through
+		MailerAddr:       ":8082",
+		MailerJournal:    "data/mailer-journal.jsonl",
+		MailerKeyTTL:     24 * time.Hour,
+		MailerFailRate:   0,
+		MailerDelay:      0,
+		MailerTimeout:    3 * time.Second,
 		RequestTimeout:   10 * time.Second,
 		PaymentBudget:    7 * time.Second,
 		ReconcileAfter:   30 * time.Second,
@@ -106,6 +125,8 @@ func TestFromEnv_Defaults(t *testing.T) {
 		ShutdownDrain:    15 * time.Second,
 		// The race lab fires at this replica's own listener.
 		LabTarget: "http://127.0.0.1:8080",
+		// Events relayed and consumed here, on the first lock node.
+		Events: Events{Prefix: "shop:events:", RedeliverAfter: 30 * time.Second, Retention: 24 * time.Hour},
 		// Limits on, counted on the first lock node; no proxy trusted.
 		RateLimit: RateLimits{
 			Timeout:  100 * time.Millisecond,
@@ -146,6 +167,13 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_GATEWAY_JOURNAL":         "/data/gw.jsonl",
 		"SHOP_GATEWAY_SLOW_DELAY":      "20s",
 		"SHOP_GATEWAY_TIMEOUT":         "1500ms",
+		"SHOP_MAILER_URL":              "http://mailer:8082",
+		"SHOP_MAILER_ADDR":             ":9082",
+		"SHOP_MAILER_JOURNAL":          "/data/mail.jsonl",
+		"SHOP_MAILER_KEY_TTL":          "1h",
+		"SHOP_MAILER_FAIL_RATE":        "0.25",
+		"SHOP_MAILER_DELAY":            "750ms",
+		"SHOP_MAILER_TIMEOUT":          "2s",
 		"SHOP_PAYMENT_RECONCILE_AFTER": "2m",
 		"SHOP_LOCK_MODE":               "strict",
 		"SHOP_ORDER_TTL":               "30m",
@@ -168,6 +196,11 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_REQUEST_TIMEOUT":         "20s",
 		"SHOP_PAYMENT_BUDGET":          "12s",
 		"SHOP_TRUSTED_PROXIES":         " 10.0.0.0/8, 192.168.1.7 ,fd00::/8,10.1.2.3/16",
+		"SHOP_EVENTS":                  "off",
+		"SHOP_EVENTS_REDIS":            "events:6391",
+		"SHOP_EVENTS_PREFIX":           "stack-2:events:",
+		"SHOP_OUTBOX_REDELIVER_AFTER":  "1m",
+		"SHOP_OUTBOX_RETENTION":        "48h",
 		"SHOP_RATE_LIMIT":              "off",
 		"SHOP_RATE_LIMIT_REDIS":        "limits:6390",
 		"SHOP_RATE_LIMIT_TIMEOUT":      "250ms",
@@ -196,6 +229,13 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		GatewayJournal:   "/data/gw.jsonl",
 		GatewaySlowDelay: 20 * time.Second,
 		GatewayTimeout:   1500 * time.Millisecond,
+		MailerURL:        "http://mailer:8082",
+		MailerAddr:       ":9082",
+		MailerJournal:    "/data/mail.jsonl",
+		MailerKeyTTL:     time.Hour,
+		MailerFailRate:   0.25,
+		MailerDelay:      750 * time.Millisecond,
+		MailerTimeout:    2 * time.Second,
 		RequestTimeout:   20 * time.Second,
 		PaymentBudget:    12 * time.Second,
 		ReconcileAfter:   2 * time.Minute,
@@ -220,6 +260,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 			netip.MustParsePrefix("fd00::/8"),
 			netip.MustParsePrefix("10.1.0.0/16"),
 		},
+		Events: Events{Off: true, Redis: "events:6391", Prefix: "stack-2:events:", RedeliverAfter: time.Minute, Retention: 48 * time.Hour},
 		RateLimit: RateLimits{
 			Off:      true,
 			Redis:    "limits:6390",
@@ -295,12 +336,27 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"DBMaxConnsNotANumber", "SHOP_DB_MAX_CONNS", "many"},
 		{"DBMaxConnsOverflow", "SHOP_DB_MAX_CONNS", "4294967296"},
 		{"GatewayURLNoScheme", "SHOP_GATEWAY_URL", "localhost:8081"},
+		{"MailerURLNotHTTP", "SHOP_MAILER_URL", "smtp://mailer:25"},
+		{"MailerURLNoScheme", "SHOP_MAILER_URL", "mailer:8082"},
+		{"MailerKeyTTLZero", "SHOP_MAILER_KEY_TTL", "0s"},
+		{"MailerKeyTTLNoUnit", "SHOP_MAILER_KEY_TTL", "24"},
+		{"MailerFailRateAboveOne", "SHOP_MAILER_FAIL_RATE", "1.5"},
+		{"MailerFailRateNegative", "SHOP_MAILER_FAIL_RATE", "-0.1"},
+		{"MailerFailRateNaN", "SHOP_MAILER_FAIL_RATE", "NaN"},
+		{"MailerFailRatePercent", "SHOP_MAILER_FAIL_RATE", "20%"},
+		{"MailerDelayNegative", "SHOP_MAILER_DELAY", "-1ms"},
+		{"MailerDelayNoUnit", "SHOP_MAILER_DELAY", "500"},
+		{"MailerDelayBeyondMax", "SHOP_MAILER_DELAY", "21s"},
+		{"MailerTimeoutZero", "SHOP_MAILER_TIMEOUT", "0s"},
 		{"RequestTimeoutBeyondWriteTimeout", "SHOP_REQUEST_TIMEOUT", "26s"},
 		{"PaymentBudgetBeyondRequest", "SHOP_PAYMENT_BUDGET", "8s"},
 		{"ReconcileWhileRequestRuns", "SHOP_PAYMENT_RECONCILE_AFTER", "7s"},
 		{"RateLimitSwitch", "SHOP_RATE_LIMIT", "false"},
 		{"RateLimitSwitchCase", "SHOP_RATE_LIMIT", "Off"},
 		{"RateLimitRedisNoPort", "SHOP_RATE_LIMIT_REDIS", "redis-1"},
+		{"EventsNeitherOnNorOff", "SHOP_EVENTS", "yes"},
+		{"EventsRedisNoPort", "SHOP_EVENTS_REDIS", "redis-1"},
+		{"RetentionShorterThanRedelivery", "SHOP_OUTBOX_RETENTION", "10s"},
 		{"RateLimitRedisEmptyPort", "SHOP_RATE_LIMIT_REDIS", "redis-1:"},
 		{"RateLimitTimeoutZero", "SHOP_RATE_LIMIT_TIMEOUT", "0s"},
 		{"RateLimitTimeoutNoUnit", "SHOP_RATE_LIMIT_TIMEOUT", "100"},
@@ -338,6 +394,27 @@ func TestFromEnv_Invalid(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The mailer's faults may each be off (0) or at their bound.
+func TestFromEnv_MailerFaults(t *testing.T) {
+	tests := []struct {
+		rate, delay string
+		wantRate    float64
+		wantDelay   time.Duration
+	}{
+		{"0", "0", 0, 0},
+		{"0.0", "0s", 0, 0},
+		{"1", "20s", 1, MaxMailerDelay},
+		{" 0.5 ", "1.5s", 0.5, 1500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		got, err := FromEnv(env(map[string]string{"SHOP_MAILER_FAIL_RATE": tt.rate, "SHOP_MAILER_DELAY": tt.delay}, nil))
+		if err != nil || got.MailerFailRate != tt.wantRate || got.MailerDelay != tt.wantDelay {
+			t.Errorf("rate %q, delay %q: got %v, %v, %v; want %v, %v, nil",
+				tt.rate, tt.delay, got.MailerFailRate, got.MailerDelay, err, tt.wantRate, tt.wantDelay)
+		}
 	}
 }
 
@@ -455,6 +532,7 @@ func TestLogValue(t *testing.T) {
 		"database_url":    "postgres://app:xxxxx@db:5432/shop?sslmode=disable",
 		"admin_token_set": true,
 		"gateway_url":     "http://localhost:8081",
+		"mailer_url":      "",
 		"lock_mode":       "degrade",
 		"migrate":         false,
 	}

@@ -1,0 +1,223 @@
+package mailer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/metrics"
+)
+
+// The kinds of message the shop sends.
+const (
+	KindReceipt = "receipt" // an order was paid
+	KindTicket  = "ticket"  // seats were booked
+)
+
+// The headers of the idempotency contract, spelled as the shop spells them.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderReplayed       = "Idempotent-Replayed"
+)
+
+// DefaultKeyTTL is how long a key is remembered when Options leave KeyTTL 0.
+const DefaultKeyTTL = 24 * time.Hour
+
+// MaxDelay bounds the hold-back (Options.Delay, delay_ms): a held answer
+// must still fit the request timeout, and that the server's write timeout
+// (httpx.WriteTimeout). config.MaxMailerDelay is the same bound.
+const MaxDelay = 20 * time.Second
+
+// Request is what is sent: the body of POST /v1/messages, and what an
+// idempotency key is first used for. It is comparable, so "the same key
+// with another request" is one !=.
+type Request struct {
+	Reference string `json:"reference"` // the order or booking the message is about
+	Kind      string `json:"kind"`      // KindReceipt or KindTicket
+	To        string `json:"to"`
+	Subject   string `json:"subject"`
+	Text      string `json:"text"`
+}
+
+// Message is a sent message: the answer of POST /v1/messages and an item
+// of GET /v1/messages.
+type Message struct {
+	ID             string    `json:"id"`
+	Reference      string    `json:"reference"`
+	Kind           string    `json:"kind"`
+	To             string    `json:"to"`
+	Subject        string    `json:"subject"`
+	Text           string    `json:"text"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// request is what m's key was used for.
+func (m Message) request() Request {
+	return Request{Reference: m.Reference, Kind: m.Kind, To: m.To, Subject: m.Subject, Text: m.Text}
+}
+
+// Faults are the failures the mailer stages (see the package comment).
+// The zero value stages none.
+type Faults struct {
+	FailRate float64       // fraction of new keys answered 503, 0–1
+	Delay    time.Duration // hold-back of every message's answer, 0–MaxDelay
+}
+
+func (f Faults) check() error {
+	if !(f.FailRate >= 0 && f.FailRate <= 1) { // NaN fails too
+		return fmt.Errorf("fail rate %v: want 0–1", f.FailRate)
+	}
+	if f.Delay < 0 || f.Delay > MaxDelay {
+		return fmt.Errorf("delay %s: want 0–%s", f.Delay, MaxDelay)
+	}
+	return nil
+}
+
+// Options configure a Server.
+type Options struct {
+	JournalPath string        // required
+	KeyTTL      time.Duration // how long a key is remembered; 0 → DefaultKeyTTL
+	FailRate    float64       // the starting Faults.FailRate
+	Delay       time.Duration // the starting Faults.Delay
+	Now         func() time.Time
+	// Sleep waits d, or until ctx ends: the hold-back. Tests inject one
+	// that the test controls; the default is a timer.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Rand returns a number in [0, 1) for each attempt that may fail;
+	// the default is math/rand/v2's.
+	Rand   func() float64
+	Logger *slog.Logger
+}
+
+// Server is the mailer: the index of what it sent, the journal that makes
+// it durable, and the HTTP API over both.
+type Server struct {
+	opts  Options
+	now   func() time.Time
+	locks *keyLocks
+	echo  *echo.Echo
+
+	mu      sync.Mutex // guards index, journal and faults together
+	index   *index
+	journal *journal
+	faults  Faults
+}
+
+// New opens the journal at opts.JournalPath (creating it if absent),
+// replays it, and returns a server ready to answer.
+func New(opts Options) (*Server, error) {
+	if opts.JournalPath == "" {
+		return nil, errors.New("mailer: a journal path is required")
+	}
+	faults := Faults{FailRate: opts.FailRate, Delay: opts.Delay}
+	if err := faults.check(); err != nil {
+		return nil, fmt.Errorf("mailer: %w", err)
+	}
+	if opts.KeyTTL <= 0 {
+		opts.KeyTTL = DefaultKeyTTL
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Sleep == nil {
+		opts.Sleep = sleep
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Float64
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{opts: opts, now: opts.Now, locks: newKeyLocks(), index: newIndex(), faults: faults}
+	j, err := openJournal(opts.JournalPath, s.index.apply, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("mailer: %w", err)
+	}
+	s.journal = j
+	s.echo = s.routes()
+	return s, nil
+}
+
+// routes builds the HTTP API. The request timeout leaves room for the
+// longest hold-back, which is an answer, not a hang.
+func (s *Server) routes() *echo.Echo {
+	e := httpx.New(metrics.New(), httpx.Options{
+		Logger:         s.opts.Logger,
+		RequestTimeout: MaxDelay + 5*time.Second,
+	})
+	h := handlers{s: s}
+	e.POST("/v1/messages", h.createMessage)
+	e.GET("/v1/messages", h.listMessages)
+	e.GET("/v1/messages/:id", h.getMessage)
+	e.GET("/v1/faults", h.getFaults)
+	e.PUT("/v1/faults", h.putFaults)
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	return e
+}
+
+// Handler returns the HTTP API.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Messages returns the messages sent, in creation order: all of them, or
+// those with the given reference.
+func (s *Server) Messages(reference string) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.index.messagesFor(reference, "")
+}
+
+// Faults returns the faults staged now.
+func (s *Server) Faults() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faults
+}
+
+// SetFaults stages f from the next request on, as PUT /v1/faults does.
+func (s *Server) SetFaults(f Faults) error {
+	if err := f.check(); err != nil {
+		return fmt.Errorf("mailer: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = f
+	return nil
+}
+
+// Close closes the journal; requests that would write to it fail from now on.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.journal.close()
+}
+
+// commit makes m durable, then applies it to the index. The caller holds
+// s.mu, so the line order is the decision order.
+func (s *Server) commit(m Message) error {
+	if err := s.journal.append(m); err != nil {
+		return err
+	}
+	s.index.apply(m)
+	return nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,205 @@
+// Package notify mails what a customer is owed after a commit: one receipt
+// per paid order (on order.paid) and one ticket per booking (on
+// booking.confirmed), through a mail provider reached over HTTP (`shop
+// mailer` stands in for one). It is a consumer of package outbox:
+//
+//	0 idempotency   the inbox: the event's row (consumer "mailer", event
+//	                id), read first and written once the provider took
+//	                the mail; and the provider call keyed by the event's
+//	                id, so that copies racing each other, or a copy after
+//	                a crash between the send and the inbox row, are one
+//	                mail at the provider
+//	2 state         the row still allows the mail: the order is paid (or
+//	                fulfilled since), the booking exists; asked before
+//	                the call, never of the event's claim
+//
+// The provider's memory of a key is bounded (a day at most providers, and
+// at `shop mailer`, SHOP_MAILER_KEY_TTL): the inbox is what stops a copy
+// that comes later than that, such as a redelivery after Redis lost its
+// streams. No transaction is open during the call, as in the pay flow.
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/platform/postgres"
+)
+
+// Consumer is the consumer's group and its name in the inbox.
+const Consumer = "mailer"
+
+// flowMail names the consumer in the conflict counter.
+const flowMail = "mail"
+
+// The kinds of mail.
+const (
+	KindReceipt = "receipt"
+	KindTicket  = "ticket"
+)
+
+// Events are the events the consumer acts on.
+var Events = []string{outbox.OrderPaid, outbox.BookingConfirmed}
+
+// Mail is one message for the provider.
+type Mail struct {
+	Reference string // the order's or the booking's id
+	Kind      string // KindReceipt or KindTicket
+	To        string
+	Subject   string
+	Text      string
+}
+
+// Sender hands a mail to the provider under an idempotency key. An error
+// wrapping outbox.ErrPermanent is a refusal no retry cures; any other is
+// tried again later with the same key.
+type Sender interface {
+	Send(ctx context.Context, key string, m Mail) error
+}
+
+// Config holds what the service is built from.
+type Config struct {
+	DB      *pgxpool.Pool
+	Sender  Sender
+	Metrics *metrics.Metrics
+	Now     func() time.Time
+	// Layers are the defences on; the ablation test takes the inbox
+	// (layers.Idempotency) off.
+	Layers layers.Set
+}
+
+// Service is the mailing consumer.
+type Service struct {
+	db   *pgxpool.Pool
+	send Sender
+	now  func() time.Time
+	flow layers.Flow
+}
+
+// New returns the consumer.
+func New(cfg Config) (*Service, error) {
+	if cfg.DB == nil || cfg.Sender == nil {
+		return nil, errors.New("notify: a pool and a sender are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{db: cfg.DB, send: cfg.Sender, now: cfg.Now,
+		flow: layers.Flow{Name: flowMail, Noun: "mail", Layers: cfg.Layers, Metrics: cfg.Metrics}}, nil
+}
+
+// Consumer is the service as an outbox consumer.
+func (s *Service) Consumer(concurrency int) outbox.Consumer {
+	return outbox.Consumer{Name: Consumer, Events: Events, Handle: s.Handle, Concurrency: concurrency}
+}
+
+// Handle acts on one delivery.
+func (s *Service) Handle(ctx context.Context, e outbox.Event) (outbox.Outcome, error) {
+	// Layer 0: the inbox, before anything else.
+	if s.flow.On(layers.Idempotency) {
+		seen, err := outbox.Seen(ctx, s.db, Consumer, e)
+		if err != nil || seen {
+			if seen {
+				s.flow.Stopped(layers.Idempotency)
+			}
+			return outbox.Duplicate, err
+		}
+	}
+	// Layer 2: the row as it is now.
+	mail, ok, err := s.compose(ctx, e)
+	if err != nil {
+		return outbox.Processed, err
+	}
+	outcome := outbox.Processed
+	if ok {
+		// The call, keyed by the event: one mail per event at the
+		// provider, for as long as it remembers the key.
+		if err := s.send.Send(ctx, "evt_"+e.ID, mail); err != nil {
+			return outbox.Processed, err
+		}
+	} else {
+		s.flow.Stopped(layers.State)
+		outcome = outbox.Skipped
+	}
+	if !s.flow.On(layers.Idempotency) {
+		return outcome, nil
+	}
+	var fresh bool
+	err = postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		fresh, err = outbox.Record(ctx, tx, Consumer, e, s.now().UTC())
+		return err
+	})
+	if err == nil && !fresh {
+		// A copy raced this one to the provider; the key made them one
+		// mail, and the copy recorded it first.
+		s.flow.Stopped(layers.Idempotency)
+		outcome = outbox.Duplicate
+	}
+	return outcome, err
+}
+
+const (
+	sqlReceipt = `SELECT o.status, o.user_id, o.total_cents,
+			array_agg(i.sku ORDER BY i.sku), array_agg(i.quantity ORDER BY i.sku)
+		FROM orders o JOIN order_items i ON i.order_id = o.id
+		WHERE o.id = $1 GROUP BY o.id`
+	sqlTicket = `SELECT b.user_id, b.seats, e.name FROM bookings b JOIN events e ON e.id = b.event_id WHERE b.id = $1`
+)
+
+// compose reads the row e is about and writes its mail; ok is false when
+// the row no longer allows one.
+func (s *Service) compose(ctx context.Context, e outbox.Event) (Mail, bool, error) {
+	switch e.Name {
+	case outbox.OrderPaid:
+		var status, user string
+		var total int64
+		var skus []string
+		var qtys []int32
+		err := s.db.QueryRow(ctx, sqlReceipt, e.Subject).Scan(&status, &user, &total, &skus, &qtys)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Mail{}, false, nil
+		}
+		if err != nil {
+			return Mail{}, false, fmt.Errorf("receipt of %s: %w", e.Subject, err)
+		}
+		if status != "paid" && status != "fulfilled" {
+			return Mail{}, false, nil
+		}
+		// One line: the provider's API, like the shop's, takes no
+		// control characters in a string.
+		lines := make([]string, len(skus))
+		for i := range skus {
+			lines[i] = fmt.Sprintf("%d × %s", qtys[i], skus[i])
+		}
+		text := fmt.Sprintf("Thank you for your order %s: %s. Paid: %d.%02d.", e.Subject, strings.Join(lines, ", "), total/100, total%100)
+		return Mail{Reference: e.Subject, Kind: KindReceipt, To: address(user),
+			Subject: "Your receipt for order " + e.Subject, Text: text}, true, nil
+	case outbox.BookingConfirmed:
+		var user, event string
+		var seats []string
+		err := s.db.QueryRow(ctx, sqlTicket, e.Subject).Scan(&user, &seats, &event)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Mail{}, false, nil
+		}
+		if err != nil {
+			return Mail{}, false, fmt.Errorf("ticket of %s: %w", e.Subject, err)
+		}
+		return Mail{Reference: e.Subject, Kind: KindTicket, To: address(user),
+			Subject: "Your tickets for " + event,
+			Text:    fmt.Sprintf("Booking %s: seats %s.", e.Subject, strings.Join(seats, ", "))}, true, nil
+	}
+	return Mail{}, false, nil
+}
+
+// address is where a user's mail goes: users have no address of their
+// own in the demo, so one is made of their id.
+func address(userID string) string { return "user-" + userID + "@shop.example" }

@@ -1,0 +1,174 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// Outcome is what a consumer made of one delivery.
+type Outcome string
+
+// The outcomes, as shop_events_consumed_total labels them.
+const (
+	// Processed: the consumer acted on the event and recorded it.
+	Processed Outcome = "processed"
+	// Duplicate: the inbox (or the provider's key) showed the event acted
+	// on before; nothing was done again.
+	Duplicate Outcome = "deduplicated"
+	// Skipped: the row the event is about no longer allows the effect
+	// (an order cancelled meanwhile); recorded, nothing done.
+	Skipped Outcome = "skipped"
+	// Failed: the event can never be acted on (a provider refused it for
+	// good); acknowledged and logged, so it does not block the stream.
+	Failed Outcome = "failed"
+)
+
+// ErrPermanent marks a handler's error that no redelivery can cure: the
+// delivery is acknowledged as Failed. Any other error leaves the event
+// unacknowledged, delivered again after a pause.
+var ErrPermanent = errors.New("permanent")
+
+// Consumer acts on events of some names.
+type Consumer struct {
+	// Name is the consumer's group on each stream and its name in the
+	// inbox: "mailer", "fulfilment".
+	Name   string
+	Events []string
+	// Handle acts on one delivery. It is called for copies of an event
+	// too (redelivered, or delivered to two replicas at once), and must
+	// make them one effect: the inbox and a keyed provider call.
+	Handle func(ctx context.Context, e Event) (Outcome, error)
+	// Concurrency is how many deliveries of each stream this process
+	// handles at once; 1 when 0.
+	Concurrency int
+}
+
+// Consuming settings: how long a delivery may stay unacknowledged before
+// another consumer of the group claims it (a consumer killed mid-event),
+// and how long a failed one waits before it is handed over again.
+const (
+	claimAfter  = 15 * time.Second
+	nackPause   = time.Second
+	readBlock   = time.Second
+	resubscribe = time.Second
+)
+
+// Consume runs c on its streams on rdb, each named prefix and the event,
+// until ctx ends. replica names this process in each consumer group.
+func Consume(ctx context.Context, rdb *redis.Client, prefix string, c Consumer, replica string, m *Metrics, logger *slog.Logger) {
+	var wg sync.WaitGroup
+	for _, name := range c.Events {
+		for i := range max(c.Concurrency, 1) {
+			wg.Go(func() {
+				consumeStream(ctx, rdb, c, prefix+name, fmt.Sprintf("%s-%d-%s", replica, i, uuid.NewString()[:8]), m, logger)
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// consumeStream reads one stream as one member of c's group. A stream or
+// group that disappears under it (Redis restarted empty) ends the
+// subscription, and the next one creates the group again from the start
+// of whatever the stream holds now; the redelivery brings back what was
+// lost with the old one.
+func consumeStream(ctx context.Context, rdb *redis.Client, c Consumer, stream, member string, m *Metrics, logger *slog.Logger) {
+	wm := quietLogger(logger)
+	for ctx.Err() == nil {
+		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+			Client:                        rdb,
+			Consumer:                      member,
+			ConsumerGroup:                 c.Name,
+			NackResendSleep:               nackPause,
+			BlockTime:                     readBlock,
+			ClaimInterval:                 5 * time.Second,
+			MaxIdleTime:                   claimAfter,
+			OldestId:                      "0",
+			DisableIndefiniteInitialBlock: true,
+			ShouldStopOnReadErrors:        func(err error) bool { return strings.HasPrefix(err.Error(), "NOGROUP") },
+		}, wm)
+		if err != nil {
+			logger.ErrorContext(ctx, "events: subscriber", "consumer", c.Name, "err", err)
+			return
+		}
+		msgs, err := sub.Subscribe(ctx, stream)
+		if err == nil {
+			for msg := range msgs {
+				e, err := FromMessage(msg)
+				if err != nil {
+					logger.WarnContext(ctx, "events: not an event; dropped", "consumer", c.Name, "stream", stream, "err", err)
+					msg.Ack()
+					continue
+				}
+				outcome, err := c.Handle(msg.Context(), e)
+				switch {
+				case err == nil:
+					m.consumed(c.Name, e.Name, outcome)
+					msg.Ack()
+				case errors.Is(err, ErrPermanent):
+					m.consumed(c.Name, e.Name, Failed)
+					logger.ErrorContext(ctx, "events: failed for good", "consumer", c.Name, "event", e.Name, "id", e.ID, "subject", e.Subject, "err", err)
+					msg.Ack()
+				default:
+					m.retried(c.Name, e.Name)
+					if ctx.Err() == nil {
+						logger.WarnContext(ctx, "events: will try again", "consumer", c.Name, "event", e.Name, "id", e.ID, "err", err)
+					}
+					msg.Nack()
+				}
+			}
+		} else if ctx.Err() == nil {
+			logger.WarnContext(ctx, "events: subscribe", "consumer", c.Name, "stream", stream, "err", err)
+		}
+		_ = sub.Close()
+		select {
+		case <-ctx.Done():
+		case <-time.After(resubscribe):
+		}
+	}
+}
+
+// The inbox: one row per consumer and event it acted on (inbox_pkey).
+const (
+	sqlSeen   = `SELECT EXISTS (SELECT 1 FROM inbox WHERE consumer = $1 AND event_id = $2)`
+	sqlRecord = `INSERT INTO inbox (consumer, event_id, event, processed_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT ON CONSTRAINT inbox_pkey DO NOTHING`
+)
+
+// ConstraintInbox admits one inbox row per consumer and event.
+const ConstraintInbox = "inbox_pkey"
+
+// Querier runs a query: a pool or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Seen reports whether consumer has recorded e in its inbox.
+func Seen(ctx context.Context, db Querier, consumer string, e Event) (bool, error) {
+	var seen bool
+	if err := db.QueryRow(ctx, sqlSeen, consumer, e.ID).Scan(&seen); err != nil {
+		return false, fmt.Errorf("inbox of %s: %w", consumer, err)
+	}
+	return seen, nil
+}
+
+// Record writes consumer's inbox row for e inside tx. It returns false
+// when the row was there already: another delivery recorded e first, and
+// the caller rolls back what it did.
+func Record(ctx context.Context, tx pgx.Tx, consumer string, e Event, now time.Time) (bool, error) {
+	tag, err := tx.Exec(ctx, sqlRecord, consumer, e.ID, e.Name, now)
+	if err != nil {
+		return false, fmt.Errorf("inbox of %s: %w", consumer, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
