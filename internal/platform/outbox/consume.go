@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shop-example/shop/internal/platform/problem"
 )
 
 // Outcome is what a consumer made of one delivery.
@@ -85,6 +87,10 @@ func Consume(ctx context.Context, rdb *redis.Client, prefix string, c Consumer, 
 func consumeStream(ctx context.Context, rdb *redis.Client, c Consumer, stream, member string, m *Metrics, logger *slog.Logger) {
 	wm := quietLogger(logger)
 	for ctx.Err() == nil {
+		// The subscription's own context: its end stops its goroutines.
+		// Subscriber.Close would close rdb too, which every subscription
+		// of this process shares.
+		subCtx, cancel := context.WithCancel(ctx)
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 			Client:                        rdb,
 			Consumer:                      member,
@@ -98,10 +104,11 @@ func consumeStream(ctx context.Context, rdb *redis.Client, c Consumer, stream, m
 			ShouldStopOnReadErrors:        func(err error) bool { return strings.HasPrefix(err.Error(), "NOGROUP") },
 		}, wm)
 		if err != nil {
+			cancel()
 			logger.ErrorContext(ctx, "events: subscriber", "consumer", c.Name, "err", err)
 			return
 		}
-		msgs, err := sub.Subscribe(ctx, stream)
+		msgs, err := sub.Subscribe(subCtx, stream)
 		if err == nil {
 			for msg := range msgs {
 				e, err := FromMessage(msg)
@@ -120,7 +127,7 @@ func consumeStream(ctx context.Context, rdb *redis.Client, c Consumer, stream, m
 					logger.ErrorContext(ctx, "events: failed for good", "consumer", c.Name, "event", e.Name, "id", e.ID, "subject", e.Subject, "err", err)
 					msg.Ack()
 				default:
-					m.retried(c.Name, e.Name)
+					m.retried(c.Name, e.Name, retryReason(err))
 					if ctx.Err() == nil {
 						logger.WarnContext(ctx, "events: will try again", "consumer", c.Name, "event", e.Name, "id", e.ID, "err", err)
 					}
@@ -130,12 +137,22 @@ func consumeStream(ctx context.Context, rdb *redis.Client, c Consumer, stream, m
 		} else if ctx.Err() == nil {
 			logger.WarnContext(ctx, "events: subscribe", "consumer", c.Name, "stream", stream, "err", err)
 		}
-		_ = sub.Close()
+		cancel()
 		select {
 		case <-ctx.Done():
 		case <-time.After(resubscribe):
 		}
 	}
+}
+
+// retryReason labels a delivery left for later: the problem code of
+// its error (unavailable: a lock's quorum or a provider out;
+// resource_busy: a lock held), or "error".
+func retryReason(err error) string {
+	if code := problem.CodeOf(err); code != "" {
+		return string(code)
+	}
+	return "error"
 }
 
 // The inbox: one row per consumer and event it acted on (inbox_pkey).

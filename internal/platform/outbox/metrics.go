@@ -47,8 +47,8 @@ func NewMetrics(m *metrics.Metrics) (*Metrics, error) {
 	}
 	if o.Retried, err = metrics.Shared(m.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shop_events_retried_total",
-		Help: "Deliveries a consumer could not handle yet (a provider down, a lock busy), left to be delivered again.",
-	}, []string{"consumer", "event"})); err != nil {
+		Help: "Deliveries a consumer could not handle yet, left to be delivered again, by reason: unavailable (a lock's quorum or a provider out), resource_busy (a lock held), error.",
+	}, []string{"consumer", "event", "reason"})); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -78,8 +78,8 @@ func (m *Metrics) consumed(consumer, event string, o Outcome) {
 	}
 }
 
-func (m *Metrics) retried(consumer, event string) {
+func (m *Metrics) retried(consumer, event, reason string) {
 	if m != nil {
-		m.Retried.WithLabelValues(consumer, event).Inc()
+		m.Retried.WithLabelValues(consumer, event, reason).Inc()
 	}
 }
