@@ -91,15 +91,16 @@ fuzz:
 
 # Each flow measured against its baseline, then every way to guard each
 # flow side by side, redrawing the chart, then the four flows from outside
-# against two replicas, then the goals of the last runs side by side (read
-# from git, not measured). Each command writes its tables into its generated
-# blocks of docs/BENCHMARKS.md or docs/STRATEGIES.md, naming itself, the
-# commit and the machine. Each refuses, before measuring anything, a tree
-# with code not yet committed, and a box whose 1-minute load average is
-# above its cores: it waits BENCH_SETTLE for the load to fall (the bench
-# before it leaves the load high for a minute or two), then stops `make
-# bench` at the first refusal. BENCH_FLAGS=-loaded writes anyway, marking
-# the tables LOADED BOX (docs/BENCHMARKS.md, "Publishing figures").
+# against two replicas, then the outbox's relay and consumers, then the
+# goals of the last runs side by side (read from git, not measured). Each
+# command writes its tables into its generated blocks of docs/BENCHMARKS.md
+# or docs/STRATEGIES.md, naming itself, the commit and the machine. Each
+# refuses, before measuring anything, a tree with code not yet committed,
+# and a box whose 1-minute load average is above its cores: it waits
+# BENCH_SETTLE for the load to fall (the bench before it leaves the load
+# high for a minute or two), then stops `make bench` at the first refusal.
+# BENCH_FLAGS=-loaded writes anyway, marking the tables LOADED BOX
+# (docs/BENCHMARKS.md, "Publishing figures").
 BENCH_SETTLE ?= 3m
 BENCH_FLAGS  ?=
 BENCH        = ./$(BIN) bench
@@ -111,6 +112,7 @@ bench: build
 	$(BENCH) seats -doc docs/BENCHMARKS.md $(BENCH_DOC)
 	$(BENCH) strategies -doc docs/STRATEGIES.md -chart docs/strategies.svg $(BENCH_DOC)
 	$(BENCH) outside -doc docs/STRATEGIES.md $(BENCH_DOC)
+	$(BENCH) events -doc docs/BENCHMARKS.md $(BENCH_DOC)
 	$(BENCH) history -doc docs/STRATEGIES.md
 
 # A bundled k6 script against the running compose stack (make up), run by

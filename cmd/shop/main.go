@@ -6,6 +6,7 @@
 //	shop bench orders|payments|likes|seats  measure order creation, payment, likes or seat holds (see docs/BENCHMARKS.md)
 //	shop bench strategies                   every way to guard each flow, side by side (see docs/STRATEGIES.md)
 //	shop bench outside                      the four flows from a client outside two replicas (see docs/BENCHMARKS.md)
+//	shop bench events                       the outbox's relay and consumers: drains and the lag at a payment rate (see docs/BENCHMARKS.md)
 //	shop bench history -doc FILE            the goals of the last strategies runs, from the file's git history
 //	shop load [flags] SCRIPT.js       run a bundled k6 script without k6 (see README.md, "Load testing")
 //	shop gateway                      run the stand-in card processor (its own port)
@@ -37,6 +38,7 @@ commands:
   bench orders|payments|likes|seats  benchmark order creation, payment, likes or seat holds against a baseline
   bench strategies                   every way to guard each flow, side by side, with an anomaly audit
   bench outside                      the four flows over HTTP against two replicas, each its own process, audited
+  bench events                       the outbox's relay and consumers: events/s drained, and the lag at a payment rate, checked once each
   bench history -doc FILE            the goals of the last strategies runs, read from FILE's git history (measures nothing)
   load [flags] SCRIPT.js             run a k6 script of loadtest/k6 without k6 (shop load --help)
   gateway                            run the stand-in card processor (payment gateway)

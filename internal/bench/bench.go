@@ -3,7 +3,8 @@
 // cmd/shop only dispatches to Run; docs/BENCHMARKS.md has the figures.
 // `shop bench payments` is described in payments.go, `shop bench likes`
 // in likes.go, `shop bench outside` (two replicas of their own) in
-// outside.go.
+// outside.go, `shop bench events` (the outbox's relay and consumers) in
+// events.go.
 //
 // `shop bench orders` measures order creation through the layered HTTP
 // service against the raw SQL baseline, in one run, with -clients concurrent
@@ -99,6 +100,9 @@ type benchOptions struct {
 	// case's warm-up and window.
 	shopBin string
 	payRate int
+	// events only: the orders each drain pays before its replicas start,
+	// and the payments per second of the paced phase.
+	events, rate int
 	// seats only: the lock strategy of the service being measured
 	// (SHOP_SEAT_LOCK), set per scenario by benchSeats.
 	seatLock string
@@ -123,10 +127,10 @@ type benchOptions struct {
 
 // ErrUsage means the command line was not one Run understands; the caller
 // prints the usage.
-var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies|outside|history [flags]")
+var ErrUsage = errors.New("usage: shop bench orders|payments|likes|seats|strategies|outside|events|history [flags]")
 
 // Run runs `shop bench <args>`: args[0] is what to measure (orders,
-// payments, likes, seats, strategies, outside, or history, which
+// payments, likes, seats, strategies, outside, events, or history, which
 // measures nothing: strategies_history.go), the rest its flags.
 func Run(ctx context.Context, args []string, logger *slog.Logger) error {
 	return runOn(ctx, args, logger, machineGate())
@@ -153,6 +157,8 @@ func runOn(ctx context.Context, args []string, logger *slog.Logger, gate boxGate
 		run = benchStrategies
 	case "outside":
 		run = benchOutside
+	case "events":
+		run = benchEvents
 	default:
 		return ErrUsage
 	}
@@ -183,7 +189,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		return benchOptions{}, fmt.Errorf("config: %w", err)
 	}
 	// The counts of the other command stay at 1, so the checks below pass.
-	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1, runs: 1, seatRows: seats.MaxRows, payRate: 1}
+	o := benchOptions{skus: 1, stormOrders: 1, stormClicks: 1, posts: 1, clicks: 1, runs: 1, seatRows: seats.MaxRows, payRate: 1, events: 1, rate: 1}
 	fs := flag.NewFlagSet("shop bench "+what, flag.ContinueOnError)
 	clients := 32
 	duration, warmup := 10*time.Second, 2*time.Second
@@ -235,6 +241,10 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.StringVar(&o.shopBin, "shop", "", "the shop binary the two replicas run `serve` from (default this one)")
 		list(fs, &o.flows, "flows", strings.Join(outsideFlowNames(), ","), "comma-separated flows to run")
 		list(fs, &o.shapes, "cases", hot+","+spread, "comma-separated cases to run")
+	case "events":
+		fs.IntVar(&o.events, "events", 5000, "orders each drain pays, their events waiting in the outbox, before its replicas start")
+		fs.IntVar(&o.rate, "rate", defaultEventRate, "payments per second of the paced phase, open loop (default: the layered/spread orders/s of docs/BENCHMARKS.md when the bench was written)")
+		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each phase to this file, suffixed -drain-1, -drain-2 and -paced")
 	case "likes":
 		fs.IntVar(&o.posts, "posts", 1000, "posts the spread scenarios pick from at random")
 		fs.Func("shards", "comma-separated counts of counter rows of the hot post, one scenario each (default "+intList(defaultShardCounts)+")", func(v string) error {
@@ -265,7 +275,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("bench %s: unexpected arguments %q", what, fs.Args())
-	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.settle < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.runs < 1 || o.payRate < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
+	case o.clients < 1 || o.duration <= 0 || o.warmup < 0 || o.settle < 0 || o.skus < 1 || o.stormOrders < 1 || o.stormClicks < 1 || o.storms < 0 || o.posts < 1 || o.clicks < 1 || o.runs < 1 || o.payRate < 1 || o.events < 1 || o.rate < 1 || o.seatRows < 1 || o.seatRows > seats.MaxRows:
 		return o, fmt.Errorf("bench %s: -clients, -duration and the counts must be positive (-seat-rows at most %d), -warmup, -settle and -storms not negative", what, seats.MaxRows)
 	case len(o.redisAddrs) == 0:
 		return o, fmt.Errorf("bench %s: -redis needs at least one node", what)

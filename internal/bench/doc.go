@@ -301,8 +301,9 @@ var ErrNoSuchBlock = errors.New("no bench writes this block")
 // BlockRows returns the rows of the generated block name as the code
 // would measure them now with its default flags, without measuring
 // anything: "benchmarks/orders", "benchmarks/payments", "benchmarks/likes",
-// "benchmarks/seats" (docs/BENCHMARKS.md), "strategies/<flow>",
-// "strategies/goals" and "strategies/outside" (docs/STRATEGIES.md).
+// "benchmarks/seats", "benchmarks/events" (docs/BENCHMARKS.md),
+// "strategies/<flow>", "strategies/goals" and "strategies/outside"
+// (docs/STRATEGIES.md).
 func BlockRows(name string) ([]string, error) {
 	switch name {
 	case "benchmarks/orders":
@@ -313,6 +314,8 @@ func BlockRows(name string) ([]string, error) {
 		return likeScenarioNames(defaultShardCounts), nil
 	case "benchmarks/seats":
 		return seatScenarioNames(), nil
+	case eventsBlock:
+		return eventRowNames(), nil
 	case outsideBlock:
 		return outsideRowNames(outsideFlowNames(), []string{hot, spread}), nil
 	case goalsBlock, historyBlock:

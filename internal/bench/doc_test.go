@@ -20,7 +20,7 @@ func TestCommandLine(t *testing.T) {
 // TestBlockRows_NamesEveryBlock: every block a bench writes has rows,
 // and a name no bench writes is an error, not an empty list.
 func TestBlockRows_NamesEveryBlock(t *testing.T) {
-	for _, name := range []string{"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats",
+	for _, name := range []string{"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats", "benchmarks/events",
 		"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes", "strategies/goals"} {
 		rows, err := BlockRows(name)
 		if err != nil || len(rows) == 0 {
