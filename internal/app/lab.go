@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -26,6 +27,7 @@ import (
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/lab"
 	"github.com/shop-example/shop/internal/likes"
+	"github.com/shop-example/shop/internal/mailer"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
@@ -137,8 +139,9 @@ func (s *sandboxes) open(ctx context.Context, schema string) (*pgxpool.Pool, err
 
 // build is a lab.Sandbox: the service with set's layers, rate limits off
 // (the run is bounded by the lab), stock taken by read-check-write when
-// the version layer is off (the lost update that layer exists to stop).
-func (s *sandboxes) build(ctx context.Context, set layers.Set) (lab.Target, func(), error) {
+// the version layer is off (the lost update that layer exists to stop),
+// and the consumers of its events running on set's layers.
+func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ func(), err error) {
 	schema := sandboxSchema
 	if !set.On(layers.Constraint) {
 		schema = sandboxBareSchema
@@ -147,27 +150,68 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (lab.Target, func
 	if err != nil {
 		return lab.Target{}, nil, err
 	}
+	var undo teardown
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
 	// A gateway of its own, so the sandbox's charges never reach the
 	// journal the books of real orders are audited against.
 	_, gwURL, stopGateway, err := s.gateway()
 	if err != nil {
 		return lab.Target{}, nil, err
 	}
+	undo.add(stopGateway)
+	// A mail provider of its own too. Its memory of keys goes with the
+	// idempotency layer, of which the provider's key is the mail's part:
+	// with the layer off it forgets a key at once, as a real provider
+	// has a day later, and a copy of an event that reaches it after that
+	// is a mail of its own.
+	ttl := mailer.DefaultKeyTTL
+	if !set.On(layers.Idempotency) {
+		ttl = forgetfulKeys
+	}
+	mailURL, stopMailer, err := s.mailer(ttl)
+	if err != nil {
+		return lab.Target{}, nil, err
+	}
+	undo.add(stopMailer)
+	replays, err := newReplayCounter(mailURL)
+	if err != nil {
+		return lab.Target{}, nil, err
+	}
+	undo.add(replays.close)
 	cfg := s.a.cfg
 	cfg.GatewayURL = gwURL
+	cfg.MailerURL = replays.URL
+	cfg.Events.Prefix = labStreams(s.a.cfg.Events.Prefix) + "sandbox-" + rand.Text()[:8] + ":"
 	cfg.Demo = false
 	cfg.ReplicaName = "sandbox"
 	cfg.RateLimit.Off = true
 	sb, err := New(cfg, Deps{Pool: pool, Redis: s.a.deps.Redis, Logger: s.a.deps.Logger, Now: s.a.deps.Now,
-		Layers: set, NaiveStock: inventory.TakeReadCheckWrite})
+		Layers: set, NaiveStock: inventory.TakeReadCheckWrite, Events: EventDeps{Consumers: set}})
 	if err != nil {
-		stopGateway()
 		return lab.Target{}, nil, err
 	}
+	undo.add(sb.Close)
+	if err := replays.register(sb.Metrics); err != nil {
+		return lab.Target{}, nil, err
+	}
+	// Its consumers as two replicas run them (compose's), so that the
+	// copies of a storm meet as many consumers at once as on the live
+	// copy.
+	evs := startLabEvents(sb, 2)
+	undo.add(func() {
+		evs.close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := evs.expire(ctx, time.Minute); err != nil {
+			s.a.deps.Logger.Warn("lab sandbox: expire its streams", "err", err)
+		}
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		sb.Close()
-		stopGateway()
 		return lab.Target{}, nil, err
 	}
 	srv := &http.Server{Handler: sb.Echo, ReadHeaderTimeout: 5 * time.Second}
@@ -176,13 +220,20 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (lab.Target, func
 			s.a.deps.Logger.Warn("lab sandbox", "err", err)
 		}
 	}()
-	stop := func() {
-		_ = srv.Close()
-		sb.Close()
-		stopGateway()
+	undo.add(func() { _ = srv.Close() })
+	return lab.Target{Name: "sandbox", URL: "http://" + ln.Addr().String(), GatewayURL: gwURL, MailerURL: mailURL,
+		Events: evs, Pool: pool, Metrics: sb.Metrics, Layers: set}, undo.run, nil
+}
+
+// teardown stops what was started, the last first.
+type teardown []func()
+
+func (t *teardown) add(stop func()) { *t = append(*t, stop) }
+
+func (t teardown) run() {
+	for i := len(t) - 1; i >= 0; i-- {
+		t[i]()
 	}
-	return lab.Target{Name: "sandbox", URL: "http://" + ln.Addr().String(), GatewayURL: gwURL,
-		Pool: pool, Metrics: sb.Metrics, Layers: set}, stop, nil
 }
 
 // gateway starts a stand-in card processor for one sandbox run, its
@@ -215,20 +266,23 @@ func (s *sandboxes) gateway() (*gateway.Server, string, func(), error) {
 }
 
 // liveCopy is this replica's copy of the service for the race lab's live
-// runs: every layer on and the same limits, on the live schema and the
-// lab's gateway. Every replica of a demo server builds one on the first
-// request routed to it, so a race sent through the balancer reaches the
-// copy on whichever replica serves it, as a real client's reaches the
-// shop.
+// runs: every layer on and the same limits, on the live schema, the lab's
+// gateway and the lab's mail provider, its consumers on the lab's
+// streams. Every replica of a demo server builds one on the first request
+// routed to it, so a race sent through the balancer reaches the copy on
+// whichever replica serves it, as a real client's reaches the shop, and
+// the copies of a redelivery storm reach the consumers of both.
 type liveCopy struct {
 	a   *App
 	key string // the RouteHeader value that routes to the copy
 
-	mu          sync.Mutex
-	app         *App         // guarded by mu; nil until the first request
-	metrics     atomic.Value // *metrics.Metrics, once app is built
-	gatewayURL  string
-	stopGateway func()
+	mu         sync.Mutex
+	app        *App         // guarded by mu; nil until the first request
+	metrics    atomic.Value // *metrics.Metrics, once app is built
+	gatewayURL string
+	mailerURL  string
+	events     *labEvents
+	stop       teardown
 }
 
 // newLiveCopy returns the copy of a, not yet built. Its key is derived
@@ -241,7 +295,7 @@ func newLiveCopy(a *App) *liveCopy {
 }
 
 // get returns the copy, building it the first time.
-func (l *liveCopy) get(ctx context.Context) (*App, error) {
+func (l *liveCopy) get(ctx context.Context) (_ *App, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.app != nil {
@@ -251,22 +305,48 @@ func (l *liveCopy) get(ctx context.Context) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.gatewayURL, l.stopGateway = l.a.cfg.LabGatewayURL, func() {}
-	if l.gatewayURL == "" {
-		if _, l.gatewayURL, l.stopGateway, err = l.a.sandboxes.gateway(); err != nil {
+	var undo teardown
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+	if l.gatewayURL = l.a.cfg.LabGatewayURL; l.gatewayURL == "" {
+		var stopGateway func()
+		if _, l.gatewayURL, stopGateway, err = l.a.sandboxes.gateway(); err != nil {
 			return nil, err
 		}
+		undo.add(stopGateway)
 	}
+	if l.mailerURL = l.a.cfg.LabMailerURL; l.mailerURL == "" {
+		var stopMailer func()
+		if l.mailerURL, stopMailer, err = l.a.sandboxes.mailer(l.a.cfg.MailerKeyTTL); err != nil {
+			return nil, err
+		}
+		undo.add(stopMailer)
+	}
+	replays, err := newReplayCounter(l.mailerURL)
+	if err != nil {
+		return nil, err
+	}
+	undo.add(replays.close)
 	cfg := l.a.cfg
 	cfg.GatewayURL = l.gatewayURL
+	cfg.MailerURL = replays.URL
+	cfg.Events.Prefix = labStreams(l.a.cfg.Events.Prefix)
 	cfg.Demo = false // no lab in the copy, so no copy of the copy
 	cfg.ReplicaName = replicaName(l.a.cfg.ReplicaName)
 	copied, err := New(cfg, Deps{Pool: pool, Redis: l.a.deps.Redis, Logger: l.a.deps.Logger, Now: l.a.deps.Now})
 	if err != nil {
-		l.stopGateway()
 		return nil, err
 	}
-	l.app = copied
+	undo.add(copied.Close)
+	if err := replays.register(copied.Metrics); err != nil {
+		return nil, err
+	}
+	l.events = startLabEvents(copied, 1)
+	undo.add(l.events.close)
+	l.app, l.stop = copied, undo
 	l.metrics.Store(copied.Metrics)
 	return copied, nil
 }
@@ -290,14 +370,15 @@ func (l *liveCopy) route(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // target is a lab.Target for a live run: the public address, with the key
-// that routes each request to the copy, and the copy's tables and gateway.
+// that routes each request to the copy, and the copy's tables, gateway,
+// mail provider and streams.
 func (l *liveCopy) target(ctx context.Context) (lab.Target, error) {
 	copied, err := l.get(ctx)
 	if err != nil {
 		return lab.Target{}, err
 	}
 	return lab.Target{Name: "live", URL: l.a.cfg.LabTarget, Header: http.Header{lab.RouteHeader: {l.key}},
-		GatewayURL: l.gatewayURL, Pool: copied.deps.Pool, Metrics: copied.Metrics}, nil
+		GatewayURL: l.gatewayURL, MailerURL: l.mailerURL, Events: l.events, Pool: copied.deps.Pool, Metrics: copied.Metrics}, nil
 }
 
 // liveMetrics is the copy's registry, nil before it is built.
@@ -309,10 +390,7 @@ func (l *liveCopy) liveMetrics() *metrics.Metrics {
 func (l *liveCopy) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.app != nil {
-		l.app.Close()
-		l.stopGateway()
-	}
+	l.stop.run()
 }
 
 func (s *sandboxes) close() {

@@ -77,19 +77,20 @@ func TestLab_SandboxOversells(t *testing.T) {
 
 // TestLab_LiveRunsStayOutOfTheShop: a live run, every layer on, goes
 // through the balancer to both replicas, and leaves the real shop as it
-// found it: no user, product, order, payment, event, hold, post or like
-// in its tables and no charge at its gateway. What the runs made is in
-// the live copy's schema and at the lab's gateway.
+// found it: no user, product, order, payment, event, hold, post, like,
+// outbox event, inbox row or fulfilment in its tables, no charge at its
+// gateway and no mail at its provider. What the runs made is in the live
+// copy's schema and at the lab's gateway and provider.
 func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
 	// The lab's own reads of its counters (GET /v1/lab/stats) are not the
 	// race's requests.
-	s := apptest.StartWith(t, 2, apptest.StackOptions{Vars: map[string]string{"SHOP_DEMO": "true"}, LabGateway: true,
+	s := apptest.StartWith(t, 2, apptest.StackOptions{Vars: map[string]string{"SHOP_DEMO": "true"}, LabGateway: true, LabMailer: true,
 		Counted: func(r *http.Request) bool { return r.URL.Path != "/v1/lab/stats" }})
 	e, served, labGateway := s.Env, s.Sent, s.LabGatewayURL
 	u := apptest.MustCreateUser(t, e.R(0), "lab visitor")
 
 	before := shopRows(t, e)
-	for i, scenario := range []string{"flash_sale", "pay_storm", "like_storm", "seat_rush"} {
+	for i, scenario := range []string{"flash_sale", "pay_storm", "like_storm", "seat_rush", "redelivery_storm"} {
 		// One run at a time per replica, a second apart: the lab's clock
 		// is the replicas'.
 		e.Clock.Advance(2 * time.Second)
@@ -115,8 +116,11 @@ func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
 		Items []struct{} `json:"items"`
 	}
 	getJSON(t, labGateway+"/v1/charges", &charges)
-	if len(charges.Items) != 1 {
-		t.Errorf("the lab's gateway has %d charges, want the pay storm's one", len(charges.Items))
+	if len(charges.Items) != 2 {
+		t.Errorf("the lab's gateway has %d charges, want the pay storm's one and the redelivery storm's order's", len(charges.Items))
+	}
+	if n := len(s.Env.LabMailer.Messages("")); n != 1 {
+		t.Errorf("the lab's provider sent %d mails, want the redelivery storm's order's receipt", n)
 	}
 	if n := e.Count(t, `SELECT count(*) FROM shop_lab_live.users`); n == 0 {
 		t.Errorf("the live copy's tables are empty: the runs went elsewhere")
@@ -184,11 +188,13 @@ type race struct {
 		Run, Target, Layers string
 	}
 	Out struct {
-		OK       bool             `json:"ok"`
-		Line     string           `json:"line"`
-		Facts    map[string]int64 `json:"facts"`
-		Tally    map[string]int   `json:"tally"`
-		Replicas map[string]int   `json:"replicas"`
+		OK       bool               `json:"ok"`
+		Line     string             `json:"line"`
+		Facts    map[string]int64   `json:"facts"`
+		Tally    map[string]int     `json:"tally"`
+		Replicas map[string]int     `json:"replicas"`
+		Metrics  map[string]float64 `json:"metrics"`
+		From     []string           `json:"metrics_from"`
 	}
 }
 
@@ -233,7 +239,8 @@ func shopRows(t *testing.T, e *apptest.Env) map[string]int {
 	t.Helper()
 	rows := map[string]int{}
 	for _, table := range []string{"users", "products", "orders", "order_items", "payments", "stock_releases",
-		"events", "seats", "holds", "hold_seats", "bookings", "tickets", "posts", "likes", "post_like_shards", "idempotency_keys"} {
+		"events", "seats", "holds", "hold_seats", "bookings", "tickets", "posts", "likes", "post_like_shards", "idempotency_keys",
+		"watermill_outbox", "inbox", "fulfilments"} {
 		rows[table] = e.Count(t, `SELECT count(*) FROM public.`+table)
 	}
 	var charges struct {
@@ -241,6 +248,7 @@ func shopRows(t *testing.T, e *apptest.Env) map[string]int {
 	}
 	getJSON(t, e.Cfg.GatewayURL+"/v1/charges", &charges)
 	rows["gateway charges"] = len(charges.Items)
+	rows["mails"] = len(e.Mailer.Messages(""))
 	return rows
 }
 

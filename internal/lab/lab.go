@@ -17,6 +17,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/httpx"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -49,6 +50,12 @@ type Target struct {
 	// GatewayURL is the payment gateway it charges, asked how many
 	// charges an order got.
 	GatewayURL string
+	// MailerURL is the mail provider its consumers send receipts
+	// through, asked how many receipts an order got.
+	MailerURL string
+	// Events is its event stream, which its consumers read: a
+	// redelivery storm writes its copies there.
+	Events Broker
 	// Pool reaches its tables: the lab creates its users and products
 	// there and checks the invariant there.
 	Pool *pgxpool.Pool
@@ -57,6 +64,23 @@ type Target struct {
 	Metrics *metrics.Metrics
 	// Layers are the layers on in it.
 	Layers layers.Set
+}
+
+// Broker is a target's event stream as a broker that delivers events
+// again would see it: the lab takes an event from the target's outbox,
+// writes copies of it, and waits for the target's consumers to have
+// handled every copy.
+type Broker interface {
+	// Event returns the event name about subject that the target's
+	// outbox holds.
+	Event(ctx context.Context, name, subject string) (outbox.Event, error)
+	// Publish writes a copy of each of copies, as the target's outbox
+	// holds it, into its stream: in the order given and in one
+	// transaction, so that the consumers find them there together.
+	Publish(ctx context.Context, copies ...outbox.Event) error
+	// Handled reports whether every consumer of the stream of event name
+	// has acknowledged every copy written to it.
+	Handled(ctx context.Context, name string) (bool, error)
 }
 
 // Sandbox builds a copy of the service with the layers of set and returns

@@ -18,6 +18,7 @@ func TestRaceRequest_Validate(t *testing.T) {
 		{"Smallest", raceRequest{Scenario: "flash_sale", Size: MinSize}, true, layers.Set{}},
 		{"Largest", raceRequest{Scenario: "like_storm", Size: MaxSize}, true, layers.Set{}},
 		{"LayersOff", raceRequest{Scenario: "pay_storm", Size: 50, LayersOff: []string{"lock", "constraint"}}, true, layers.Off(layers.Lock, layers.Constraint)},
+		{"RedeliveryStorm", raceRequest{Scenario: "redelivery_storm", Size: 50, LayersOff: []string{"idempotency"}}, true, layers.Off(layers.Idempotency)},
 		{"TooSmall", raceRequest{Scenario: "flash_sale", Size: MinSize - 1}, false, layers.Set{}},
 		{"TooBig", raceRequest{Scenario: "flash_sale", Size: MaxSize + 1}, false, layers.Set{}},
 		{"UnknownScenario", raceRequest{Scenario: "bank_run", Size: 50}, false, layers.Set{}},

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shop-example/shop/internal/platform/auth"
+	"github.com/shop-example/shop/internal/platform/outbox"
 )
 
 // run is one race: its target, its size and what its setup made.
@@ -25,11 +26,13 @@ type run struct {
 	size   int
 	id     string // names the run's users, product and keys
 
-	tokens  []string // the users' bearer tokens
-	sku     string
-	orderID string
-	postID  string
-	eventID string
+	tokens   []string // the users' bearer tokens
+	sku      string
+	orderID  string
+	postID   string
+	eventID  string
+	orderIDs []string       // a redelivery storm's paid orders
+	paid     []outbox.Event // and their order.paid events, from the outbox
 }
 
 // answer is what one request of the race got: the event "answer".
@@ -56,11 +59,13 @@ type Outcome struct {
 	TookMS      int64    `json:"took_ms"`
 }
 
-// request is one call of the race.
+// request is one call of the race: an HTTP request to the target, or a
+// copy of an event written to its stream.
 type request struct {
 	method, path string
 	token, key   string
 	body         any
+	copyOf       *outbox.Event
 }
 
 // check is what a scenario's invariant check found.
@@ -70,10 +75,13 @@ type check struct {
 	facts map[string]int64
 }
 
-// scenario is a race: its setup, its i-th request and its invariant.
+// scenario is a race: its setup, its i-th request and its invariant;
+// settle, when set, waits for the work the answers set off (the
+// consumers' handling of the copies) before the counters are read again.
 type scenario struct {
 	setup   func(ctx context.Context, r *run) error
 	request func(r *run, i int) request
+	settle  func(ctx context.Context, r *run) error
 	check   func(ctx context.Context, r *run, tally map[string]int) (check, error)
 }
 
@@ -90,15 +98,27 @@ func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, err
 		reqs[i] = sc.request(r, i)
 	}
 
-	// Every request waits at the gate, so they leave together.
+	// Every request waits at the gate, so they leave together. Copies of
+	// events leave in one write: their consumers find them in the stream
+	// together, as they find what a broker hands out again after a
+	// consumer crashed or Redis failed over.
 	gate := make(chan struct{})
 	answers := make(chan answer, r.size)
 	var wg sync.WaitGroup
-	for i, q := range reqs {
+	if copies := copiesOf(reqs); copies != nil {
 		wg.Go(func() {
 			<-gate
-			answers <- r.send(ctx, i, q)
+			for _, a := range r.publish(ctx, copies) {
+				answers <- a
+			}
 		})
+	} else {
+		for i, q := range reqs {
+			wg.Go(func() {
+				<-gate
+				answers <- r.send(ctx, i, q)
+			})
+		}
 	}
 	start := time.Now()
 	close(gate)
@@ -119,6 +139,11 @@ func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, err
 		}
 		s.send("answer", a)
 	}
+	if sc.settle != nil {
+		if err := sc.settle(ctx, r); err != nil {
+			return Outcome{}, fmt.Errorf("settle: %w", err)
+		}
+	}
 	out.TookMS = time.Since(start).Milliseconds()
 
 	after, err := r.snapshot(ctx)
@@ -132,6 +157,35 @@ func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, err
 	}
 	out.OK, out.Line, out.Facts = c.ok, c.line, c.facts
 	return out, nil
+}
+
+// copiesOf returns the events reqs are copies of, in order, if every one
+// is a copy; else nil.
+func copiesOf(reqs []request) []outbox.Event {
+	copies := make([]outbox.Event, 0, len(reqs))
+	for _, q := range reqs {
+		if q.copyOf == nil {
+			return nil
+		}
+		copies = append(copies, *q.copyOf)
+	}
+	return copies
+}
+
+// publish writes copies into the target's stream in one write. Each copy
+// is an answer: 202 once the stream holds it, accepted for its consumers;
+// status 0, transport_error, if the write failed.
+func (r *run) publish(ctx context.Context, copies []outbox.Event) []answer {
+	begin := time.Now()
+	err := r.target.Events.Publish(ctx, copies...)
+	out := make([]answer, len(copies))
+	for i := range out {
+		out[i] = answer{I: i, Status: http.StatusAccepted, LatencyMS: float64(time.Since(begin).Microseconds()) / 1000}
+		if err != nil {
+			out[i].Status, out[i].Code = 0, "transport_error"
+		}
+	}
+	return out
 }
 
 // send makes one request and reads what came back. A transport error is

@@ -14,10 +14,11 @@ import (
 
 // scenarios are the races the page offers, by name.
 var scenarios = map[string]scenario{
-	"seat_rush":  {setup: seatRushSetup, request: seatRushRequest, check: seatRushCheck},
-	"flash_sale": {setup: flashSaleSetup, request: flashSaleRequest, check: flashSaleCheck},
-	"pay_storm":  {setup: payStormSetup, request: payStormRequest, check: payStormCheck},
-	"like_storm": {setup: likeStormSetup, request: likeStormRequest, check: likeStormCheck},
+	"seat_rush":        {setup: seatRushSetup, request: seatRushRequest, check: seatRushCheck},
+	"flash_sale":       {setup: flashSaleSetup, request: flashSaleRequest, check: flashSaleCheck},
+	"pay_storm":        {setup: payStormSetup, request: payStormRequest, check: payStormCheck},
+	"like_storm":       {setup: likeStormSetup, request: likeStormRequest, check: likeStormCheck},
+	"redelivery_storm": {setup: stormSetup, request: stormRequest, settle: stormSettle, check: stormCheck},
 }
 
 // Flash sale: N buyers, one unit each, for N/2 units of one product.

@@ -14,9 +14,13 @@ import (
 )
 
 // shown are the metric families the lab reports: which layer stopped each
-// conflict, and what the locks did.
+// conflict, what the locks did, and what the consumers made of the
+// events delivered to them.
 var shown = map[string]bool{
 	"shop_conflicts_stopped_total":  true,
+	"shop_events_consumed_total":    true,
+	"shop_events_retried_total":     true,
+	MailReplayed:                    true,
 	"shop_lock_acquisitions_total":  true,
 	"shop_lock_degraded_total":      true,
 	"shop_lock_extensions_total":    true,

@@ -42,6 +42,7 @@ type Env struct {
 	Gateway    *gateway.Server       // the payment gateway, with its audit of charges
 	Slow       *gatewaytest.HoldBack // the gateway's pm_card_slow answers wait for its Release
 	LabGateway *gateway.Server       // the race lab's live copy's (StackOptions.LabGateway); nil without one
+	LabMailer  *mailer.Server        // the race lab's live copy's mail provider (StackOptions.LabMailer); nil without one
 	Mailer     *mailer.Server        // the mail provider, with its audit of messages (SHOP_MAILER_KEY_TTL applies)
 	Cfg        config.Config         // every replica's configuration, its name aside (StackOptions.Names)
 	Replicas   []*Replica
@@ -132,6 +133,7 @@ type spec struct {
 	cutter     *testenv.CommitCutter
 	names      []string // SHOP_REPLICA_NAME of each replica, in order
 	labGateway bool     // a gateway of its own for the lab's live copy
+	labMailer  bool     // and a mail provider of its own
 }
 
 // build starts the gateways and the replicas of s, each replica on its own
@@ -172,6 +174,10 @@ func build(t testing.TB, s spec) *Env {
 	if s.labGateway && vars["SHOP_LAB_GATEWAY_URL"] == "" {
 		labGateway, cfg.LabGatewayURL = gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Logger: Logger(t)})
 	}
+	var labMailer *mailer.Server
+	if s.labMailer && vars["SHOP_LAB_MAILER_URL"] == "" {
+		labMailer, cfg.LabMailerURL = mailertest.Start(t, mailer.Options{KeyTTL: cfg.MailerKeyTTL, Logger: Logger(t)})
+	}
 
 	logger := switches.Logger
 	if logger == nil {
@@ -191,7 +197,7 @@ func build(t testing.TB, s spec) *Env {
 	client := &http.Client{Transport: checked, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
-	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, Mailer: mail, Cfg: cfg,
+	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, LabMailer: labMailer, Mailer: mail, Cfg: cfg,
 		environ: environ, each: s.each, down: map[int]bool{}}
 	e.start = func(t testing.TB, c config.Config) *Replica {
 		t.Helper()
@@ -290,7 +296,7 @@ func (e *Env) config(i int, vars map[string]string) (config.Config, error) {
 	if err != nil {
 		return c, err
 	}
-	c.GatewayURL, c.LabGatewayURL, c.MailerURL = e.Cfg.GatewayURL, e.Cfg.LabGatewayURL, e.Cfg.MailerURL
+	c.GatewayURL, c.LabGatewayURL, c.MailerURL, c.LabMailerURL = e.Cfg.GatewayURL, e.Cfg.LabGatewayURL, e.Cfg.MailerURL, e.Cfg.LabMailerURL
 	return c, nil
 }
 

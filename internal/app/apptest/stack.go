@@ -19,6 +19,7 @@ type Stack struct {
 	BaseURL       string   // the balancer
 	GatewayURL    string   // the payment gateway, for its audit
 	LabGatewayURL string   // the race lab's live copy's gateway (StackOptions.LabGateway); empty without one
+	LabMailerURL  string   // the race lab's live copy's mail provider (StackOptions.LabMailer); empty without one
 	Replicas      []string // each replica's own URL
 	Env           *Env     // the replicas, the gateway and the database behind them
 	lb            *balancer
@@ -46,6 +47,11 @@ type StackOptions struct {
 	// own (SHOP_LAB_GATEWAY_URL), reached by the test at LabGatewayURL;
 	// without it the copy starts one no test can ask.
 	LabGateway bool
+	// LabMailer gives the race lab's live copy a mail provider of its own
+	// (SHOP_LAB_MAILER_URL), shared by the replicas as compose's
+	// lab-mailer is, reached by the test at LabMailerURL; without it each
+	// replica's copy starts one of its own.
+	LabMailer bool
 	// Counted picks the requests Stack.Sent counts; nil counts every one.
 	Counted func(*http.Request) bool
 	// Rewrite, when set, changes each request the balancer passes on,
@@ -81,8 +87,8 @@ func StartWith(t testing.TB, replicas int, opts StackOptions) *Stack {
 	vars := map[string]string{"SHOP_LAB_TARGET": baseURL}
 	maps.Copy(vars, opts.Vars)
 
-	e := build(t, spec{replicas: replicas, vars: vars, names: opts.Names, labGateway: opts.LabGateway})
-	s := &Stack{BaseURL: baseURL, GatewayURL: e.Cfg.GatewayURL, LabGatewayURL: e.Cfg.LabGatewayURL, Env: e, lb: lb}
+	e := build(t, spec{replicas: replicas, vars: vars, names: opts.Names, labGateway: opts.LabGateway, labMailer: opts.LabMailer})
+	s := &Stack{BaseURL: baseURL, GatewayURL: e.Cfg.GatewayURL, LabGatewayURL: e.Cfg.LabGatewayURL, LabMailerURL: e.Cfg.LabMailerURL, Env: e, lb: lb}
 	errs := log.New(testLog(t, "balancer: "), "", 0)
 	for _, r := range e.Replicas {
 		u, err := url.Parse(r.URL)

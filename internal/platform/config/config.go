@@ -122,6 +122,13 @@ type Config struct {
 	// balancer every replica must name the same one (compose's
 	// lab-gateway), or a pay storm's charges are counted per replica.
 	LabGatewayURL string
+	// LabMailerURL is the mail provider the race lab's consumers send
+	// receipts through (SHOP_LAB_MAILER_URL), so a lab order's receipt
+	// never reaches the real provider. Empty: one in this process; behind
+	// a balancer every replica must name the same one (compose's
+	// lab-mailer), or a redelivery storm's receipts are counted per
+	// replica.
+	LabMailerURL  string
 	DBMaxConns    int32         // SHOP_DB_MAX_CONNS
 	JobInterval   time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
 	ShutdownDrain time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
@@ -281,6 +288,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.LabGatewayURL = str("SHOP_LAB_GATEWAY_URL", ""); c.LabGatewayURL != "" {
 		if u, err := url.Parse(c.LabGatewayURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 			errs = append(errs, fmt.Errorf("SHOP_LAB_GATEWAY_URL: want an http:// URL, got %q", c.LabGatewayURL))
+		}
+	}
+	if c.LabMailerURL = str("SHOP_LAB_MAILER_URL", ""); c.LabMailerURL != "" {
+		if u, err := url.Parse(c.LabMailerURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			errs = append(errs, fmt.Errorf("SHOP_LAB_MAILER_URL: want an http:// URL, got %q", c.LabMailerURL))
 		}
 	}
 	count := func(name string, def, lo, hi int) int {
@@ -551,6 +563,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("replica_name", c.ReplicaName),
 		slog.String("lab_target", c.LabTarget),
 		slog.String("lab_gateway_url", c.LabGatewayURL),
+		slog.String("lab_mailer_url", c.LabMailerURL),
 		slog.Any("trusted_proxies", c.TrustedProxies),
 		slog.Group("rate_limit",
 			slog.Bool("off", c.RateLimit.Off),

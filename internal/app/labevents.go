@@ -1,0 +1,293 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shop-example/shop/internal/lab"
+	"github.com/shop-example/shop/internal/mailer"
+	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/outbox"
+)
+
+// The race lab's events. A copy of the service for the lab (the live
+// copy, a sandbox) runs the shop's consumers, the fulfilment and the
+// mail, built as the shop builds them, but on streams of its own (the
+// shop's SHOP_EVENTS_PREFIX, then "lab:"), over the copy's tables, and
+// mailing through a provider of the lab's: no lab event reaches the
+// shop's consumers, and no lab receipt the shop's provider.
+//
+// It runs no relay. The lab is the broker: a redelivery storm takes each
+// event from the copy's outbox and writes its copies into the stream
+// together. A relay would deliver each event as soon as its payment
+// committed, so the storm would only meet events handled already; and in
+// a sandbox it would bring the events of earlier runs into this one.
+
+// labStreams starts the name of the lab's streams: the live copy's, and,
+// with a name of the run after it, a sandbox's.
+func labStreams(shop string) string { return shop + "lab:" }
+
+// forgetfulKeys is how long a sandbox's mail provider remembers a key
+// when the idempotency layer is off: a millisecond, as a real provider
+// has forgotten it a day later. A copy of an event that comes after that
+// is a second mail, unless the inbox stops it.
+const forgetfulKeys = time.Millisecond
+
+// labEvents are a lab copy's consumers, running, and its stream as the
+// lab's broker (lab.Broker).
+type labEvents struct {
+	ev     *events // the copy's consumers and Redis client
+	app    *App
+	stop   context.CancelFunc
+	done   chan struct{}
+	prefix string
+}
+
+// startLabEvents runs the consumers of copied until close, as that many
+// replicas of it would run them: events.run without the relay.
+func startLabEvents(copied *App, replicas int) *labEvents {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &labEvents{ev: copied.events, app: copied, stop: cancel, done: make(chan struct{}), prefix: copied.events.relay.Prefix()}
+	go func() {
+		defer close(l.done)
+		var wg sync.WaitGroup
+		for range replicas {
+			for _, c := range l.ev.consumers {
+				wg.Go(func() { outbox.Consume(ctx, l.ev.rdb, l.prefix, c, l.ev.replica, l.ev.metrics, l.ev.logger) })
+			}
+		}
+		wg.Wait()
+	}()
+	return l
+}
+
+// close stops the consumers and waits for them.
+func (l *labEvents) close() {
+	l.stop()
+	<-l.done
+}
+
+// expire has the copy's streams, and their consumer groups with them,
+// deleted by Redis after d: a sandbox's, once its run is over and its
+// consumers' last blocked reads have ended.
+func (l *labEvents) expire(ctx context.Context, d time.Duration) error {
+	for _, c := range l.ev.consumers {
+		for _, name := range c.Events {
+			if err := l.ev.rdb.Expire(ctx, l.prefix+name, d).Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sqlOutboxEvents are events' rows in the outbox: the envelopes of
+// watermill's forwarder, each event's id at payload->>'uuid'
+// (outbox_one_per_event).
+const sqlOutboxEvents = `SELECT payload::text FROM watermill_outbox WHERE payload->>'uuid' = ANY($1) ORDER BY "offset"`
+
+// envelope is an outbox row's event as the relay would publish it.
+type envelope struct {
+	UUID     string            `json:"uuid"`
+	Payload  []byte            `json:"payload"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+func (e envelope) message() *message.Message {
+	m := message.NewMessage(e.UUID, e.Payload)
+	m.Metadata = e.Metadata
+	return m
+}
+
+// stored reads the envelopes of the events with ids from the copy's
+// outbox, by id.
+func (l *labEvents) stored(ctx context.Context, ids []string) (map[string]envelope, error) {
+	rows, err := l.app.deps.Pool.Query(ctx, sqlOutboxEvents, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	raw, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	out := make(map[string]envelope, len(raw))
+	for _, r := range raw {
+		var env envelope
+		if err := json.Unmarshal([]byte(r), &env); err != nil {
+			return nil, fmt.Errorf("outbox: envelope: %w", err)
+		}
+		if _, seen := out[env.UUID]; !seen {
+			out[env.UUID] = env
+		}
+	}
+	return out, nil
+}
+
+// Event returns the event name about subject as the copy's outbox holds
+// it.
+func (l *labEvents) Event(ctx context.Context, name, subject string) (outbox.Event, error) {
+	id := outbox.EventID(name, subject)
+	envs, err := l.stored(ctx, []string{id})
+	if err != nil {
+		return outbox.Event{}, err
+	}
+	env, ok := envs[id]
+	if !ok {
+		return outbox.Event{}, fmt.Errorf("no %s of %s in the outbox", name, subject)
+	}
+	return outbox.FromMessage(env.message())
+}
+
+// labStreamLen bounds each of the lab's streams, approximately, as the
+// relay bounds the shop's.
+const labStreamLen = 10_000
+
+// Publish writes a copy of each of copies, as the copy's outbox holds it
+// and in watermill's format, into its stream, in one MULTI: the
+// consumers, blocked on the stream, are woken once every copy is in it,
+// and take several copies of one event at once.
+func (l *labEvents) Publish(ctx context.Context, copies ...outbox.Event) error {
+	ids := make([]string, 0, len(copies))
+	for _, e := range copies {
+		ids = append(ids, e.ID)
+	}
+	envs, err := l.stored(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var wire redisstream.DefaultMarshallerUnmarshaller
+	_, err = l.ev.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, e := range copies {
+			env, ok := envs[e.ID]
+			if !ok {
+				return fmt.Errorf("no event %s in the outbox", e.ID)
+			}
+			values, err := wire.Marshal(e.Name, env.message())
+			if err != nil {
+				return err
+			}
+			p.XAdd(ctx, &redis.XAddArgs{Stream: l.prefix + e.Name, MaxLen: labStreamLen, Approx: true, Values: values})
+		}
+		return nil
+	})
+	return err
+}
+
+// Handled reports whether every consumer of name's stream has read it to
+// its last entry and acknowledged all it read: a delivery handed back
+// for later (a lock held) stays pending until it is handled.
+func (l *labEvents) Handled(ctx context.Context, name string) (bool, error) {
+	stream := l.prefix + name
+	info, err := l.ev.rdb.XInfoStream(ctx, stream).Result()
+	if err != nil {
+		return false, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	groups, err := l.ev.rdb.XInfoGroups(ctx, stream).Result()
+	if err != nil {
+		return false, fmt.Errorf("groups of %s: %w", stream, err)
+	}
+	for _, c := range l.ev.consumers {
+		for _, e := range c.Events {
+			if e != name {
+				continue
+			}
+			i := slices.IndexFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == c.Name })
+			if i < 0 || groups[i].Pending > 0 || groups[i].LastDeliveredID != info.LastGeneratedID {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+var _ lab.Broker = (*labEvents)(nil)
+
+// mailer starts a stand-in mail provider for the lab, remembering keys
+// for ttl, its journal in a temporary directory removed when it stops.
+func (s *sandboxes) mailer(ttl time.Duration) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "shop-lab-mailer-")
+	if err != nil {
+		return "", nil, err
+	}
+	m, err := mailer.New(mailer.Options{JournalPath: filepath.Join(dir, "journal.jsonl"), KeyTTL: ttl, Logger: s.a.deps.Logger})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = m.Close()
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	stop := func() {
+		_ = srv.Close()
+		_ = m.Close()
+		_ = os.RemoveAll(dir)
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// replayCounter passes a copy's calls on to the lab's mail provider and
+// counts the mails it answered from a key it remembered
+// (lab.MailReplayed): the copies of an event that the provider's key made
+// one mail. The provider is the lab's, outside the copy; the copy's mail
+// consumer calls it through here.
+type replayCounter struct {
+	URL      string
+	replayed prometheus.Counter
+	srv      *http.Server
+}
+
+func newReplayCounter(provider string) (*replayCounter, error) {
+	u, err := url.Parse(provider)
+	if err != nil {
+		return nil, err
+	}
+	rc := &replayCounter{replayed: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: lab.MailReplayed,
+		Help: "Mails the race lab's mail provider answered from an Idempotency-Key it remembered: copies of an event its key made one mail.",
+	})}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) },
+		ModifyResponse: func(res *http.Response) error {
+			if res.Request.Method == http.MethodPost && res.Header.Get(mailer.HeaderReplayed) == "true" {
+				rc.replayed.Inc()
+			}
+			return nil
+		},
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rc.URL = "http://" + ln.Addr().String()
+	rc.srv = &http.Server{Handler: proxy, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = rc.srv.Serve(ln) }()
+	return rc, nil
+}
+
+// register counts into m, the copy's registry.
+func (rc *replayCounter) register(m *metrics.Metrics) error {
+	return metrics.Register(m.Registry, rc.replayed)
+}
+
+func (rc *replayCounter) close() { _ = rc.srv.Close() }
