@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/bench"
 	"github.com/shop-example/shop/internal/load"
 )
@@ -91,9 +92,9 @@ func run(ctx context.Context, args []string, logger *slog.Logger) error {
 	case "load":
 		return load.Run(ctx, args[1:], os.Stdout, os.Stderr)
 	case "gateway":
-		return gateway(ctx, logger)
+		return provider(ctx, logger, app.ServeGateway)
 	case "mailer":
-		return mailer(ctx, logger)
+		return provider(ctx, logger, app.ServeMailer)
 	case "health":
 		return health(ctx, args[1:])
 	case "help", "-h", "--help":

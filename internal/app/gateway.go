@@ -6,7 +6,6 @@ import (
 
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/platform/config"
-	"github.com/shop-example/shop/internal/platform/httpx"
 )
 
 // ServeGateway runs `shop gateway`, the stand-in card processor, on
@@ -21,11 +20,6 @@ func ServeGateway(ctx context.Context, cfg config.Config, logger *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	defer srv.Close() //nolint:errcheck // every record was fsynced when it was answered
-
-	logger.Info("gateway listening", "addr", cfg.GatewayAddr,
+	return serveProvider(ctx, logger, "gateway", cfg.GatewayAddr, cfg.ShutdownDrain, srv,
 		"journal", cfg.GatewayJournal, "slow_delay", cfg.GatewaySlowDelay.String())
-	err = httpx.Serve(ctx, nil, cfg.GatewayAddr, srv.Handler(), cfg.ShutdownDrain)
-	logger.Info("gateway stopped", "err", err)
-	return err
 }

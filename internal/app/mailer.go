@@ -6,7 +6,6 @@ import (
 
 	"github.com/shop-example/shop/internal/mailer"
 	"github.com/shop-example/shop/internal/platform/config"
-	"github.com/shop-example/shop/internal/platform/httpx"
 )
 
 // ServeMailer runs `shop mailer`, the stand-in mail provider, on
@@ -23,11 +22,6 @@ func ServeMailer(ctx context.Context, cfg config.Config, logger *slog.Logger) er
 	if err != nil {
 		return err
 	}
-	defer srv.Close() //nolint:errcheck // every message was fsynced when it was answered
-
-	logger.Info("mailer listening", "addr", cfg.MailerAddr, "journal", cfg.MailerJournal,
+	return serveProvider(ctx, logger, "mailer", cfg.MailerAddr, cfg.ShutdownDrain, srv, "journal", cfg.MailerJournal,
 		"key_ttl", cfg.MailerKeyTTL.String(), "fail_rate", cfg.MailerFailRate, "delay", cfg.MailerDelay.String())
-	err = httpx.Serve(ctx, nil, cfg.MailerAddr, srv.Handler(), cfg.ShutdownDrain)
-	logger.Info("mailer stopped", "err", err)
-	return err
 }

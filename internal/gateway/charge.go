@@ -35,7 +35,7 @@ func (h handlers) createCharge(c echo.Context) error {
 
 	// Per-key lock: a second request with this key waits for this one's
 	// answer, hold-back included, and then replays it.
-	unlock, err := h.s.locks.lock(ctx, key)
+	unlock, err := h.s.locks.Lock(ctx, key)
 	if err != nil {
 		return fmt.Errorf("wait for key: %w", err)
 	}
@@ -142,7 +142,7 @@ func (s *Server) charge(key string, req request) (chargeAnswer, error) {
 			AmountCents: req.AmountCents, Reference: req.Reference,
 			PaymentMethod: req.PaymentMethod, CreatedAt: now}
 	}
-	if err := s.commit(rec); err != nil {
+	if err := s.journal.Append(rec); err != nil {
 		return chargeAnswer{}, fmt.Errorf("charge: %w", err)
 	}
 

@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 func TestAPI_Statuses(t *testing.T) {
-	_, ts := newGateway(t, gateway.Options{})
+	_, url := gatewaytest.Start(t, gateway.Options{})
 	tests := []struct {
 		name, method, path, key, body string
 		status                        int
@@ -48,8 +49,8 @@ func TestAPI_Statuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := mustSend(t, ts, tt.method, tt.path, tt.key, tt.body)
-			if r.status != tt.status || r.problem().Code != tt.code {
+			r := testenv.MustSend(t, tt.method, url+tt.path, tt.key, tt.body)
+			if r.Status != tt.status || r.Problem().Code != tt.code {
 				t.Fatalf("got %v, want %d %q", r, tt.status, tt.code)
 			}
 		})
@@ -57,38 +58,38 @@ func TestAPI_Statuses(t *testing.T) {
 }
 
 func TestCharges_Create(t *testing.T) {
-	s, ts := newGateway(t, gateway.Options{})
-	r := mustSend(t, ts, "POST", "/v1/charges", "k", chargeJSON(1250, gateway.MethodOK, "order-1"))
-	ch := decode[gateway.Charge](t, r)
-	if r.status != 201 || r.replayed() || !strings.HasPrefix(ch.ID, "ch_") || ch.Status != gateway.StatusSucceeded ||
+	s, url := gatewaytest.Start(t, gateway.Options{})
+	r := testenv.MustSend(t, "POST", url+"/v1/charges", "k", chargeJSON(1250, gateway.MethodOK, "order-1"))
+	ch := testenv.Decode[gateway.Charge](t, r)
+	if r.Status != 201 || r.Replayed() || !strings.HasPrefix(ch.ID, "ch_") || ch.Status != gateway.StatusSucceeded ||
 		ch.AmountCents != 1250 || ch.Reference != "order-1" || ch.PaymentMethod != gateway.MethodOK || ch.CreatedAt.IsZero() {
 		t.Fatalf("got %v", r)
 	}
-	mustCharge(t, ts, "k2", chargeJSON(99, gateway.MethodOK, "order-2"))
+	mustCharge(t, url, "k2", chargeJSON(99, gateway.MethodOK, "order-2"))
 	if got := wantCharges(t, s, "order-1", 1); got[0] != ch {
 		t.Fatalf("audit %+v, answered %+v", got[0], ch)
 	}
-	all := decode[struct{ Items []gateway.Charge }](t, mustSend(t, ts, "GET", "/v1/charges", "", ""))
+	all := testenv.Decode[struct{ Items []gateway.Charge }](t, testenv.MustSend(t, "GET", url+"/v1/charges", "", ""))
 	if len(all.Items) != 2 || all.Items[0].ID != ch.ID || all.Items[1].Reference != "order-2" {
 		t.Fatalf("GET /v1/charges: %+v, want both in creation order", all.Items)
 	}
-	none := mustSend(t, ts, "GET", "/v1/charges?reference=other", "", "")
-	if !bytes.Equal(bytes.TrimSpace(none.body), []byte(`{"items":[]}`)) {
-		t.Fatalf("no charges: %s, want an empty list", none.body)
+	none := testenv.MustSend(t, "GET", url+"/v1/charges?reference=other", "", "")
+	if !bytes.Equal(bytes.TrimSpace(none.Body), []byte(`{"items":[]}`)) {
+		t.Fatalf("no charges: %s, want an empty list", none.Body)
 	}
 }
 
 func TestCharges_SameKeyConcurrent(t *testing.T) {
 	for _, method := range []string{gateway.MethodOK, gateway.MethodFlaky} {
 		t.Run(method, func(t *testing.T) {
-			s, ts := newGateway(t, gateway.Options{})
+			s, url := gatewaytest.Start(t, gateway.Options{})
 			const n = 20
-			replies := make([]reply, n)
+			replies := make([]testenv.Reply, n)
 			errs := make([]error, n)
 			var wg sync.WaitGroup
 			for i := range n {
 				wg.Go(func() {
-					replies[i], errs[i] = send(ts.Client(), "POST", ts.URL+"/v1/charges", "same", chargeJSON(700, method, "o-race"))
+					replies[i], errs[i] = testenv.Send(context.Background(), http.DefaultClient, "POST", url+"/v1/charges", "same", chargeJSON(700, method, "o-race"))
 				})
 			}
 			wg.Wait()
@@ -98,19 +99,19 @@ func TestCharges_SameKeyConcurrent(t *testing.T) {
 				if errs[i] != nil {
 					t.Fatalf("request %d: %v", i, errs[i])
 				}
-				if r.status == http.StatusServiceUnavailable && method == gateway.MethodFlaky {
+				if r.Status == http.StatusServiceUnavailable && method == gateway.MethodFlaky {
 					continue // the one first attempt
 				}
-				if r.status != http.StatusCreated {
+				if r.Status != http.StatusCreated {
 					t.Fatalf("request %d: %v", i, r)
 				}
-				if !r.replayed() {
+				if !r.Replayed() {
 					fresh++
 				}
 				if body == nil {
-					body = r.body
-				} else if !bytes.Equal(body, r.body) {
-					t.Fatalf("answers differ:\n%s\n%s", body, r.body)
+					body = r.Body
+				} else if !bytes.Equal(body, r.Body) {
+					t.Fatalf("answers differ:\n%s\n%s", body, r.Body)
 				}
 			}
 			if fresh != 1 {
@@ -122,8 +123,8 @@ func TestCharges_SameKeyConcurrent(t *testing.T) {
 }
 
 func TestCharges_KeyReused(t *testing.T) {
-	s, ts := newGateway(t, gateway.Options{})
-	ch := mustCharge(t, ts, "k", chargeJSON(500, gateway.MethodOK, "o1"))
+	s, url := gatewaytest.Start(t, gateway.Options{})
+	ch := mustCharge(t, url, "k", chargeJSON(500, gateway.MethodOK, "o1"))
 	tests := []struct{ name, path, body string }{
 		{"OtherAmount", "/v1/charges", chargeJSON(501, gateway.MethodOK, "o1")},
 		{"OtherReference", "/v1/charges", chargeJSON(500, gateway.MethodOK, "o2")},
@@ -132,27 +133,27 @@ func TestCharges_KeyReused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := mustSend(t, ts, "POST", tt.path, "k", tt.body)
-			if r.status != http.StatusUnprocessableEntity || r.problem().Code != "idempotency_key_reused" {
+			r := testenv.MustSend(t, "POST", url+tt.path, "k", tt.body)
+			if r.Status != http.StatusUnprocessableEntity || r.Problem().Code != "idempotency_key_reused" {
 				t.Fatalf("got %v, want 422 idempotency_key_reused", r)
 			}
 		})
 	}
 	// The same request in other JSON is the same request.
-	same := mustSend(t, ts, "POST", "/v1/charges", "k", `{"reference":"o1","amount_cents":500,"payment_method":"pm_card_ok"}`)
-	if same.status != http.StatusCreated || !same.replayed() || decode[gateway.Charge](t, same) != ch {
+	same := testenv.MustSend(t, "POST", url+"/v1/charges", "k", `{"reference":"o1","amount_cents":500,"payment_method":"pm_card_ok"}`)
+	if same.Status != http.StatusCreated || !same.Replayed() || testenv.Decode[gateway.Charge](t, same) != ch {
 		t.Fatalf("reordered body: got %v, want the replayed charge", same)
 	}
 	wantCharges(t, s, "", 1)
 }
 
 func TestCharges_DeclinedReplay(t *testing.T) {
-	s, ts := newGateway(t, gateway.Options{})
+	s, url := gatewaytest.Start(t, gateway.Options{})
 	for i, wantReplayed := range []bool{false, true, true} {
-		r := mustSend(t, ts, "POST", "/v1/charges", "k", chargeJSON(500, gateway.MethodDeclined, "o1"))
-		p := r.problem()
-		if r.status != http.StatusPaymentRequired || p.Code != "payment_declined" || p.DeclineCode != "card_declined" || r.replayed() != wantReplayed {
-			t.Fatalf("attempt %d: got %v (replayed %t), want 402 card_declined (replayed %t)", i, r, r.replayed(), wantReplayed)
+		r := testenv.MustSend(t, "POST", url+"/v1/charges", "k", chargeJSON(500, gateway.MethodDeclined, "o1"))
+		p := r.Problem()
+		if r.Status != http.StatusPaymentRequired || p.Code != "payment_declined" || p.DeclineCode != "card_declined" || r.Replayed() != wantReplayed {
+			t.Fatalf("attempt %d: got %v (replayed %t), want 402 card_declined (replayed %t)", i, r, r.Replayed(), wantReplayed)
 		}
 	}
 	wantCharges(t, s, "", 0)
@@ -162,75 +163,52 @@ func TestCharges_DeclinedReplay(t *testing.T) {
 // and the key remembers nothing, so the same key with a real method then
 // charges.
 func TestCharges_UnknownMethod(t *testing.T) {
-	s, ts := newGateway(t, gateway.Options{})
-	unknown := mustSend(t, ts, "POST", "/v1/charges", "k", chargeJSON(500, "pm_card_gold", "o1"))
-	if p := unknown.problem(); unknown.status != http.StatusBadRequest || p.Code != "invalid_request" || !strings.Contains(p.Detail, "pm_card_gold") {
+	s, url := gatewaytest.Start(t, gateway.Options{})
+	unknown := testenv.MustSend(t, "POST", url+"/v1/charges", "k", chargeJSON(500, "pm_card_gold", "o1"))
+	if p := unknown.Problem(); unknown.Status != http.StatusBadRequest || p.Code != "invalid_request" || !strings.Contains(p.Detail, "pm_card_gold") {
 		t.Fatalf("unknown method: got %v, want 400 invalid_request naming the method", unknown)
 	}
 	wantCharges(t, s, "", 0)
-	if r := mustSend(t, ts, "POST", "/v1/charges", "k", chargeJSON(500, gateway.MethodOK, "o1")); r.status != http.StatusCreated || r.replayed() {
+	if r := testenv.MustSend(t, "POST", url+"/v1/charges", "k", chargeJSON(500, gateway.MethodOK, "o1")); r.Status != http.StatusCreated || r.Replayed() {
 		t.Fatalf("the same key with a real method: got %v, want a new charge", r)
 	}
 	wantCharges(t, s, "", 1)
 }
 
 func TestCharges_Flaky(t *testing.T) {
-	s, ts := newGateway(t, gateway.Options{})
+	s, url := gatewaytest.Start(t, gateway.Options{})
 	body := chargeJSON(500, gateway.MethodFlaky, "o1")
-	first := mustSend(t, ts, "POST", "/v1/charges", "k", body)
-	if first.status != http.StatusServiceUnavailable {
+	first := testenv.MustSend(t, "POST", url+"/v1/charges", "k", body)
+	if first.Status != http.StatusServiceUnavailable {
 		t.Fatalf("first attempt: got %v, want 503", first)
 	}
 	wantCharges(t, s, "o1", 0)
-	ch := mustCharge(t, ts, "k", body)
-	third := mustSend(t, ts, "POST", "/v1/charges", "k", body)
-	if third.status != 201 || !third.replayed() || decode[gateway.Charge](t, third) != ch {
+	ch := mustCharge(t, url, "k", body)
+	third := testenv.MustSend(t, "POST", url+"/v1/charges", "k", body)
+	if third.Status != 201 || !third.Replayed() || testenv.Decode[gateway.Charge](t, third) != ch {
 		t.Fatalf("third attempt: got %v, want the charge replayed", third)
 	}
 	// Each key has its own first attempt.
-	if r := mustSend(t, ts, "POST", "/v1/charges", "k-other", body); r.status != 503 {
+	if r := testenv.MustSend(t, "POST", url+"/v1/charges", "k-other", body); r.Status != 503 {
 		t.Fatalf("another key's first attempt: got %v, want 503", r)
 	}
 	wantCharges(t, s, "o1", 1)
 }
 
-// holdBack stands in for the gateway's pm_card_slow hold-back: it records
-// how long the gateway asked to wait, and waits until the test lets it go
-// (or the request ends). With the gateway's clock frozen, what was asked is
-// exact, and no test waits out a real delay.
-type holdBack struct {
-	asked   chan time.Duration
-	release chan struct{}
-}
-
-func newHoldBack() *holdBack {
-	return &holdBack{asked: make(chan time.Duration, 16), release: make(chan struct{})}
-}
-
-func (h *holdBack) sleep(ctx context.Context, d time.Duration) error {
-	h.asked <- d
-	select {
-	case <-h.release:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 func TestCharges_Slow(t *testing.T) {
 	const delay = 10 * time.Second
-	clock, hold := testenv.NewFrozenClock(), newHoldBack()
-	s, ts := newGateway(t, gateway.Options{SlowDelay: delay, Now: clock.Now, Sleep: hold.sleep})
+	clock, hold := testenv.NewFrozenClock(), testenv.NewHoldBack()
+	s, url := gatewaytest.Start(t, gateway.Options{SlowDelay: delay, Now: clock.Now, Sleep: hold.Sleep})
 	body := chargeJSON(500, gateway.MethodSlow, "o-slow")
 	impatient := &http.Client{Timeout: 100 * time.Millisecond}
 
 	for attempt := range 2 {
-		_, err := send(impatient, "POST", ts.URL+"/v1/charges", "k", body)
+		_, err := testenv.Send(context.Background(), impatient, "POST", url+"/v1/charges", "k", body)
 		var ne net.Error
 		if !errors.As(err, &ne) || !ne.Timeout() {
 			t.Fatalf("attempt %d in the window: err %v, want a client timeout", attempt, err)
 		}
-		if d := <-hold.asked; d != delay {
+		if d := <-hold.Asked(); d != delay {
 			t.Fatalf("attempt %d held back %v, want %v (the window from the charge's created_at)", attempt, d, delay)
 		}
 	}
@@ -239,70 +217,62 @@ func TestCharges_Slow(t *testing.T) {
 
 	clock.Advance(delay)
 	// The same impatient client now hears the answer: it comes at once.
-	r, err := send(impatient, "POST", ts.URL+"/v1/charges", "k", body)
+	r, err := testenv.Send(context.Background(), impatient, "POST", url+"/v1/charges", "k", body)
 	if err != nil {
 		t.Fatalf("replay after the window: %v", err)
 	}
-	if r.status != 201 || !r.replayed() || decode[gateway.Charge](t, r) != ch {
+	if r.Status != 201 || !r.Replayed() || testenv.Decode[gateway.Charge](t, r) != ch {
 		t.Fatalf("replay after the window: got %v, want charge %s replayed", r, ch.ID)
 	}
-	if len(hold.asked) != 0 {
-		t.Errorf("the replay after the window was held back %v", <-hold.asked)
+	if len(hold.Asked()) != 0 {
+		t.Errorf("the replay after the window was held back %v", <-hold.Asked())
 	}
 	wantCharges(t, s, "o-slow", 1)
 }
 
 func TestCharges_SlowPatientClient(t *testing.T) {
 	const delay = 10 * time.Second
-	clock, hold := testenv.NewFrozenClock(), newHoldBack()
-	s, ts := newGateway(t, gateway.Options{SlowDelay: delay, Now: clock.Now, Sleep: hold.sleep})
-	type answer struct {
-		r   reply
-		err error
-	}
-	answered := make(chan answer, 1)
-	go func() {
-		r, err := send(ts.Client(), "POST", ts.URL+"/v1/charges", "k", chargeJSON(500, gateway.MethodSlow, "o1"))
-		answered <- answer{r, err}
-	}()
+	clock, hold := testenv.NewFrozenClock(), testenv.NewHoldBack()
+	s, url := gatewaytest.Start(t, gateway.Options{SlowDelay: delay, Now: clock.Now, Sleep: hold.Sleep})
+	answered := testenv.SendAsync(t.Context(), http.DefaultClient, "POST", url+"/v1/charges", "k", chargeJSON(500, gateway.MethodSlow, "o1"))
 
-	if d := <-hold.asked; d != delay {
+	if d := <-hold.Asked(); d != delay {
 		t.Fatalf("held back %v, want %v", d, delay)
 	}
 	select {
 	case a := <-answered:
-		t.Fatalf("answered %v (%v) before the hold-back ended", a.r, a.err)
+		t.Fatalf("answered %v (%v) before the hold-back ended", a.Reply, a.Err)
 	default:
 	}
-	close(hold.release)
+	hold.Release()
 	a := <-answered
-	if a.err != nil || a.r.status != http.StatusCreated {
-		t.Fatalf("after the hold-back: %v, %v; want 201", a.r, a.err)
+	if a.Err != nil || a.Reply.Status != http.StatusCreated {
+		t.Fatalf("after the hold-back: %v, %v; want 201", a.Reply, a.Err)
 	}
-	ch := decode[gateway.Charge](t, a.r)
+	ch := testenv.Decode[gateway.Charge](t, a.Reply)
 	if got := wantCharges(t, s, "o1", 1); got[0] != ch {
 		t.Fatalf("audit %+v, answered %+v", got[0], ch)
 	}
 }
 
 func TestCharges_KeysRunInParallel(t *testing.T) {
-	hold := newHoldBack()
-	s, ts := newGateway(t, gateway.Options{SlowDelay: time.Hour, Sleep: hold.sleep})
+	hold := testenv.NewHoldBack()
+	s, url := gatewaytest.Start(t, gateway.Options{SlowDelay: time.Hour, Sleep: hold.Sleep})
 	done := make(chan error, 1)
 	go func() {
-		_, err := send(ts.Client(), "POST", ts.URL+"/v1/charges", "slow", chargeJSON(500, gateway.MethodSlow, "o-slow"))
+		_, err := testenv.Send(context.Background(), http.DefaultClient, "POST", url+"/v1/charges", "slow", chargeJSON(500, gateway.MethodSlow, "o-slow"))
 		done <- err
 	}()
-	<-hold.asked // the slow key is held back, holding its own key's lock
+	<-hold.Asked() // the slow key is held back, holding its own key's lock
 
 	// Another key is answered while the slow one is still held.
-	mustCharge(t, ts, "fast", chargeJSON(500, gateway.MethodOK, "o-fast"))
+	mustCharge(t, url, "fast", chargeJSON(500, gateway.MethodOK, "o-fast"))
 	select {
 	case err := <-done:
 		t.Fatalf("the slow charge answered (%v) before its hold-back ended", err)
 	default:
 	}
-	close(hold.release)
+	hold.Release()
 	if err := <-done; err != nil {
 		t.Fatalf("slow charge: %v", err)
 	}
@@ -312,14 +282,14 @@ func TestCharges_KeysRunInParallel(t *testing.T) {
 func TestCharges_AfterCharge(t *testing.T) {
 	var mu sync.Mutex
 	var seen []gateway.Charge
-	s, ts := newGateway(t, gateway.Options{AfterCharge: func(ch gateway.Charge) {
+	s, url := gatewaytest.Start(t, gateway.Options{AfterCharge: func(ch gateway.Charge) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, ch)
 	}})
-	ch := mustCharge(t, ts, "k", chargeJSON(500, gateway.MethodOK, "o1"))
-	mustCharge(t, ts, "k", chargeJSON(500, gateway.MethodOK, "o1"))
-	mustSend(t, ts, "POST", "/v1/charges", "d", chargeJSON(500, gateway.MethodDeclined, "o1"))
+	ch := mustCharge(t, url, "k", chargeJSON(500, gateway.MethodOK, "o1"))
+	mustCharge(t, url, "k", chargeJSON(500, gateway.MethodOK, "o1"))
+	testenv.MustSend(t, "POST", url+"/v1/charges", "d", chargeJSON(500, gateway.MethodDeclined, "o1"))
 	mu.Lock()
 	defer mu.Unlock()
 	if len(seen) != 1 || seen[0] != ch {
@@ -334,7 +304,7 @@ func TestCharges_AfterCharge(t *testing.T) {
 func TestCharges_SameKeyWaitsForFirstAnswer(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	s, ts := newGateway(t, gateway.Options{AfterCharge: func(gateway.Charge) {
+	s, url := gatewaytest.Start(t, gateway.Options{AfterCharge: func(gateway.Charge) {
 		once.Do(func() { close(entered) })
 		<-release
 	}})
@@ -342,9 +312,9 @@ func TestCharges_SameKeyWaitsForFirstAnswer(t *testing.T) {
 	free := func() { freeOnce.Do(func() { close(release) }) }
 	t.Cleanup(free) // runs before the server's cleanup, even on failure
 	body := chargeJSON(500, gateway.MethodOK, "o1")
-	first, second := make(chan reply, 1), make(chan reply, 1)
-	post := func(out chan<- reply) {
-		r, err := send(ts.Client(), "POST", ts.URL+"/v1/charges", "k", body)
+	first, second := make(chan testenv.Reply, 1), make(chan testenv.Reply, 1)
+	post := func(out chan<- testenv.Reply) {
+		r, err := testenv.Send(context.Background(), http.DefaultClient, "POST", url+"/v1/charges", "k", body)
 		if err != nil {
 			t.Errorf("charge: %v", err)
 		}
@@ -360,8 +330,8 @@ func TestCharges_SameKeyWaitsForFirstAnswer(t *testing.T) {
 	}
 	free()
 	r1, r2 := <-first, <-second
-	if r1.status != 201 || r1.replayed() || r2.status != 201 || !r2.replayed() || !bytes.Equal(r1.body, r2.body) {
-		t.Fatalf("first %v (replayed %t), second %v (replayed %t)", r1, r1.replayed(), r2, r2.replayed())
+	if r1.Status != 201 || r1.Replayed() || r2.Status != 201 || !r2.Replayed() || !bytes.Equal(r1.Body, r2.Body) {
+		t.Fatalf("first %v (replayed %t), second %v (replayed %t)", r1, r1.Replayed(), r2, r2.Replayed())
 	}
 	wantCharges(t, s, "o1", 1)
 }

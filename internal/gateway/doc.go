@@ -39,5 +39,6 @@
 // included, which is what makes a second request with the same key wait
 // for the first one's answer. The state is rebuilt by the same apply
 // function at start and at run time, so a restart cannot rebuild anything
-// the running process did not have.
+// the running process did not have. The journal and the per-key lock are
+// internal/platform/journal's, shared with shop mailer.
 package gateway

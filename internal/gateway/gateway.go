@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/journal"
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
 
@@ -77,12 +78,12 @@ type Options struct {
 type Server struct {
 	opts  Options
 	now   func() time.Time
-	locks *keyLocks
+	locks journal.KeyLocks
 	echo  *echo.Echo
 
 	mu      sync.Mutex // guards ledger and journal together
 	ledger  *ledger
-	journal *journal
+	journal *journal.Journal[record]
 }
 
 // New opens the journal at opts.JournalPath (creating it if absent),
@@ -103,8 +104,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{opts: opts, now: opts.Now, locks: newKeyLocks(), ledger: newLedger()}
-	j, err := openJournal(opts.JournalPath, s.ledger.apply, opts.Logger)
+	s := &Server{opts: opts, now: opts.Now, ledger: newLedger()}
+	j, err := journal.Open(opts.JournalPath, journal.Options[record]{
+		Name: "gateway", Check: record.check, Apply: s.ledger.apply, Logger: opts.Logger,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -143,17 +146,7 @@ func (s *Server) Charges(reference string) []Charge {
 func (s *Server) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.journal.close()
-}
-
-// commit makes rec durable, then applies it to the index. The caller holds
-// s.mu, so the line order is the decision order.
-func (s *Server) commit(rec record) error {
-	if err := s.journal.append(rec); err != nil {
-		return err
-	}
-	s.ledger.apply(rec)
-	return nil
+	return s.journal.Close()
 }
 
 // sleep waits d, or until ctx ends.

@@ -33,7 +33,7 @@ func (h handlers) createRefund(c echo.Context) error {
 	req := request{Route: routeRefund, ChargeID: body.ChargeID}
 
 	// Per-key lock: a second request with this key waits and replays.
-	unlock, err := h.s.locks.lock(c.Request().Context(), key)
+	unlock, err := h.s.locks.Lock(c.Request().Context(), key)
 	if err != nil {
 		return fmt.Errorf("wait for key: %w", err)
 	}
@@ -78,7 +78,7 @@ func (s *Server) refund(key string, req request) (Refund, bool, error) {
 	refund := Refund{ID: "re_" + uuid.NewString(), ChargeID: ch.ID,
 		AmountCents: ch.AmountCents, Status: StatusSucceeded, CreatedAt: now}
 	rec := record{Kind: kindRefunded, Key: key, Request: req, At: now, Refund: &refund}
-	if err := s.commit(rec); err != nil {
+	if err := s.journal.Append(rec); err != nil {
 		return Refund{}, false, fmt.Errorf("refund: %w", err)
 	}
 	return refund, false, nil

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -8,12 +9,14 @@ import (
 	"testing"
 
 	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/internal/gateway/gatewaytest"
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 func TestRefunds_Create(t *testing.T) {
-	s, ts := newGateway(t, gateway.Options{})
-	ch := mustCharge(t, ts, "c", chargeJSON(1250, gateway.MethodOK, "o1"))
-	re := mustRefund(t, ts, "r", ch.ID)
+	s, url := gatewaytest.Start(t, gateway.Options{})
+	ch := mustCharge(t, url, "c", chargeJSON(1250, gateway.MethodOK, "o1"))
+	re := mustRefund(t, url, "r", ch.ID)
 	if !strings.HasPrefix(re.ID, "re_") || re.ChargeID != ch.ID || re.AmountCents != 1250 ||
 		re.Status != gateway.StatusSucceeded || re.CreatedAt.IsZero() {
 		t.Fatalf("refund %+v", re)
@@ -23,33 +26,33 @@ func TestRefunds_Create(t *testing.T) {
 	}
 
 	t.Run("SameKeyReplays", func(t *testing.T) {
-		r := mustSend(t, ts, "POST", "/v1/refunds", "r", fmt.Sprintf(`{"charge_id": %q}`, ch.ID))
-		if r.status != http.StatusCreated || !r.replayed() || decode[gateway.Refund](t, r) != re {
+		r := testenv.MustSend(t, "POST", url+"/v1/refunds", "r", fmt.Sprintf(`{"charge_id": %q}`, ch.ID))
+		if r.Status != http.StatusCreated || !r.Replayed() || testenv.Decode[gateway.Refund](t, r) != re {
 			t.Fatalf("got %v, want refund %s replayed", r, re.ID)
 		}
 	})
 	t.Run("OtherKeyConflicts", func(t *testing.T) {
-		r := mustSend(t, ts, "POST", "/v1/refunds", "r2", fmt.Sprintf(`{"charge_id": %q}`, ch.ID))
-		if r.status != http.StatusConflict || r.problem().Code != "invalid_state" {
+		r := testenv.MustSend(t, "POST", url+"/v1/refunds", "r2", fmt.Sprintf(`{"charge_id": %q}`, ch.ID))
+		if r.Status != http.StatusConflict || r.Problem().Code != "invalid_state" {
 			t.Fatalf("got %v, want 409 invalid_state", r)
 		}
 	})
 	t.Run("SameKeyOtherCharge", func(t *testing.T) {
-		other := mustCharge(t, ts, "c2", chargeJSON(10, gateway.MethodOK, "o2"))
-		r := mustSend(t, ts, "POST", "/v1/refunds", "r", fmt.Sprintf(`{"charge_id": %q}`, other.ID))
-		if r.status != http.StatusUnprocessableEntity {
+		other := mustCharge(t, url, "c2", chargeJSON(10, gateway.MethodOK, "o2"))
+		r := testenv.MustSend(t, "POST", url+"/v1/refunds", "r", fmt.Sprintf(`{"charge_id": %q}`, other.ID))
+		if r.Status != http.StatusUnprocessableEntity {
 			t.Fatalf("got %v, want 422", r)
 		}
 	})
 	t.Run("UnknownCharge", func(t *testing.T) {
-		r := mustSend(t, ts, "POST", "/v1/refunds", "r3", `{"charge_id": "ch_nope"}`)
-		if r.status != http.StatusNotFound {
+		r := testenv.MustSend(t, "POST", url+"/v1/refunds", "r3", `{"charge_id": "ch_nope"}`)
+		if r.Status != http.StatusNotFound {
 			t.Fatalf("got %v, want 404", r)
 		}
 	})
 	t.Run("ChargeReplayIsTheFirstAnswer", func(t *testing.T) {
 		// The key's answer is the charge as it was made, not as it is now.
-		again := mustCharge(t, ts, "c", chargeJSON(1250, gateway.MethodOK, "o1"))
+		again := mustCharge(t, url, "c", chargeJSON(1250, gateway.MethodOK, "o1"))
 		if again != ch {
 			t.Fatalf("replay %+v, want %+v", again, ch)
 		}
@@ -57,19 +60,19 @@ func TestRefunds_Create(t *testing.T) {
 }
 
 func TestRefunds_RaceOneWins(t *testing.T) {
-	s, ts := newGateway(t, gateway.Options{})
-	ch := mustCharge(t, ts, "c", chargeJSON(500, gateway.MethodOK, "o1"))
+	s, url := gatewaytest.Start(t, gateway.Options{})
+	ch := mustCharge(t, url, "c", chargeJSON(500, gateway.MethodOK, "o1"))
 	const n = 20
 	statuses := make([]int, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			r, err := send(ts.Client(), "POST", ts.URL+"/v1/refunds", fmt.Sprintf("r%d", i), fmt.Sprintf(`{"charge_id": %q}`, ch.ID))
+			r, err := testenv.Send(context.Background(), http.DefaultClient, "POST", url+"/v1/refunds", fmt.Sprintf("r%d", i), fmt.Sprintf(`{"charge_id": %q}`, ch.ID))
 			if err != nil {
 				t.Errorf("refund %d: %v", i, err)
 				return
 			}
-			statuses[i] = r.status
+			statuses[i] = r.Status
 		})
 	}
 	wg.Wait()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shop-example/shop/internal/mailer"
 	"github.com/shop-example/shop/internal/mailer/mailertest"
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 var ann = mailer.Request{Reference: "o1", Kind: mailer.KindReceipt, To: "ann@example.com", Subject: "Your order", Text: "Thank you."}
@@ -96,8 +97,8 @@ func TestClient_SendClassifies(t *testing.T) {
 // A call whose answer is late times out: retryable, though the message
 // was sent; the retry with the same key hears it.
 func TestClient_SendTimeout(t *testing.T) {
-	hold := newHoldBack()
-	s, url := mailertest.Start(t, mailer.Options{Delay: time.Second, Sleep: hold.sleep})
+	hold := testenv.NewHoldBack()
+	s, url := mailertest.Start(t, mailer.Options{Delay: time.Second, Sleep: hold.Sleep})
 	impatient := mailer.NewClient(url, 50*time.Millisecond, nil)
 	_, err := impatient.Send(t.Context(), "k", ann)
 	if !errors.Is(err, mailer.ErrRetryable) || !errors.Is(err, context.DeadlineExceeded) {
@@ -107,7 +108,7 @@ func TestClient_SendTimeout(t *testing.T) {
 	if len(sent) != 1 {
 		t.Fatalf("sent %+v, want the one message", sent)
 	}
-	close(hold.release)
+	hold.Release()
 	m, err := mailer.NewClient(url, 0, nil).Send(t.Context(), "k", ann)
 	if err != nil || m != sent[0] {
 		t.Fatalf("retry: %+v, %v; want %+v", m, err, sent[0])

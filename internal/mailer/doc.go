@@ -50,5 +50,6 @@
 // fail?) and its line are one step. The per-key lock sits in front of it
 // and spans the whole request, hold-back included. The index is rebuilt by
 // the same apply function at start and at run time, so a restart cannot
-// rebuild anything the running process did not have.
+// rebuild anything the running process did not have. The journal and the
+// per-key lock are internal/platform/journal's, shared with shop gateway.
 package mailer

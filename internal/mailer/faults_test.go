@@ -11,33 +11,35 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/mailer"
+	"github.com/shop-example/shop/internal/mailer/mailertest"
 	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // fail_rate 1 fails every new key before anything is recorded; the same
 // key then sends once the rate is 0, and a replay is never failed.
 func TestFaults_FailRate(t *testing.T) {
-	s, ts := newMailer(t, mailer.Options{FailRate: 1})
+	s, url := mailertest.Start(t, mailer.Options{FailRate: 1})
 	for i := range 3 {
-		r := mustSend(t, ts, "POST", "/v1/messages", "k", receipt("o1"))
-		if r.status != http.StatusServiceUnavailable || r.problem().Code != "unavailable" || r.header.Get("Retry-After") == "" {
+		r := testenv.MustSend(t, "POST", url+"/v1/messages", "k", receipt("o1"))
+		if r.Status != http.StatusServiceUnavailable || r.Problem().Code != "unavailable" || r.Header.Get("Retry-After") == "" {
 			t.Fatalf("attempt %d at fail_rate 1: got %v, want 503 unavailable with Retry-After", i, r)
 		}
 	}
 	wantMessages(t, s, "", 0)
 
-	if r := mustSend(t, ts, "PUT", "/v1/faults", "", `{"fail_rate": 0}`); r.status != http.StatusOK {
+	if r := testenv.MustSend(t, "PUT", url+"/v1/faults", "", `{"fail_rate": 0}`); r.Status != http.StatusOK {
 		t.Fatalf("PUT /v1/faults: %v", r)
 	}
-	m := mustPost(t, ts, "k", receipt("o1"), http.StatusCreated)
+	m := mustPost(t, url, "k", receipt("o1"), http.StatusCreated)
 
-	if r := mustSend(t, ts, "PUT", "/v1/faults", "", `{"fail_rate": 1}`); r.status != http.StatusOK {
+	if r := testenv.MustSend(t, "PUT", url+"/v1/faults", "", `{"fail_rate": 1}`); r.Status != http.StatusOK {
 		t.Fatalf("PUT /v1/faults: %v", r)
 	}
-	if got := mustPost(t, ts, "k", receipt("o1"), http.StatusOK); got != m {
+	if got := mustPost(t, url, "k", receipt("o1"), http.StatusOK); got != m {
 		t.Fatalf("replay at fail_rate 1: got %+v, want %+v", got, m)
 	}
-	if r := mustSend(t, ts, "POST", "/v1/messages", "k2", receipt("o2")); r.status != http.StatusServiceUnavailable {
+	if r := testenv.MustSend(t, "POST", url+"/v1/messages", "k2", receipt("o2")); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("a new key at fail_rate 1: got %v, want 503", r)
 	}
 	wantMessages(t, s, "", 1)
@@ -52,7 +54,7 @@ func TestFaults_FailRateDraws(t *testing.T) {
 		drawn++
 		return draws[drawn-1]
 	}
-	s, ts := newMailer(t, mailer.Options{FailRate: 0.5, Rand: rnd})
+	s, url := mailertest.Start(t, mailer.Options{FailRate: 0.5, Rand: rnd})
 	steps := []struct {
 		name, key, body string
 		status, drawn   int
@@ -65,8 +67,8 @@ func TestFaults_FailRateDraws(t *testing.T) {
 		{"NewKeyDraws", "k2", receipt("o2"), http.StatusServiceUnavailable, 3},
 	}
 	for _, st := range steps {
-		r := mustSend(t, ts, "POST", "/v1/messages", st.key, st.body)
-		if r.status != st.status || drawn != st.drawn {
+		r := testenv.MustSend(t, "POST", url+"/v1/messages", st.key, st.body)
+		if r.Status != st.status || drawn != st.drawn {
 			t.Fatalf("%s: got %v after %d draws, want %d after %d", st.name, r, drawn, st.status, st.drawn)
 		}
 	}
@@ -77,54 +79,54 @@ func TestFaults_FailRateDraws(t *testing.T) {
 // a client that gives up during it has sent the message without hearing
 // so, and its retry with the same key hears the message, not a second one.
 func TestFaults_Delay(t *testing.T) {
-	hold := newHoldBack()
-	s, ts := newMailer(t, mailer.Options{Sleep: hold.sleep})
-	if r := mustSend(t, ts, "PUT", "/v1/faults", "", `{"delay_ms": 1500}`); r.status != http.StatusOK {
+	hold := testenv.NewHoldBack()
+	s, url := mailertest.Start(t, mailer.Options{Sleep: hold.Sleep})
+	if r := testenv.MustSend(t, "PUT", url+"/v1/faults", "", `{"delay_ms": 1500}`); r.Status != http.StatusOK {
 		t.Fatalf("PUT /v1/faults: %v", r)
 	}
 
 	ctx, giveUp := context.WithCancel(t.Context())
-	impatient := postAsync(ctx, ts, "k", receipt("o1"))
-	if d := <-hold.asked; d != 1500*time.Millisecond {
+	impatient := postAsync(ctx, url, "k", receipt("o1"))
+	if d := <-hold.Asked(); d != 1500*time.Millisecond {
 		t.Fatalf("held back %v, want 1.5s", d)
 	}
 	// Held: the message is sent already, and nobody has been told.
 	sent := wantMessages(t, s, "o1", 1)[0]
 	select {
 	case a := <-impatient:
-		t.Fatalf("answered %v (%v) during the hold-back", a.r, a.err)
+		t.Fatalf("answered %v (%v) during the hold-back", a.Reply, a.Err)
 	default:
 	}
 	giveUp()
-	if a := <-impatient; !errors.Is(a.err, context.Canceled) {
-		t.Fatalf("the client that gave up: %v, %v; want its own cancellation", a.r, a.err)
+	if a := <-impatient; !errors.Is(a.Err, context.Canceled) {
+		t.Fatalf("the client that gave up: %v, %v; want its own cancellation", a.Reply, a.Err)
 	}
 
 	// The retry is held back too, and then hears the same message.
-	patient := postAsync(t.Context(), ts, "k", receipt("o1"))
-	if d := <-hold.asked; d != 1500*time.Millisecond {
+	patient := postAsync(t.Context(), url, "k", receipt("o1"))
+	if d := <-hold.Asked(); d != 1500*time.Millisecond {
 		t.Fatalf("the replay was held back %v, want 1.5s", d)
 	}
-	close(hold.release)
+	hold.Release()
 	a := <-patient
-	if a.err != nil || a.r.status != http.StatusOK || !a.r.replayed() || decode[mailer.Message](t, a.r) != sent {
-		t.Fatalf("retry: %v, %v; want message %s replayed", a.r, a.err, sent.ID)
+	if a.Err != nil || a.Reply.Status != http.StatusOK || !a.Reply.Replayed() || testenv.Decode[mailer.Message](t, a.Reply) != sent {
+		t.Fatalf("retry: %v, %v; want message %s replayed", a.Reply, a.Err, sent.ID)
 	}
 
 	// With the delay off, nothing is held back.
-	if r := mustSend(t, ts, "PUT", "/v1/faults", "", `{}`); r.status != http.StatusOK {
+	if r := testenv.MustSend(t, "PUT", url+"/v1/faults", "", `{}`); r.Status != http.StatusOK {
 		t.Fatalf("PUT /v1/faults: %v", r)
 	}
-	mustPost(t, ts, "k2", receipt("o2"), http.StatusCreated)
-	if len(hold.asked) != 0 {
-		t.Fatalf("held back %v with the delay off", <-hold.asked)
+	mustPost(t, url, "k2", receipt("o2"), http.StatusCreated)
+	if len(hold.Asked()) != 0 {
+		t.Fatalf("held back %v with the delay off", <-hold.Asked())
 	}
 	wantMessages(t, s, "", 2)
 }
 
 func TestFaults_API(t *testing.T) {
-	s, ts := newMailer(t, mailer.Options{FailRate: 0.25, Delay: 40 * time.Millisecond})
-	if r := mustSend(t, ts, "GET", "/v1/faults", "", ""); r.status != 200 || string(r.body) != `{"fail_rate":0.25,"delay_ms":40}`+"\n" {
+	s, url := mailertest.Start(t, mailer.Options{FailRate: 0.25, Delay: 40 * time.Millisecond})
+	if r := testenv.MustSend(t, "GET", url+"/v1/faults", "", ""); r.Status != 200 || string(r.Body) != `{"fail_rate":0.25,"delay_ms":40}`+"\n" {
 		t.Fatalf("GET /v1/faults at start: %v, want the options", r)
 	}
 	tests := []struct {
@@ -145,8 +147,8 @@ func TestFaults_API(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := mustSend(t, ts, "PUT", "/v1/faults", "", tt.body)
-			if r.status != tt.status || (tt.status == 400 && r.problem().Code != "invalid_request") {
+			r := testenv.MustSend(t, "PUT", url+"/v1/faults", "", tt.body)
+			if r.Status != tt.status || (tt.status == 400 && r.Problem().Code != "invalid_request") {
 				t.Fatalf("got %v, want %d", r, tt.status)
 			}
 			if got := s.Faults(); got != tt.want {
@@ -177,7 +179,7 @@ func TestNew_RefusesBadFaults(t *testing.T) {
 			}
 		})
 	}
-	s, _ := newMailer(t, mailer.Options{})
+	s, _ := mailertest.Start(t, mailer.Options{})
 	if err := s.SetFaults(mailer.Faults{FailRate: 2}); err == nil || s.Faults() != (mailer.Faults{}) {
 		t.Fatalf("SetFaults(rate 2) = %v, faults now %+v; want an error and no change", err, s.Faults())
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/journal"
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
 
@@ -103,12 +104,12 @@ type Options struct {
 type Server struct {
 	opts  Options
 	now   func() time.Time
-	locks *keyLocks
+	locks journal.KeyLocks
 	echo  *echo.Echo
 
 	mu      sync.Mutex // guards index, journal and faults together
 	index   *index
-	journal *journal
+	journal *journal.Journal[Message]
 	faults  Faults
 }
 
@@ -137,8 +138,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{opts: opts, now: opts.Now, locks: newKeyLocks(), index: newIndex(), faults: faults}
-	j, err := openJournal(opts.JournalPath, s.index.apply, opts.Logger)
+	s := &Server{opts: opts, now: opts.Now, index: newIndex(), faults: faults}
+	j, err := journal.Open(opts.JournalPath, journal.Options[Message]{
+		Name: "mailer", Check: Message.check, Apply: s.index.apply, Logger: opts.Logger,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mailer: %w", err)
 	}
@@ -197,17 +200,7 @@ func (s *Server) SetFaults(f Faults) error {
 func (s *Server) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.journal.close()
-}
-
-// commit makes m durable, then applies it to the index. The caller holds
-// s.mu, so the line order is the decision order.
-func (s *Server) commit(m Message) error {
-	if err := s.journal.append(m); err != nil {
-		return err
-	}
-	s.index.apply(m)
-	return nil
+	return s.journal.Close()
 }
 
 // sleep waits d, or until ctx ends.

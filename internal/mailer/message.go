@@ -31,7 +31,7 @@ func (h handlers) createMessage(c echo.Context) error {
 
 	// Per-key lock: a second request with this key waits for this one's
 	// answer, hold-back included, and then replays it.
-	unlock, err := h.s.locks.lock(ctx, key)
+	unlock, err := h.s.locks.Lock(ctx, key)
 	if err != nil {
 		return fmt.Errorf("wait for key: %w", err)
 	}
@@ -112,7 +112,7 @@ func (s *Server) send(key string, req Request) (sendAnswer, error) {
 
 	m := Message{ID: "msg_" + uuid.NewString(), Reference: req.Reference, Kind: req.Kind,
 		To: req.To, Subject: req.Subject, Text: req.Text, IdempotencyKey: key, CreatedAt: now}
-	if err := s.commit(m); err != nil {
+	if err := s.journal.Append(m); err != nil {
 		return sendAnswer{}, fmt.Errorf("send: %w", err)
 	}
 	return sendAnswer{message: m, delay: s.faults.Delay}, nil

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/mailer"
+	"github.com/shop-example/shop/internal/mailer/mailertest"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 func TestAPI_Statuses(t *testing.T) {
-	s, ts := newMailer(t, mailer.Options{})
+	s, url := mailertest.Start(t, mailer.Options{})
 	long := func(n int) string { return strings.Repeat("é", n) } // characters, not bytes
 	body := func(reference, kind, to, subject, text string) string {
 		return `{"reference": "` + reference + `", "kind": "` + kind + `", "to": "` + to +
@@ -56,8 +57,8 @@ func TestAPI_Statuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := mustSend(t, ts, tt.method, tt.path, tt.key, tt.body)
-			if r.status != tt.status || r.problem().Code != tt.code {
+			r := testenv.MustSend(t, tt.method, url+tt.path, tt.key, tt.body)
+			if r.Status != tt.status || r.Problem().Code != tt.code {
 				t.Fatalf("got %v, want %d %q", r, tt.status, tt.code)
 			}
 		})
@@ -68,35 +69,35 @@ func TestAPI_Statuses(t *testing.T) {
 
 func TestMessages_Create(t *testing.T) {
 	clock := testenv.NewFrozenClock()
-	s, ts := newMailer(t, mailer.Options{Now: clock.Now})
-	m := mustPost(t, ts, "k", messageJSON("order-1", mailer.KindReceipt, "ann@example.com"), http.StatusCreated)
+	s, url := mailertest.Start(t, mailer.Options{Now: clock.Now})
+	m := mustPost(t, url, "k", messageJSON("order-1", mailer.KindReceipt, "ann@example.com"), http.StatusCreated)
 	want := mailer.Message{ID: m.ID, Reference: "order-1", Kind: mailer.KindReceipt, To: "ann@example.com",
 		Subject: "Your order", Text: "Thank you.", IdempotencyKey: "k", CreatedAt: clock.Now()}
 	if !strings.HasPrefix(m.ID, "msg_") || m != want {
 		t.Fatalf("got %+v, want %+v", m, want)
 	}
-	mustPost(t, ts, "k2", messageJSON("booking-1", mailer.KindTicket, "bo@example.com"), http.StatusCreated)
+	mustPost(t, url, "k2", messageJSON("booking-1", mailer.KindTicket, "bo@example.com"), http.StatusCreated)
 	if got := wantMessages(t, s, "order-1", 1); got[0] != m {
 		t.Fatalf("audit %+v, answered %+v", got[0], m)
 	}
-	all := decode[struct{ Items []mailer.Message }](t, mustSend(t, ts, "GET", "/v1/messages", "", ""))
+	all := testenv.Decode[struct{ Items []mailer.Message }](t, testenv.MustSend(t, "GET", url+"/v1/messages", "", ""))
 	if len(all.Items) != 2 || all.Items[0] != m || all.Items[1].Reference != "booking-1" {
 		t.Fatalf("GET /v1/messages: %+v, want both in creation order", all.Items)
 	}
-	if got := decode[mailer.Message](t, mustSend(t, ts, "GET", "/v1/messages/"+m.ID, "", "")); got != m {
+	if got := testenv.Decode[mailer.Message](t, testenv.MustSend(t, "GET", url+"/v1/messages/"+m.ID, "", "")); got != m {
 		t.Fatalf("GET /v1/messages/%s: %+v, want %+v", m.ID, got, m)
 	}
-	none := mustSend(t, ts, "GET", "/v1/messages?reference=other", "", "")
-	if !bytes.Equal(bytes.TrimSpace(none.body), []byte(`{"items":[]}`)) {
-		t.Fatalf("no messages: %s, want an empty list", none.body)
+	none := testenv.MustSend(t, "GET", url+"/v1/messages?reference=other", "", "")
+	if !bytes.Equal(bytes.TrimSpace(none.Body), []byte(`{"items":[]}`)) {
+		t.Fatalf("no messages: %s, want an empty list", none.Body)
 	}
 }
 
 func TestMessages_ListFilters(t *testing.T) {
-	_, ts := newMailer(t, mailer.Options{})
-	r1 := mustPost(t, ts, "k1", messageJSON("o1", mailer.KindReceipt, "a@example.com"), http.StatusCreated)
-	t1 := mustPost(t, ts, "k2", messageJSON("o1", mailer.KindTicket, "a@example.com"), http.StatusCreated)
-	r2 := mustPost(t, ts, "k3", messageJSON("o2", mailer.KindReceipt, "b@example.com"), http.StatusCreated)
+	_, url := mailertest.Start(t, mailer.Options{})
+	r1 := mustPost(t, url, "k1", messageJSON("o1", mailer.KindReceipt, "a@example.com"), http.StatusCreated)
+	t1 := mustPost(t, url, "k2", messageJSON("o1", mailer.KindTicket, "a@example.com"), http.StatusCreated)
+	r2 := mustPost(t, url, "k3", messageJSON("o2", mailer.KindReceipt, "b@example.com"), http.StatusCreated)
 	tests := []struct {
 		query string
 		want  []mailer.Message
@@ -109,7 +110,7 @@ func TestMessages_ListFilters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.query, func(t *testing.T) {
-			got := decode[struct{ Items []mailer.Message }](t, mustSend(t, ts, "GET", "/v1/messages"+tt.query, "", "")).Items
+			got := testenv.Decode[struct{ Items []mailer.Message }](t, testenv.MustSend(t, "GET", url+"/v1/messages"+tt.query, "", "")).Items
 			if len(got) != len(tt.want) {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
 			}
@@ -123,29 +124,29 @@ func TestMessages_ListFilters(t *testing.T) {
 }
 
 func TestMessages_Replay(t *testing.T) {
-	s, ts := newMailer(t, mailer.Options{})
-	first := mustSend(t, ts, "POST", "/v1/messages", "k", receipt("o1"))
-	if first.status != http.StatusCreated || first.replayed() {
-		t.Fatalf("first: got %v (replayed %t), want 201", first, first.replayed())
+	s, url := mailertest.Start(t, mailer.Options{})
+	first := testenv.MustSend(t, "POST", url+"/v1/messages", "k", receipt("o1"))
+	if first.Status != http.StatusCreated || first.Replayed() {
+		t.Fatalf("first: got %v (replayed %t), want 201", first, first.Replayed())
 	}
 	for i := range 2 {
-		again := mustSend(t, ts, "POST", "/v1/messages", "k", receipt("o1"))
-		if again.status != http.StatusOK || !again.replayed() || !bytes.Equal(again.body, first.body) {
-			t.Fatalf("replay %d: got %v (replayed %t), want 200 with the first message", i, again, again.replayed())
+		again := testenv.MustSend(t, "POST", url+"/v1/messages", "k", receipt("o1"))
+		if again.Status != http.StatusOK || !again.Replayed() || !bytes.Equal(again.Body, first.Body) {
+			t.Fatalf("replay %d: got %v (replayed %t), want 200 with the first message", i, again, again.Replayed())
 		}
 	}
 	// The same request in other JSON is the same request.
-	reordered := mustSend(t, ts, "POST", "/v1/messages", "k",
+	reordered := testenv.MustSend(t, "POST", url+"/v1/messages", "k",
 		`{"text": "Thank you.", "to": "ann@example.com", "kind": "receipt", "subject": "Your order", "reference": "o1"}`)
-	if reordered.status != http.StatusOK || !reordered.replayed() || !bytes.Equal(reordered.body, first.body) {
+	if reordered.Status != http.StatusOK || !reordered.Replayed() || !bytes.Equal(reordered.Body, first.Body) {
 		t.Fatalf("reordered body: got %v, want the replayed message", reordered)
 	}
 	wantMessages(t, s, "o1", 1)
 }
 
 func TestMessages_KeyReused(t *testing.T) {
-	s, ts := newMailer(t, mailer.Options{})
-	mustPost(t, ts, "k", receipt("o1"), http.StatusCreated)
+	s, url := mailertest.Start(t, mailer.Options{})
+	mustPost(t, url, "k", receipt("o1"), http.StatusCreated)
 	tests := []struct{ name, body string }{
 		{"OtherReference", receipt("o2")},
 		{"OtherKind", messageJSON("o1", mailer.KindTicket, "ann@example.com")},
@@ -155,8 +156,8 @@ func TestMessages_KeyReused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := mustSend(t, ts, "POST", "/v1/messages", "k", tt.body)
-			if r.status != http.StatusUnprocessableEntity || r.problem().Code != "idempotency_key_reused" {
+			r := testenv.MustSend(t, "POST", url+"/v1/messages", "k", tt.body)
+			if r.Status != http.StatusUnprocessableEntity || r.Problem().Code != "idempotency_key_reused" {
 				t.Fatalf("got %v, want 422 idempotency_key_reused", r)
 			}
 		})
@@ -170,15 +171,15 @@ func TestMessages_KeyReused(t *testing.T) {
 func TestMessages_KeyTTL(t *testing.T) {
 	const ttl = time.Hour
 	clock := testenv.NewFrozenClock()
-	s, ts := newMailer(t, mailer.Options{KeyTTL: ttl, Now: clock.Now})
-	first := mustPost(t, ts, "k", receipt("o1"), http.StatusCreated)
+	s, url := mailertest.Start(t, mailer.Options{KeyTTL: ttl, Now: clock.Now})
+	first := mustPost(t, url, "k", receipt("o1"), http.StatusCreated)
 
 	clock.Advance(ttl) // exactly KeyTTL old: still remembered
-	if got := mustPost(t, ts, "k", receipt("o1"), http.StatusOK); got != first {
+	if got := mustPost(t, url, "k", receipt("o1"), http.StatusOK); got != first {
 		t.Fatalf("at the TTL: got %+v, want the first message %+v", got, first)
 	}
 	clock.Advance(time.Microsecond) // older than KeyTTL: forgotten
-	second := mustPost(t, ts, "k", receipt("o1"), http.StatusCreated)
+	second := mustPost(t, url, "k", receipt("o1"), http.StatusCreated)
 	if second.ID == first.ID || second.IdempotencyKey != "k" {
 		t.Fatalf("after the TTL: got %+v, want a second message under k", second)
 	}
@@ -186,27 +187,27 @@ func TestMessages_KeyTTL(t *testing.T) {
 		t.Fatalf("audit %+v, want both messages in order", got)
 	}
 	// The key now remembers the second message, for KeyTTL from it.
-	if got := mustPost(t, ts, "k", receipt("o1"), http.StatusOK); got != second {
+	if got := mustPost(t, url, "k", receipt("o1"), http.StatusOK); got != second {
 		t.Fatalf("replay after the TTL: got %+v, want the second message %+v", got, second)
 	}
 	// A forgotten key may carry another request; a remembered one may not.
-	if r := mustSend(t, ts, "POST", "/v1/messages", "k", receipt("o2")); r.status != http.StatusUnprocessableEntity {
+	if r := testenv.MustSend(t, "POST", url+"/v1/messages", "k", receipt("o2")); r.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("another request under the remembered key: got %v, want 422", r)
 	}
 	clock.Advance(ttl + time.Microsecond)
-	mustPost(t, ts, "k", receipt("o2"), http.StatusCreated)
+	mustPost(t, url, "k", receipt("o2"), http.StatusCreated)
 	wantMessages(t, s, "", 3)
 }
 
 func TestMessages_SameKeyConcurrent(t *testing.T) {
-	s, ts := newMailer(t, mailer.Options{})
+	s, url := mailertest.Start(t, mailer.Options{})
 	const n = 50
-	replies := make([]reply, n)
+	replies := make([]testenv.Reply, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			replies[i], errs[i] = send(context.Background(), ts.Client(), "POST", ts.URL+"/v1/messages", "same", receipt("o-race"))
+			replies[i], errs[i] = testenv.Send(context.Background(), http.DefaultClient, "POST", url+"/v1/messages", "same", receipt("o-race"))
 		})
 	}
 	wg.Wait()
@@ -216,14 +217,14 @@ func TestMessages_SameKeyConcurrent(t *testing.T) {
 			t.Fatalf("request %d: %v", i, errs[i])
 		}
 		switch {
-		case r.status == http.StatusCreated && !r.replayed():
+		case r.Status == http.StatusCreated && !r.Replayed():
 			created++
-		case r.status == http.StatusOK && r.replayed():
+		case r.Status == http.StatusOK && r.Replayed():
 		default:
-			t.Fatalf("request %d: %v (replayed %t)", i, r, r.replayed())
+			t.Fatalf("request %d: %v (replayed %t)", i, r, r.Replayed())
 		}
-		if !bytes.Equal(r.body, replies[0].body) {
-			t.Fatalf("answers differ:\n%s\n%s", replies[0].body, r.body)
+		if !bytes.Equal(r.Body, replies[0].Body) {
+			t.Fatalf("answers differ:\n%s\n%s", replies[0].Body, r.Body)
 		}
 	}
 	if created != 1 {
@@ -247,42 +248,42 @@ func waitForHolders(t *testing.T, s *mailer.Server, key string, n int) {
 // waits for the first one's answer, and only then replays (and is held
 // back itself).
 func TestMessages_SameKeyWaitsForFirstAnswer(t *testing.T) {
-	hold := newHoldBack()
-	s, ts := newMailer(t, mailer.Options{Delay: time.Second, Sleep: hold.sleep})
-	first := postAsync(t.Context(), ts, "k", receipt("o1"))
-	<-hold.asked // the first is sent and held, holding the key's lock
-	second := postAsync(t.Context(), ts, "k", receipt("o1"))
+	hold := testenv.NewHoldBack()
+	s, url := mailertest.Start(t, mailer.Options{Delay: time.Second, Sleep: hold.Sleep})
+	first := postAsync(t.Context(), url, "k", receipt("o1"))
+	<-hold.Asked() // the first is sent and held, holding the key's lock
+	second := postAsync(t.Context(), url, "k", receipt("o1"))
 	waitForHolders(t, s, "k", 2)
-	if len(hold.asked) != 0 {
+	if len(hold.Asked()) != 0 {
 		t.Fatal("the second request reached the hold-back while the first held the key")
 	}
-	close(hold.release)
+	hold.Release()
 	a1, a2 := <-first, <-second
-	if a1.err != nil || a2.err != nil {
-		t.Fatalf("first %v, second %v", a1.err, a2.err)
+	if a1.Err != nil || a2.Err != nil {
+		t.Fatalf("first %v, second %v", a1.Err, a2.Err)
 	}
-	if a1.r.status != 201 || a2.r.status != 200 || !a2.r.replayed() || !bytes.Equal(a1.r.body, a2.r.body) {
-		t.Fatalf("first %v, second %v (replayed %t); want 201, then the same message replayed", a1.r, a2.r, a2.r.replayed())
+	if a1.Reply.Status != 201 || a2.Reply.Status != 200 || !a2.Reply.Replayed() || !bytes.Equal(a1.Reply.Body, a2.Reply.Body) {
+		t.Fatalf("first %v, second %v (replayed %t); want 201, then the same message replayed", a1.Reply, a2.Reply, a2.Reply.Replayed())
 	}
-	if d := <-hold.asked; d != time.Second {
+	if d := <-hold.Asked(); d != time.Second {
 		t.Fatalf("the replay was held back %v, want 1s", d)
 	}
 	wantMessages(t, s, "o1", 1)
 }
 
 func TestMessages_KeysRunInParallel(t *testing.T) {
-	hold := newHoldBack()
-	s, ts := newMailer(t, mailer.Options{Delay: time.Second, Sleep: hold.sleep})
-	first := postAsync(t.Context(), ts, "k1", receipt("o1"))
-	<-hold.asked
+	hold := testenv.NewHoldBack()
+	s, url := mailertest.Start(t, mailer.Options{Delay: time.Second, Sleep: hold.Sleep})
+	first := postAsync(t.Context(), url, "k1", receipt("o1"))
+	<-hold.Asked()
 	// Another key is decided, sent and held while the first is still held.
-	second := postAsync(t.Context(), ts, "k2", receipt("o2"))
-	<-hold.asked
+	second := postAsync(t.Context(), url, "k2", receipt("o2"))
+	<-hold.Asked()
 	wantMessages(t, s, "", 2)
-	close(hold.release)
-	for _, a := range []answer{<-first, <-second} {
-		if a.err != nil || a.r.status != http.StatusCreated {
-			t.Fatalf("got %v, %v; want 201", a.r, a.err)
+	hold.Release()
+	for _, a := range []testenv.Answer{<-first, <-second} {
+		if a.Err != nil || a.Reply.Status != http.StatusCreated {
+			t.Fatalf("got %v, %v; want 201", a.Reply, a.Err)
 		}
 	}
 }

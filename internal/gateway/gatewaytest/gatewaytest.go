@@ -29,7 +29,9 @@ func Start(t testing.TB, opts gateway.Options) (*gateway.Server, string) {
 	srv := httptest.NewServer(gw.Handler())
 	t.Cleanup(func() {
 		srv.Close()
-		_ = gw.Close()
+		if err := gw.Close(); err != nil {
+			t.Errorf("gateway Close: %v", err)
+		}
 	})
 	return gw, srv.URL
 }

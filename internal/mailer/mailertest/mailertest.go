@@ -29,7 +29,9 @@ func Start(t testing.TB, opts mailer.Options) (*mailer.Server, string) {
 	srv := httptest.NewServer(m.Handler())
 	t.Cleanup(func() {
 		srv.Close()
-		_ = m.Close()
+		if err := m.Close(); err != nil {
+			t.Errorf("mailer Close: %v", err)
+		}
 	})
 	return m, srv.URL
 }
