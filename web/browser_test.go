@@ -382,8 +382,36 @@ func raceLab(t *testing.T, p page, s *stack) {
 	if d["ok"] != "true" || d["activeHolds"] != strconv.FormatInt(held, 10) || held != 1 || d["created"] != "1" {
 		t.Fatalf("seat rush: page %v, database %d active holds", d, held)
 	}
+	// Redelivery storm: two paid orders, ten copies of each one's
+	// order.paid at once; one fulfilment and one receipt each, as the live
+	// copy's tables and the lab's provider hold them, and both replicas'
+	// consumers took copies.
+	d = race(t, p, "redelivery_storm", 20)
+	ids := stormOrders(t, s, "shop_lab_live", d["run"])
+	if d["ok"] != "true" || d["target"] != "live" || d["orders"] != "2" || len(ids) != 2 {
+		t.Fatalf("redelivery storm: page %v, %d orders in the live copy", d, len(ids))
+	}
+	for _, id := range ids {
+		f := s.count(t, `SELECT count(*) FROM shop_lab_live.fulfilments WHERE order_id = $1`, id)
+		if r := receipts(t, s, s.labMailer, id); f != 1 || r != 1 {
+			t.Fatalf("redelivery storm: order %s has %d fulfilments and %d receipts at the lab's provider", id, f, r)
+		}
+	}
+	if d["fulfilments"] != "2" || d["receipts"] != "2" {
+		t.Fatalf("redelivery storm: the page says %s fulfilments and %s receipts", d["fulfilments"], d["receipts"])
+	}
+	processed := eval[string](p, `document.querySelector('#metrics tr[data-series='+JSON.stringify('shop_events_consumed_total{consumer="fulfilment",event="order.paid",outcome="processed"}')+']')?.dataset.value || '0'`)
+	deduplicated := eval[string](p, `document.querySelector('#metrics tr[data-series='+JSON.stringify('shop_events_consumed_total{consumer="fulfilment",event="order.paid",outcome="deduplicated"}')+']')?.dataset.value || '0'`)
+	if processed != "2" || deduplicated != "18" {
+		t.Errorf("the fulfilment processed %s copies and dropped %s, want 2 and 18", processed, deduplicated)
+	}
+	if n := eval[int](p, `document.querySelectorAll('#replicas li').length`); n != 2 {
+		t.Errorf("the copies were handled on %d replicas, want both", n)
+	}
+	p.screenshot("lab-redelivery-storm")
+
 	if after := realShop(t, s); after != realBefore {
-		t.Fatalf("four live runs moved the real shop: %+v, then %+v", realBefore, after)
+		t.Fatalf("five live runs moved the real shop: %+v, then %+v", realBefore, after)
 	}
 
 	// Layers off: the sandbox oversells, on its own tables; the real
@@ -441,11 +469,66 @@ func raceLab(t *testing.T, p page, s *stack) {
 		t.Fatalf("a sandbox run charged the real gateway: %d charges, then %d", len(realCharges.Items), len(stillReal.Items))
 	}
 	p.screenshot("lab-double-charge")
+
+	// A redelivery storm with only the state rule on: copies that read an
+	// order paid at once each fulfil it, in the bare sandbox schema; and
+	// the sandbox's provider, its keys forgotten, mails each copy.
+	broke = nil
+	for range 3 {
+		d = race(t, p, "redelivery_storm", 50, "idempotency", "lock", "version", "constraint")
+		ids := stormOrders(t, s, "shop_lab_bare", d["run"])
+		var rows int64
+		for _, id := range ids {
+			rows += s.count(t, `SELECT count(*) FROM shop_lab_bare.fulfilments WHERE order_id = $1`, id)
+		}
+		if d["target"] != "sandbox" || d["fulfilments"] != strconv.FormatInt(rows, 10) || len(ids) != 5 {
+			t.Fatalf("redelivery storm in the sandbox: page %v; the sandbox has %d orders, %d fulfilments", d, len(ids), rows)
+		}
+		if d["ok"] == "false" && rows > 5 && atoi(t, d["duplicateReceipts"]) > 0 {
+			broke = d
+			break
+		}
+	}
+	if broke == nil {
+		t.Errorf("three redelivery storms with only the state rule on never fulfilled an order twice")
+	}
+	p.screenshot("lab-redelivery-storm-off")
+}
+
+// stormOrders are the orders of a redelivery storm's run, in schema.
+func stormOrders(t *testing.T, s *stack, schema, run string) []string {
+	t.Helper()
+	rows, err := s.db.Query(context.Background(), `SELECT o.id::text FROM `+schema+`.orders o
+		JOIN `+schema+`.order_items i ON i.order_id = o.id WHERE i.sku = $1`, "LAB-"+run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// receipts counts the receipts of order at the mail provider at base.
+func receipts(t *testing.T, s *stack, base, order string) int {
+	t.Helper()
+	var sent struct {
+		Items []struct{} `json:"items"`
+	}
+	s.get(t, base, "/v1/messages?kind=receipt&reference="+order, "", &sent)
+	return len(sent.Items)
 }
 
 // shopRows are what the real shop holds that a race could make.
 type shopRows struct {
 	users, products, orders, payments, events, posts, likes, charges int64
+	outbox, inbox, fulfilments                                       int64
 }
 
 func realShop(t *testing.T, s *stack) shopRows {
@@ -455,14 +538,17 @@ func realShop(t *testing.T, s *stack) shopRows {
 	}
 	s.get(t, s.gateway, "/v1/charges", "", &charges)
 	return shopRows{
-		users:    s.count(t, `SELECT count(*) FROM public.users`),
-		products: s.count(t, `SELECT count(*) FROM public.products`),
-		orders:   s.count(t, `SELECT count(*) FROM public.orders`),
-		payments: s.count(t, `SELECT count(*) FROM public.payments`),
-		events:   s.count(t, `SELECT count(*) FROM public.events`),
-		posts:    s.count(t, `SELECT count(*) FROM public.posts`),
-		likes:    s.count(t, `SELECT count(*) FROM public.likes`),
-		charges:  int64(len(charges.Items)),
+		users:       s.count(t, `SELECT count(*) FROM public.users`),
+		products:    s.count(t, `SELECT count(*) FROM public.products`),
+		orders:      s.count(t, `SELECT count(*) FROM public.orders`),
+		payments:    s.count(t, `SELECT count(*) FROM public.payments`),
+		events:      s.count(t, `SELECT count(*) FROM public.events`),
+		posts:       s.count(t, `SELECT count(*) FROM public.posts`),
+		likes:       s.count(t, `SELECT count(*) FROM public.likes`),
+		charges:     int64(len(charges.Items)),
+		outbox:      s.count(t, `SELECT count(*) FROM public.watermill_outbox`),
+		inbox:       s.count(t, `SELECT count(*) FROM public.inbox`),
+		fulfilments: s.count(t, `SELECT count(*) FROM public.fulfilments`),
 	}
 }
 

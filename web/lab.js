@@ -13,6 +13,7 @@ const progress = document.getElementById('progress');
 const dots = document.getElementById('dots');
 const tally = document.getElementById('tally');
 const replicas = document.getElementById('replicas');
+const replicasNote = document.getElementById('replicas-note');
 const metrics = document.querySelector('#metrics tbody');
 const answers = document.querySelector('#answers tbody');
 
@@ -39,6 +40,7 @@ function reset(req) {
   dots.replaceChildren(...Array.from({ length: req.size }, () => el('span')));
   tally.replaceChildren();
   replicas.replaceChildren();
+  replicasNote.hidden = true;
   metrics.replaceChildren();
   answers.replaceChildren();
   progress.textContent = `0 of ${req.size} answers`;
@@ -63,7 +65,8 @@ function onAnswer(a, size) {
   if (a.code) key += ` ${a.code}`;
   if (a.replayed) key += ' (replayed)';
   bump(counts, key, tally);
-  bump(byReplica, a.replica || '?', replicas);
+  // A copy of an event names no replica; an answer that never came, '?'.
+  if (a.replica || a.status === 0) bump(byReplica, a.replica || '?', replicas);
   answers.append(el('tr', {},
     el('td', { class: 'num', text: String(a.i) }),
     el('td', {}, el('span', { class: `status s${String(a.status)[0]}`, text: String(a.status) })),
@@ -77,6 +80,11 @@ function onOutcome(o) {
   outcome.className = `outcome ${o.ok ? 'ok' : 'bad'}`;
   outcome.dataset.ok = String(o.ok);
   for (const [k, v] of Object.entries(o.facts)) outcome.dataset[k.replace(/_(.)/g, (_, c) => c.toUpperCase())] = String(v);
+  if (!byReplica.size && Object.keys(o.replicas).length) {
+    // Copies of events: the replicas are those whose consumers took them.
+    replicasNote.hidden = false;
+    replicas.replaceChildren(...Object.entries(o.replicas).sort().map(([k, n]) => el('li', { 'data-key': k }, el('span', { class: 'n', text: String(n) }), ` × ${k}`)));
+  }
   const series = Object.entries(o.metrics).sort();
   metrics.replaceChildren(...(series.length ? series.map(([k, v]) => el('tr', { 'data-series': k, 'data-value': String(v) },
     el('td', {}, el('code', { text: k })), el('td', { class: 'num', text: Number.isInteger(v) ? String(v) : v.toFixed(3) })))
@@ -123,7 +131,7 @@ async function run(req) {
         }
         const v = JSON.parse(data);
         if (event === 'start') {
-          info.textContent = `${v.scenario.replace('_', ' ')}, ${v.size} requests, layers ${v.layers}, against the ${v.target} service (run ${v.run})`;
+          info.textContent = `${v.scenario.replace('_', ' ')}, ${v.size} ${v.scenario === 'redelivery_storm' ? 'copies' : 'requests'}, layers ${v.layers}, against the ${v.target} service (run ${v.run})`;
           outcome.dataset.run = v.run;
           outcome.dataset.target = v.target;
         } else if (event === 'answer') onAnswer(v, req.size);

@@ -21,11 +21,12 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // stack is what `docker compose up` runs, in one process (apptest): two
 // replicas, api-1 and api-2, behind a round-robin balancer, a payment
 // gateway, PostgreSQL and the Redis quorum; a demo server, with the rate
-// limits on, and the race lab's own gateway.
+// limits on, and the race lab's own gateway and mail provider.
 type stack struct {
 	url        string // the balancer's
 	gateway    string
 	labGateway string // the live copy's: a lab order's charges are there
+	labMailer  string // the live copy's: a lab order's receipts are there
 	db         *pgxpool.Pool
 }
 
@@ -39,11 +40,12 @@ func startStack(t *testing.T) *stack {
 		},
 		Names:      []string{"api-1", "api-2"},
 		LabGateway: true,
+		LabMailer:  true,
 	})
 	if _, err := app.Seed(context.Background(), s.Env.DB); err != nil {
 		t.Fatal(err)
 	}
-	return &stack{url: s.BaseURL, gateway: s.GatewayURL, labGateway: s.LabGatewayURL, db: s.Env.DB}
+	return &stack{url: s.BaseURL, gateway: s.GatewayURL, labGateway: s.LabGatewayURL, labMailer: s.LabMailerURL, db: s.Env.DB}
 }
 
 // get reads path from the stack with token (may be empty) into v.

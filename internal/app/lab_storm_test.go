@@ -78,6 +78,11 @@ func TestLab_RedeliveryStormLive(t *testing.T) {
 	if run.Out.Tally["202"] != size || len(run.Out.From) != 2 {
 		t.Errorf("tally %v, counters of %v; want %d copies accepted and both replicas' counters", run.Out.Tally, run.Out.From, size)
 	}
+	// Both replicas' consumers took copies: two consumers, each handling
+	// every copy once.
+	if r := run.Out.Replicas; len(r) != 2 || r["api-1"] == 0 || r["api-2"] == 0 || r["api-1"]+r["api-2"] != 2*size {
+		t.Errorf("deliveries by replica %v, want both, %d in all", r, 2*size)
+	}
 
 	// The outcome is the live copy's tables and the lab's provider.
 	ids := stormOrders(t, e, "shop_lab_live", run.Start.Run)

@@ -52,3 +52,26 @@ func TestDeltas_AddUpReplicas(t *testing.T) {
 		t.Errorf("deltas = %v from %v; want %v from api-1, api-2", sum, from, want)
 	}
 }
+
+// A storm's copies name no replica: the replicas are those whose
+// consumers handled them, each with its deliveries, whatever their
+// outcome; the other series do not count.
+func TestHandledBy_Deliveries(t *testing.T) {
+	const (
+		processed = `shop_events_consumed_total{consumer="fulfilment",event="order.paid",outcome="processed"}`
+		dropped   = `shop_events_consumed_total{consumer="mailer",event="order.paid",outcome="deduplicated"}`
+		stopped   = `shop_conflicts_stopped_total{flow="fulfil_order",layer="idempotency"}`
+	)
+	before := map[string]map[string]float64{
+		"api-1": {processed: 1},
+		"api-2": {},
+	}
+	after := map[string]map[string]float64{
+		"api-1": {processed: 3, dropped: 7, stopped: 7},
+		"api-2": {stopped: 2},
+		"api-3": {processed: 9},
+	}
+	if got, want := handledBy(before, after), map[string]int{"api-1": 9}; !maps.Equal(got, want) {
+		t.Errorf("handledBy = %v, want %v", got, want)
+	}
+}

@@ -151,6 +151,11 @@ func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, err
 		return Outcome{}, err
 	}
 	out.Metrics, out.MetricsFrom = deltas(before, after)
+	if len(out.Replicas) == 0 {
+		// No answer names a replica (copies of events): the replicas are
+		// those whose consumers handled the copies.
+		out.Replicas = handledBy(before, after)
+	}
 	c, err := sc.check(ctx, r, out.Tally)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("check: %w", err)

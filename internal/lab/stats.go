@@ -141,3 +141,25 @@ func deltas(before, after map[string]map[string]float64) (map[string]float64, []
 	slices.Sort(from)
 	return sum, from
 }
+
+// handledBy counts, for each replica seen before and after, the
+// deliveries its consumers handled in between, whatever their outcome.
+func handledBy(before, after map[string]map[string]float64) map[string]int {
+	out := map[string]int{}
+	for replica, a := range after {
+		b, ok := before[replica]
+		if !ok {
+			continue
+		}
+		n := 0.0
+		for k, d := range delta(b, a) {
+			if strings.HasPrefix(k, "shop_events_consumed_total{") {
+				n += d
+			}
+		}
+		if n > 0 {
+			out[replica] = int(n)
+		}
+	}
+	return out
+}
