@@ -28,6 +28,26 @@
 // second charge, a seat held twice — next to the same run with every
 // layer on.
 //
+// One race is not made of requests: the redelivery storm races the
+// consumers of events (package outbox). Its setup pays N/10 orders
+// through the API; its N "requests" are ten copies of each order's
+// order.paid, as the copy's outbox holds it, written into the copy's
+// stream in one transaction (Broker), so that the consumers find them
+// there together, as they find what a broker hands out again after a
+// consumer crashed or Redis failed over, before any copy was handled.
+// The run waits until every consumer has acknowledged every copy, then
+// counts each order's fulfilments in the database and its receipts at
+// the copy's mail provider. The copies run the shop's consumers, the
+// fulfilment (the inbox, the order's lock, the state rule, the version,
+// fulfilments_pkey) and the mail (the inbox, the state rule, the
+// provider's key), on streams and with a mail provider of the lab's own
+// (MailReplayed counts what the provider's key stopped), so no lab event
+// reaches the shop's consumers and no lab receipt its provider. In a
+// sandbox the idempotency layer is the consumers' inbox and the
+// provider's memory of keys: with it off, copies are mailed again; with
+// only the state rule on, copies that read an order paid at once each
+// fulfil it.
+//
 // The lab is an amplifier if left open: a race is started by a
 // registered user, counted against that user's limit (SHOP_RATE_LIMIT_LAB),
 // N is bounded, one run at a time per replica, and it answers 404 unless

@@ -94,8 +94,9 @@ type Config struct {
 	// Replica names this replica in the stats.
 	Replica string
 	// Live returns the live copy: the service with every layer on, reached
-	// through the public address like any client's request, but on tables
-	// and a gateway of its own, so a run never writes to the real shop.
+	// through the public address like any client's request, but on tables,
+	// a gateway, a mail provider and event streams of its own, so a run
+	// never writes to the real shop.
 	Live func(ctx context.Context) (Target, error)
 	// LiveMetrics is this replica's live copy's registry, whose counters
 	// GET /v1/lab/stats reports; nil before its first request.
