@@ -337,7 +337,7 @@ func judgeAnswers(answers []answer, sc scenario, fail func(string, ...any)) (lon
 }
 
 func (r result) line() string {
-	return fmt.Sprintf("row %s %s: sent %d; useful/s before %.1f, during %.1f, after %.1f (%s); floors: %s; longest wait %s, failovers %d; recovered in %s; p99 during %s; %s; %s; books: %d paid, %d charges (%d refunded); flash sold %d of %d stocked; likes %d; %s %s; anomalies %d",
+	return fmt.Sprintf("row %s %s: sent %d; useful/s before %.1f, during %.1f, after %.1f (%s); floors: %s; longest wait %s, failovers %d; recovered in %s; p99 during %s; %s; %s; books: %d paid, %d charges (%d refunded); flash sold %d of %d stocked; likes %d; %s; %s; anomalies %d",
 		r.sc.row, r.name, r.sent, r.before.rate(), r.during.rate(), r.after.rate(), r.perFlow, strings.Join(r.floors, "; "),
 		r.longest.Round(time.Millisecond), r.failovers, fmtRecover(r.recover),
 		r.p99During.Round(time.Millisecond), r.layers, r.extra, r.audit.books.Paid, r.audit.books.Charges, r.audit.books.Refunded,
