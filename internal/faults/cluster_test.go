@@ -256,28 +256,25 @@ type process struct {
 	done       chan struct{}
 }
 
-func (c *cluster) startGateway() {
-	c.gw = &process{
-		name: "gateway", args: []string{"gateway"}, url: "http://" + c.gwAddr,
-		env: []string{
-			"SHOP_GATEWAY_ADDR=" + c.gwAddr,
-			"SHOP_GATEWAY_JOURNAL=" + filepath.Join(c.dir, "gateway-journal.jsonl"),
-		},
-	}
-	c.start(c.gw, "/healthz")
-}
+func (c *cluster) startGateway() { c.gw = c.startProvider("gateway", c.gwAddr) }
 
 // startMailer starts the stand-in mail provider, its journal on disk, so
 // that a kill and restart keeps the messages and the keys that sent them.
-func (c *cluster) startMailer() {
-	c.mailer = &process{
-		name: "mailer", args: []string{"mailer"}, url: "http://" + c.mailAddr,
+func (c *cluster) startMailer() { c.mailer = c.startProvider("mailer", c.mailAddr) }
+
+// startProvider starts `shop gateway` or `shop mailer` (name) on addr,
+// its journal in the cluster's directory, and waits until it answers.
+func (c *cluster) startProvider(name, addr string) *process {
+	upper := strings.ToUpper(name)
+	p := &process{
+		name: name, args: []string{name}, url: "http://" + addr,
 		env: []string{
-			"SHOP_MAILER_ADDR=" + c.mailAddr,
-			"SHOP_MAILER_JOURNAL=" + filepath.Join(c.dir, "mailer-journal.jsonl"),
+			"SHOP_" + upper + "_ADDR=" + addr,
+			"SHOP_" + upper + "_JOURNAL=" + filepath.Join(c.dir, name+"-journal.jsonl"),
 		},
 	}
-	c.start(c.mailer, "/healthz")
+	c.start(p, "/healthz")
+	return p
 }
 
 func (c *cluster) startReplica(i int) *process {

@@ -207,12 +207,10 @@ func Stored(ctx context.Context, db Querier, names ...string) ([]Event, error) {
 	}
 	events := make([]Event, 0, len(raw))
 	for _, r := range raw {
-		var env envelope
-		if err := json.Unmarshal([]byte(r), &env); err != nil {
-			return nil, fmt.Errorf("event envelope: %w", err)
+		_, m, err := unwrap(r)
+		if err != nil {
+			return nil, err
 		}
-		m := message.NewMessage(env.UUID, env.Payload)
-		m.Metadata = env.Metadata
 		e, err := FromMessage(m)
 		if err != nil {
 			return nil, err
