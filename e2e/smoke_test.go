@@ -60,6 +60,7 @@ func TestStack(t *testing.T) {
 		{"ReplicaAndRedisNodeDown", sc.replicaAndRedisNodeDown},
 		{"GatewayChargedOnce", sc.gatewayChargedOnce},
 		{"BooksBalance", sc.booksBalance},
+		{"MailedAndFulfilledOnce", sc.mailedAndFulfilledOnce},
 	}
 	for _, st := range steps {
 		if !t.Run(st.name, func(t *testing.T) { st.run(contract.WithReporter(ctx, t), t) }) {

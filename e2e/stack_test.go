@@ -31,6 +31,7 @@ type stack struct {
 	env        []string
 	base       string // the balancer, http://127.0.0.1:<port>
 	gateway    string // the payment gateway, http://127.0.0.1:<port>
+	mailer     string // the mail provider, http://127.0.0.1:<port>
 	adminToken string
 }
 
@@ -45,7 +46,8 @@ func startStack(ctx context.Context, t *testing.T) *stack {
 	}
 	port := envOr("SHOP_E2E_PORT", "18080")
 	gwPort := envOr("SHOP_E2E_GATEWAY_PORT", "18081")
-	for name, p := range map[string]string{"SHOP_E2E_PORT": port, "SHOP_E2E_GATEWAY_PORT": gwPort} {
+	mailPort := envOr("SHOP_E2E_MAILER_PORT", "18082")
+	for name, p := range map[string]string{"SHOP_E2E_PORT": port, "SHOP_E2E_GATEWAY_PORT": gwPort, "SHOP_E2E_MAILER_PORT": mailPort} {
 		ln, err := net.Listen("tcp", "127.0.0.1:"+p)
 		if err != nil {
 			t.Fatalf("port %s is taken (set %s): %v", p, name, err)
@@ -57,11 +59,12 @@ func startStack(ctx context.Context, t *testing.T) *stack {
 		project:    "shop-e2e-" + strings.ToLower(rand.Text()[:8]),
 		base:       "http://127.0.0.1:" + port,
 		gateway:    "http://127.0.0.1:" + gwPort,
+		mailer:     "http://127.0.0.1:" + mailPort,
 		adminToken: "e2e-admin-" + rand.Text(),
 	}
 	// The smoke test registers and orders far faster than a person, from
 	// one address: it runs with the rate limits off, as a load test would.
-	s.env = append(os.Environ(), "SHOP_PORT="+port, "SHOP_GATEWAY_PORT="+gwPort, "SHOP_ADMIN_TOKEN="+s.adminToken,
+	s.env = append(os.Environ(), "SHOP_PORT="+port, "SHOP_GATEWAY_PORT="+gwPort, "SHOP_MAILER_PORT="+mailPort, "SHOP_ADMIN_TOKEN="+s.adminToken,
 		"SHOP_RATE_LIMIT=off")
 	t.Logf("compose: %s -p %s, balancer on %s", strings.Join(compose, " "), s.project, s.base)
 

@@ -10,7 +10,7 @@ const (
 
 // Flows are the matrices docs/ABLATION.md shows, in its order.
 func Flows() []Flow {
-	return []Flow{CreateOrder(), CancelOrder(), PayOrder(), LikePost(), HoldSeats()}
+	return []Flow{CreateOrder(), CancelOrder(), PayOrder(), LikePost(), HoldSeats(), FulfilOrder(), MailReceipt()}
 }
 
 // CreateOrder is the matrix of POST /v1/orders (TestAblation_CreateOrder).
@@ -118,5 +118,52 @@ func HoldSeats() Flow {
 			{Layers: off(lck, version, constraint), Why: "the state rule asked again in the write (status = 'available'): of two holds that read a seat available, the second's write finds it held, writes nothing, and re-reads it"},
 			{Layers: off(lck, state, version, constraint), Breaks: true,
 				Why: "nothing serialises the holds and nothing conditions their write: holds read the same seats available before any of them commits, and each writes them held"},
+		}}
+}
+
+// FulfilOrder is the matrix of the fulfilment, the consumer of order.paid
+// that ships each paid order once (TestAblation_FulfilOrder). Its layers
+// are the consumer's: the pay flow that wrote the events keeps all of
+// its own.
+func FulfilOrder() Flow {
+	return Flow{Name: "fulfil_order", Test: "TestAblation_FulfilOrder",
+		Rows: []Row{
+			{Why: "every layer: the first copy to commit its inbox row wins, and a copy that races it waits on that row and finds it written"},
+			{Layers: off(idem), Why: "no inbox: the lock on order:{id} serialises the copies, and each after the first finds the order fulfilled (the state rule)"},
+			{Layers: off(lck), Why: "the inbox row, in the move's transaction: copies that read the order at once each insert it, and the second waits for the first to commit and then inserts nothing"},
+			{Layers: off(state), Why: "the inbox: a copy that would fulfil a fulfilled order never gets that far"},
+			{Layers: off(version), Why: "the inbox and the lock"},
+			{Layers: off(constraint), Why: "the inbox and the lock"},
+			{Layers: off(layers.Database...), Why: "the inbox and the lock alone: the inbox row decides, in the transaction that would make the move"},
+			{Layers: off(lck, layers.State, version, constraint), Why: "the inbox alone: a consumer's inbox row is a unique key on (consumer, event), written in the same transaction as the effect, so two copies of one event cannot both commit it"},
+			{Layers: off(idem, layers.State, version, constraint), Breaks: true,
+				Why: "no inbox and no rule: the lock serialises the copies, but each applies no rule to the order it reads, writes fulfilled again and ships it again. An order shipped more than once (two fulfilment rows)"},
+			{Layers: off(idem, lck, version, constraint), Breaks: true,
+				Why: "the race the version check exists for: copies read the order paid before any of them commits, each moves it to fulfilled, and nothing refuses the second shipment"},
+		}}
+}
+
+// PublishAfterCommit is MailReceipt's variant without the outbox: the pay
+// flow publishes its events once it has committed.
+const PublishAfterCommit = "publish after the commit"
+
+// MailReceipt is the matrix of the receipts, the mail consumer of
+// order.paid (TestAblation_MailReceipt). Its one layer of its own is the
+// inbox; its variant takes the outbox away from the pay flow that writes
+// the events.
+func MailReceipt() Flow {
+	return Flow{Name: "mail_receipt", Test: "TestAblation_MailReceipt",
+		Absent: map[layers.Layer]string{
+			lck:          "the mail takes no lock: no transaction is open during the provider call, and copies that race each other are one mail by the provider's key (the event's id)",
+			layers.State: "the receipt is sent only while the order is paid, but an order.paid is in the outbox only for a payment that committed, and an order leaves paid only to be fulfilled: in this scenario the rule can only say yes, so a row without it would switch nothing",
+			version:      "the mail writes no row of the shop's but its inbox row: there is no version to check",
+			constraint:   "the inbox's key (inbox_pkey) is named in its ON CONFLICT and stays; the mail itself is the provider's",
+		},
+		Rows: []Row{
+			{Why: "the inbox: every copy after the first finds the event's row and sends nothing, long after the provider forgot the key"},
+			{Layers: off(idem), Breaks: true,
+				Why: "no inbox: each copy that comes after the provider forgot the event's key is a new mail. Receipts sent more than once"},
+			{Variant: PublishAfterCommit, Breaks: true,
+				Why: "no outbox: the pay flow publishes its event after its commit, and a process that dies between the two (every third publish dropped) loses it. Paid orders with no receipt, and no row left to redeliver them from"},
 		}}
 }

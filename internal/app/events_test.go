@@ -10,12 +10,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/mailer"
 	"github.com/shop-example/shop/internal/notify"
-	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
@@ -198,80 +196,4 @@ func lagZero(t *testing.T, r *outbox.Relay) bool {
 		t.Fatalf("lag: %v", err)
 	}
 	return lag == 0
-}
-
-// TestEvents_InboxOff: with the consumers' inbox off, a redelivery that
-// comes after the provider forgot its key (a millisecond here; a day at
-// most providers) is a second receipt. The fulfilment still ships each
-// order once: its state rule and fulfilments_pkey hold without the inbox.
-// With the inbox on, the same redeliveries are dropped.
-func TestEvents_InboxOff(t *testing.T) {
-	vars := map[string]string{"SHOP_MAILER_KEY_TTL": "1ms"}
-	for k, v := range eventVars {
-		vars[k] = v
-	}
-	for _, c := range []struct {
-		name   string
-		layers layers.Set
-		broken bool
-	}{
-		{"InboxOff", layers.Off(layers.Idempotency), true},
-		{"InboxOn", layers.Set{}, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := apptest.NewWith(t, 2, vars, app.Deps{Events: app.EventDeps{Consumers: c.layers}})
-			runEvents(t, e)
-			paid := paidOrders(t, e, "EVT-INBOX", 6)
-			// Long enough for every event's first delivery and three
-			// redeliveries (1 s, 2 s, 4 s after it was written).
-			time.Sleep(8 * time.Second)
-			total, missing, extra := receipts(e.Mailer, paid)
-			fulfilled := e.Count(t, `SELECT count(*) FROM fulfilments`)
-			redelivered := e.Count(t, `SELECT coalesce(sum(attempts), 0) FROM outbox_redeliveries`)
-			t.Logf("%s: %d receipts for %d orders (%d missing, %d extra), %d fulfilments, %d redeliveries",
-				c.name, total, len(paid), missing, extra, fulfilled, redelivered)
-			if missing != 0 || fulfilled != len(paid) {
-				t.Errorf("%d receipts missing, %d of %d orders fulfilled", missing, fulfilled, len(paid))
-			}
-			if c.broken {
-				if extra == 0 {
-					t.Errorf("no duplicate receipt: the inbox was off and %d redeliveries came after the key was forgotten", redelivered)
-				}
-				return
-			}
-			if extra != 0 {
-				t.Errorf("%d duplicate receipts with the inbox on", extra)
-			}
-			if redelivered != 0 {
-				t.Errorf("%d redeliveries: every event was recorded in time", redelivered)
-			}
-		})
-	}
-}
-
-// TestEvents_PublishAfterCommit: without the outbox, a flow that publishes
-// its events after its commit loses each one whose process dies between
-// the two (here: every third publish dropped, as a SIGKILL there would).
-// Those paid orders never get a receipt nor a fulfilment, and nothing can
-// find them again: no row says the event was owed.
-func TestEvents_PublishAfterCommit(t *testing.T) {
-	var n atomic.Int64
-	lost := func() bool { return n.Add(1)%3 == 0 }
-	e := apptest.NewWith(t, 2, eventVars, app.Deps{Events: app.EventDeps{PublishAfterCommit: true, Lost: lost}})
-	runEvents(t, e)
-	paid := paidOrders(t, e, "EVT-AFTER", 9)
-	time.Sleep(4 * time.Second) // past the redelivery, which has nothing to redeliver
-	total, missing, _ := receipts(e.Mailer, paid)
-	fulfilled := e.Count(t, `SELECT count(*) FROM fulfilments`)
-	t.Logf("publish after commit, %d publishes dropped: %d receipts for %d paid orders (%d missing), %d fulfilled, %d events in the outbox",
-		n.Load()/3, total, len(paid), missing, fulfilled, e.Count(t, `SELECT count(*) FROM watermill_outbox`))
-	if missing == 0 {
-		t.Errorf("every paid order got its receipt, though %d publishes after a commit were dropped", n.Load()/3)
-	}
-	if fulfilled == len(paid) {
-		t.Error("every paid order was fulfilled, though events were dropped")
-	}
-	if got := e.Count(t, `SELECT count(*) FROM watermill_outbox`); got != 0 {
-		t.Errorf("%d events in the outbox: the outbox was supposed to be off", got)
-	}
 }

@@ -347,17 +347,10 @@ func distinct(ids []string) []string {
 // e's database: the rows with layer 4 off.
 func dropSchemeConstraints(t *testing.T, e *apptest.Env) {
 	t.Helper()
-	drops := slices.Clone(requestKeyConstraints)
-	for _, name := range schemeDrops {
-		c, ok := postgres.Lookup(app.Layer4, name)
-		if !ok {
-			t.Fatalf("%s is in no flow's catalogue of constraints (app.Layer4)", name)
-		}
-		drops = append(drops, c)
-	}
-	for _, c := range drops {
+	for _, c := range requestKeyConstraints {
 		if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
 			t.Fatalf("%s: %v", c.Drop(), err)
 		}
 	}
+	e.Drop(t, schemeDrops...)
 }

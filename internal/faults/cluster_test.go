@@ -45,6 +45,13 @@ var replicaTimings = []string{
 	"SHOP_JOB_INTERVAL=500ms",
 	"SHOP_SHUTDOWN_DRAIN=2s",
 	"SHOP_DB_MAX_CONNS=8",
+	// The events: a mail that has not answered in a second is sent again
+	// with its key, and an event a consumer has not recorded two seconds
+	// after its commit is published again from the outbox (production:
+	// 3 s and 30 s), so that the audit after each scenario sees every
+	// event through.
+	"SHOP_MAILER_TIMEOUT=1s",
+	"SHOP_OUTBOX_REDELIVER_AFTER=2s",
 	// Not a fault of the suite: the limits would refuse its few users'
 	// hundreds of requests a second.
 	"SHOP_RATE_LIMIT=off",
@@ -68,6 +75,9 @@ type cluster struct {
 	gw       *process
 	gwAddr   string
 	gwPx     *toxiproxy.Proxy
+	mailer   *process
+	mailAddr string
+	mailPx   *toxiproxy.Proxy
 	replicas []*process
 	lockMode string
 	// extraEnv overrides replicaTimings for the scenario running now;
@@ -168,6 +178,9 @@ func startCluster(t *testing.T, lockMode string) *cluster {
 	c.gwAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	c.startGateway()
 	c.gwPx = c.proxy("gateway", c.gwAddr)
+	c.mailAddr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	c.startMailer()
+	c.mailPx = c.proxy("mailer", c.mailAddr)
 	for i := range 2 {
 		c.replicas = append(c.replicas, c.startReplica(i))
 	}
@@ -196,7 +209,7 @@ func (c *cluster) toxic(p *toxiproxy.Proxy, name, typ, stream string, attrs stri
 
 // heal removes every toxic from every proxy and starts any stopped one.
 func (c *cluster) heal() {
-	for _, p := range append([]*toxiproxy.Proxy{c.pg, c.gwPx}, c.redisPx...) {
+	for _, p := range append([]*toxiproxy.Proxy{c.pg, c.gwPx, c.mailPx}, c.redisPx...) {
 		p.Toxics.ResetToxics(context.Background())
 		_ = p.Start() // a no-op error when it runs
 	}
@@ -243,15 +256,25 @@ type process struct {
 	done       chan struct{}
 }
 
-func (c *cluster) startGateway() {
-	c.gw = &process{
-		name: "gateway", args: []string{"gateway"}, url: "http://" + c.gwAddr,
+func (c *cluster) startGateway() { c.gw = c.startProvider("gateway", c.gwAddr) }
+
+// startMailer starts the stand-in mail provider, its journal on disk, so
+// that a kill and restart keeps the messages and the keys that sent them.
+func (c *cluster) startMailer() { c.mailer = c.startProvider("mailer", c.mailAddr) }
+
+// startProvider starts `shop gateway` or `shop mailer` (name) on addr,
+// its journal in the cluster's directory, and waits until it answers.
+func (c *cluster) startProvider(name, addr string) *process {
+	upper := strings.ToUpper(name)
+	p := &process{
+		name: name, args: []string{name}, url: "http://" + addr,
 		env: []string{
-			"SHOP_GATEWAY_ADDR=" + c.gwAddr,
-			"SHOP_GATEWAY_JOURNAL=" + filepath.Join(c.dir, "gateway-journal.jsonl"),
+			"SHOP_" + upper + "_ADDR=" + addr,
+			"SHOP_" + upper + "_JOURNAL=" + filepath.Join(c.dir, name+"-journal.jsonl"),
 		},
 	}
-	c.start(c.gw, "/healthz")
+	c.start(p, "/healthz")
+	return p
 }
 
 func (c *cluster) startReplica(i int) *process {
@@ -273,6 +296,7 @@ func (c *cluster) replicaProcess(i int) *process {
 			"SHOP_DATABASE_URL=" + c.viaProxy(),
 			"SHOP_REDIS_ADDRS=" + c.redisAddrs(),
 			"SHOP_GATEWAY_URL=http://" + c.gwPx.Listen,
+			"SHOP_MAILER_URL=http://" + c.mailPx.Listen,
 			"SHOP_ADMIN_TOKEN=" + adminToken,
 			"SHOP_LOCK_MODE=" + c.lockMode,
 		}, slices.Concat(replicaTimings, c.extraEnv, c.replicaEnv[i])...),

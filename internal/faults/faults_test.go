@@ -64,8 +64,10 @@ type scenario struct {
 	stopsReplica bool
 	// lockMode the replicas run in; "" is degrade.
 	lockMode string
-	// env overrides the replicas' timings for this scenario.
-	env []string
+	// env overrides the replicas' timings for this scenario; replicaEnv,
+	// one replica's settings.
+	env        []string
+	replicaEnv map[int][]string
 	// isolate: once the fault ends, replica 0 gets no more requests, so
 	// what it does afterwards is only the work it had in hand.
 	isolate bool
@@ -98,6 +100,8 @@ type result struct {
 	failures              []string // the checks the run failed
 	anomalies             []string
 	seatHistory           string // the porcupine check's verdict, when the scenario has one
+	eventsAudit           eventsAudit
+	events                string // what the relay and the consumers did, and the audit
 }
 
 func TestFaults(t *testing.T) {
@@ -170,8 +174,9 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	if mode == "" {
 		mode = "degrade"
 	}
-	if c.lockMode != mode || strings.Join(c.extraEnv, " ") != strings.Join(sc.env, " ") {
-		c.lockMode, c.extraEnv, c.replicaEnv = mode, sc.env, nil
+	// fmt prints a map's keys in order: equal settings print the same.
+	if fmt.Sprint(c.lockMode, c.extraEnv, c.replicaEnv) != fmt.Sprint(mode, sc.env, sc.replicaEnv) {
+		c.lockMode, c.extraEnv, c.replicaEnv = mode, sc.env, sc.replicaEnv
 		for i := range c.replicas {
 			c.restartReplica(i)
 		}
@@ -247,6 +252,9 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	r.layers = counterDelta(countersAt, countersEnd)
 	r.audit = check(t, c, w, h)
 	r.anomalies = append(r.anomalies, r.audit.problems...)
+	r.eventsAudit = checkEvents(t, c)
+	r.anomalies = append(r.anomalies, r.eventsAudit.problems...)
+	r.events = eventsLine(counterSums(countersAt, snapshotCounters(c)), r.eventsAudit)
 	if sc.linearizable {
 		res, n, unknown := w.seats.check(time.Minute)
 		r.seatHistory = fmt.Sprintf("seat history %s (%d operations, %d without a definite answer)", res, n, unknown)
@@ -329,11 +337,11 @@ func judgeAnswers(answers []answer, sc scenario, fail func(string, ...any)) (lon
 }
 
 func (r result) line() string {
-	return fmt.Sprintf("row %s %s: sent %d; useful/s before %.1f, during %.1f, after %.1f (%s); floors: %s; longest wait %s, failovers %d; recovered in %s; p99 during %s; %s; %s; books: %d paid, %d charges (%d refunded); flash sold %d of %d stocked; likes %d; %s anomalies %d",
+	return fmt.Sprintf("row %s %s: sent %d; useful/s before %.1f, during %.1f, after %.1f (%s); floors: %s; longest wait %s, failovers %d; recovered in %s; p99 during %s; %s; %s; books: %d paid, %d charges (%d refunded); flash sold %d of %d stocked; likes %d; %s; %s; anomalies %d",
 		r.sc.row, r.name, r.sent, r.before.rate(), r.during.rate(), r.after.rate(), r.perFlow, strings.Join(r.floors, "; "),
 		r.longest.Round(time.Millisecond), r.failovers, fmtRecover(r.recover),
 		r.p99During.Round(time.Millisecond), r.layers, r.extra, r.audit.books.Paid, r.audit.books.Charges, r.audit.books.Refunded,
-		r.audit.sold["SKU-FLASH"], r.audit.stocked, r.audit.liked, answersLine(r.answers), len(r.anomalies))
+		r.audit.sold["SKU-FLASH"], r.audit.stocked, r.audit.liked, answersLine(r.answers), r.events, len(r.anomalies))
 }
 
 func fmtRecover(d time.Duration) string {
@@ -496,8 +504,45 @@ func scenarios() []scenario {
 			env:    []string{"SHOP_KEY_SCHEME=1"},
 			floors: half("one replica of two serves while the other drains and starts, with the machine's two cores to itself; a request in hand on the stopping one finishes in its drain, and a new one is refused its connection and fails over at once"),
 			fault:  rollingRestart, observe: keySchemes, report: reportKeySchemes},
+		// The events (events_test.go audits them after every row): replica
+		// 1 relays and consumes nothing, so replica 0's relay is the only
+		// one, and its kill leaves every event committed after it
+		// unpublished until it is back; the mailer holds back its answers
+		// a moment after sending, so the kill also falls between a mail
+		// sent and its inbox row.
+		{row: "10", flows: []string{flowPay, flowSeats}, stopsReplica: true,
+			replicaEnv: map[int][]string{1: {"SHOP_EVENTS=off"}},
+			floors:     half("the other replica has the machine's two cores to itself; the requests in hand on the killed one fail over at once (connection reset)"),
+			fault: func(t *testing.T, c *cluster) func() {
+				c.mailerFaults(0, 300*time.Millisecond)
+				time.Sleep(time.Second) // mails in flight
+				c.replicas[0].kill()
+				return func() {
+					c.mailerFaults(0, 0)
+					c.restartReplica(0)
+				}
+			}},
+		{row: "11a", flows: []string{flowPay, flowSeats}, floors: afterTheCommit,
+			fault: func(t *testing.T, c *cluster) func() {
+				c.mailerFaults(0, 2*time.Second)
+				return func() { c.mailerFaults(0, 0) }
+			}},
+		{row: "11b", flows: []string{flowPay, flowSeats}, floors: afterTheCommit,
+			fault: func(t *testing.T, c *cluster) func() {
+				c.mailerFaults(0.5, 0)
+				return func() { c.mailerFaults(0, 0) }
+			}},
+		{row: "11c", flows: []string{flowPay, flowSeats}, floors: afterTheCommit,
+			fault: func(t *testing.T, c *cluster) func() {
+				c.mailer.kill()
+				return c.startMailer
+			}},
 	}
 }
+
+// afterTheCommit is the floor of a mail provider's fault: the mail is sent
+// by a consumer after the commit, so no request waits for it.
+var afterTheCommit = half("the mail is sent after the commit, by the consumers: no request waits for the provider")
 
 // rollFor is scenario 9's fault phase: two replicas drained (up to
 // SHOP_SHUTDOWN_DRAIN, 2 s, each) and started again, with room to spare.

@@ -141,6 +141,7 @@ func counters(p *process) map[string]float64 {
 			}
 		}
 	})
+	eventCounts(p, out)
 	return out
 }
 

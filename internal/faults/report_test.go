@@ -99,11 +99,12 @@ func (r *report) body(c *cluster, results []result) string {
 		if n := len(res.failures) + len(res.anomalies); n > 0 {
 			verdict = fmt.Sprintf("**failed** (%d)", n)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f → %.1f → %.1f | %s | %s | %d | %s | %s | %s | %s; %d paid, %d charges, %d refunded; flash %d/%d sold; %d likes; %d seats booked |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f → %.1f → %.1f | %s | %s | %d | %s | %s | %s | %s; %d paid, %d charges, %d refunded; flash %d/%d sold; %d likes; %d seats booked; %d receipts, %d ticket mails |\n",
 			res.sc.row, res.name, strings.Join(flows, ", "), res.sent, res.before.rate(), res.during.rate(), res.after.rate(),
 			strings.Join(res.floors, "; "), res.longest.Round(time.Millisecond), res.failovers, res.p99During.Round(time.Millisecond),
 			fmtRecover(res.recover), verdict, audits, res.audit.books.Paid, res.audit.books.Charges,
-			res.audit.books.Refunded, res.audit.sold["SKU-FLASH"], res.audit.stocked, res.audit.liked, res.audit.tickets)
+			res.audit.books.Refunded, res.audit.sold["SKU-FLASH"], res.audit.stocked, res.audit.liked, res.audit.tickets,
+			res.eventsAudit.receipts, res.eventsAudit.tickets)
 	}
 	fmt.Fprintln(&b, "\nThe floors, and why each is where it is:")
 	fmt.Fprintln(&b)
@@ -132,6 +133,11 @@ func (r *report) body(c *cluster, results []result) string {
 	fmt.Fprintln(&b)
 	for _, res := range results {
 		fmt.Fprintf(&b, "- %s: %s\n", res.sc.row, res.perFlow)
+	}
+	fmt.Fprintln(&b, "\nThe events after the commit: what the relays and the consumers counted over each scenario, and the audit after it (cumulative over the run: every order paid so far, every booking):")
+	fmt.Fprintln(&b)
+	for _, res := range results {
+		fmt.Fprintf(&b, "- %s: %s\n", res.sc.row, res.events)
 	}
 	fmt.Fprintln(&b, "\nWhat the replicas counted over each scenario (their /metrics):")
 	fmt.Fprintln(&b)

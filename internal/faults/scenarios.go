@@ -37,6 +37,10 @@ func Scenarios() []Scenario {
 		{"7c", "PostgreSQL blackholed for 4 s"},
 		{"8", "every Redis node 500 ms slower (past the per-node timeout)"},
 		{"9", "rolling restart (SIGTERM, drain, start, one replica after the other), replica 0 moved from key scheme 1 to 2"},
+		{"10", "the only relay SIGKILLed with events committed and not published, mails in flight; restarted"},
+		{"11a", "mailer slow (2 s, beyond the 1 s mail timeout)"},
+		{"11b", "mailer failing (half of new messages answer 503)"},
+		{"11c", "mailer SIGKILLed, restarted"},
 	}
 }
 

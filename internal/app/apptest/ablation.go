@@ -24,18 +24,26 @@ func NewAblation(t *testing.T, row ablation.Row, deps app.Deps, dropped ...strin
 	deps.Layers = row.Layers
 	e := NewWith(t, 2, map[string]string{"SHOP_LOCK_MODE": "strict"}, deps)
 	if !row.Layers.On(layers.Constraint) {
-		if len(dropped) == 0 {
-			t.Fatal("the constraints are off, but the flow names none to drop")
-		}
-		for _, name := range dropped {
-			c, ok := postgres.Lookup(app.Layer4, name)
-			if !ok {
-				t.Fatalf("%s is in no flow's catalogue of constraints (app.Layer4)", name)
-			}
-			if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
-				t.Fatalf("%s: %v", c.Drop(), err)
-			}
-		}
+		e.Drop(t, dropped...)
 	}
 	return e
+}
+
+// Drop drops the constraints named (from the flows' catalogues, app.Layer4)
+// from the test's database: layer 4 off. Naming none fails the test: the
+// row's switch would switch nothing.
+func (e *Env) Drop(t testing.TB, names ...string) {
+	t.Helper()
+	if len(names) == 0 {
+		t.Fatal("the constraints are off, but the flow names none to drop")
+	}
+	for _, name := range names {
+		c, ok := postgres.Lookup(app.Layer4, name)
+		if !ok {
+			t.Fatalf("%s is in no flow's catalogue of constraints (app.Layer4)", name)
+		}
+		if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
+			t.Fatalf("%s: %v", c.Drop(), err)
+		}
+	}
 }

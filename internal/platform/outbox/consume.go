@@ -168,6 +168,7 @@ const ConstraintInbox = "inbox_pkey"
 // Querier runs a query: a pool or a transaction.
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // Seen reports whether consumer has recorded e in its inbox.

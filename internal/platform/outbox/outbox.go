@@ -189,6 +189,37 @@ func publish(ctx context.Context, db wsql.ContextExecutor, events []Event) error
 	return nil
 }
 
+// sqlStored reads the events of some names in the order they were
+// written.
+const sqlStored = `SELECT payload::text FROM watermill_outbox
+	WHERE payload->>'destination_topic' = ANY($1) ORDER BY "offset"`
+
+// Stored returns the events of the given names the outbox holds, in the
+// order they were written: what a redelivery would publish again.
+func Stored(ctx context.Context, db Querier, names ...string) ([]Event, error) {
+	rows, err := db.Query(ctx, sqlStored, names)
+	if err != nil {
+		return nil, fmt.Errorf("stored events: %w", err)
+	}
+	raw, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("stored events: %w", err)
+	}
+	events := make([]Event, 0, len(raw))
+	for _, r := range raw {
+		_, m, err := unwrap(r)
+		if err != nil {
+			return nil, err
+		}
+		e, err := FromMessage(m)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, e)
+	}
+	return events, nil
+}
+
 // schema is watermill-sql's PostgreSQL schema; the migration created its
 // table, so the publisher never creates one inside a flow's transaction.
 var schema = wsql.DefaultPostgreSQLSchema{}

@@ -224,6 +224,18 @@ type envelope struct {
 	Metadata         map[string]string `json:"metadata"`
 }
 
+// unwrap reads an outbox row's envelope: the stream it goes to, and the
+// message as it was written.
+func unwrap(raw string) (topic string, m *message.Message, err error) {
+	var env envelope
+	if err := json.Unmarshal([]byte(raw), &env); err != nil {
+		return "", nil, fmt.Errorf("event envelope: %w", err)
+	}
+	m = message.NewMessage(env.UUID, env.Payload)
+	m.Metadata = env.Metadata
+	return env.DestinationTopic, m, nil
+}
+
 // Redeliver publishes again each due event (see sqlRedeliver) and
 // returns how many it published.
 func (r *Relay) Redeliver(ctx context.Context) (int, error) {
@@ -246,19 +258,17 @@ func (r *Relay) Redeliver(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, raw := range envs {
-		var env envelope
-		if err := json.Unmarshal([]byte(raw), &env); err != nil {
-			return n, fmt.Errorf("event envelope: %w", err)
+		topic, m, err := unwrap(raw)
+		if err != nil {
+			return n, err
 		}
-		m := message.NewMessage(env.UUID, env.Payload)
-		m.Metadata = env.Metadata
 		m.SetContext(ctx)
 		// The claim is made: an event whose publish fails now waits its
 		// pause and is tried again.
-		if err := r.pub.Publish(env.DestinationTopic, m); err != nil {
+		if err := r.pub.Publish(topic, m); err != nil {
 			return n, fmt.Errorf("publish again: %w", err)
 		}
-		r.opts.Metrics.redelivered(env.Metadata[metaEvent])
+		r.opts.Metrics.redelivered(m.Metadata.Get(metaEvent))
 		n++
 	}
 	return n, nil
