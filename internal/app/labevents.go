@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -52,8 +53,8 @@ const forgetfulKeys = time.Millisecond
 // labEvents are a lab copy's consumers, running, and its stream as the
 // lab's broker (lab.Broker).
 type labEvents struct {
-	ev     *events // the copy's consumers and Redis client
-	app    *App
+	ev     *events       // the copy's consumers and Redis client
+	db     *pgxpool.Pool // the copy's tables, its outbox among them
 	stop   context.CancelFunc
 	done   chan struct{}
 	prefix string
@@ -63,7 +64,7 @@ type labEvents struct {
 // replicas of it would run them: events.run without the relay.
 func startLabEvents(copied *App, replicas int) *labEvents {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &labEvents{ev: copied.events, app: copied, stop: cancel, done: make(chan struct{}), prefix: copied.events.relay.Prefix()}
+	l := &labEvents{ev: copied.events, db: copied.deps.Pool, stop: cancel, done: make(chan struct{}), prefix: copied.events.relay.Prefix()}
 	go func() {
 		defer close(l.done)
 		var wg sync.WaitGroup
@@ -118,7 +119,7 @@ func (e envelope) message() *message.Message {
 // stored reads the envelopes of the events with ids from the copy's
 // outbox, by id.
 func (l *labEvents) stored(ctx context.Context, ids []string) (map[string]envelope, error) {
-	rows, err := l.app.deps.Pool.Query(ctx, sqlOutboxEvents, ids)
+	rows, err := l.db.Query(ctx, sqlOutboxEvents, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
