@@ -110,8 +110,18 @@ func newEvents(cfg config.Config, deps Deps, orderSvc *orders.Service, m *metric
 func (ev *events) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { ev.relay.Run(ctx) })
-	for _, c := range ev.consumers {
-		wg.Go(func() { outbox.Consume(ctx, ev.rdb, ev.relay.Prefix(), c, ev.replica, ev.metrics, ev.logger) })
+	wg.Go(func() { ev.consume(ctx, 1) })
+	wg.Wait()
+}
+
+// consume runs the consumers, as many times over as replicas would,
+// until ctx ends.
+func (ev *events) consume(ctx context.Context, replicas int) {
+	var wg sync.WaitGroup
+	for range replicas {
+		for _, c := range ev.consumers {
+			wg.Go(func() { outbox.Consume(ctx, ev.rdb, ev.relay.Prefix(), c, ev.replica, ev.metrics, ev.logger) })
+		}
 	}
 	wg.Wait()
 }

@@ -92,8 +92,8 @@ func TestAblation_MailReceipt(t *testing.T) {
 }
 
 // republish publishes copies of every order.paid the outbox holds, the
-// copies of one event one after the other, and returns how many it
-// published.
+// copies of one event one after the other and all of them in one MULTI,
+// and returns how many it published.
 func republish(t *testing.T, e *apptest.Env, copies int) int {
 	t.Helper()
 	ctx := context.Background()
@@ -107,7 +107,7 @@ func republish(t *testing.T, e *apptest.Env, copies int) int {
 			events = append(events, ev)
 		}
 	}
-	if err := e.R(0).App.Relay().Publish(ctx, events...); err != nil {
+	if err := e.R(0).App.Relay().PublishAtOnce(ctx, events...); err != nil {
 		t.Fatalf("publish copies: %v", err)
 	}
 	return len(events)

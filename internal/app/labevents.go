@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,12 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -61,19 +56,14 @@ type labEvents struct {
 }
 
 // startLabEvents runs the consumers of copied until close, as that many
-// replicas of it would run them: events.run without the relay.
+// replicas of it would run them: the replica's consumers without the
+// relay.
 func startLabEvents(copied *App, replicas int) *labEvents {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &labEvents{ev: copied.events, db: copied.deps.Pool, stop: cancel, done: make(chan struct{}), prefix: copied.events.relay.Prefix()}
 	go func() {
 		defer close(l.done)
-		var wg sync.WaitGroup
-		for range replicas {
-			for _, c := range l.ev.consumers {
-				wg.Go(func() { outbox.Consume(ctx, l.ev.rdb, l.prefix, c, l.ev.replica, l.ev.metrics, l.ev.logger) })
-			}
-		}
-		wg.Wait()
+		l.ev.consume(ctx, replicas)
 	}()
 	return l
 }
@@ -98,96 +88,18 @@ func (l *labEvents) expire(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// sqlOutboxEvents are events' rows in the outbox: the envelopes of
-// watermill's forwarder, each event's id at payload->>'uuid'
-// (outbox_one_per_event).
-const sqlOutboxEvents = `SELECT payload::text FROM watermill_outbox WHERE payload->>'uuid' = ANY($1) ORDER BY "offset"`
-
-// envelope is an outbox row's event as the relay would publish it.
-type envelope struct {
-	UUID     string            `json:"uuid"`
-	Payload  []byte            `json:"payload"`
-	Metadata map[string]string `json:"metadata"`
-}
-
-func (e envelope) message() *message.Message {
-	m := message.NewMessage(e.UUID, e.Payload)
-	m.Metadata = e.Metadata
-	return m
-}
-
-// stored reads the envelopes of the events with ids from the copy's
-// outbox, by id.
-func (l *labEvents) stored(ctx context.Context, ids []string) (map[string]envelope, error) {
-	rows, err := l.db.Query(ctx, sqlOutboxEvents, ids)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: %w", err)
-	}
-	raw, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("outbox: %w", err)
-	}
-	out := make(map[string]envelope, len(raw))
-	for _, r := range raw {
-		var env envelope
-		if err := json.Unmarshal([]byte(r), &env); err != nil {
-			return nil, fmt.Errorf("outbox: envelope: %w", err)
-		}
-		if _, seen := out[env.UUID]; !seen {
-			out[env.UUID] = env
-		}
-	}
-	return out, nil
-}
-
 // Event returns the event name about subject as the copy's outbox holds
 // it.
 func (l *labEvents) Event(ctx context.Context, name, subject string) (outbox.Event, error) {
-	id := outbox.EventID(name, subject)
-	envs, err := l.stored(ctx, []string{id})
-	if err != nil {
-		return outbox.Event{}, err
-	}
-	env, ok := envs[id]
-	if !ok {
-		return outbox.Event{}, fmt.Errorf("no %s of %s in the outbox", name, subject)
-	}
-	return outbox.FromMessage(env.message())
+	return outbox.Lookup(ctx, l.db, name, subject)
 }
 
-// labStreamLen bounds each of the lab's streams, approximately, as the
-// relay bounds the shop's.
-const labStreamLen = 10_000
-
-// Publish writes a copy of each of copies, as the copy's outbox holds it
-// and in watermill's format, into its stream, in one MULTI: the
-// consumers, blocked on the stream, are woken once every copy is in it,
-// and take several copies of one event at once.
+// Publish writes copies into their streams in one MULTI
+// (outbox.Relay.PublishAtOnce): the consumers, blocked on the stream, are
+// woken once every copy is in it, and take several copies of one event at
+// once.
 func (l *labEvents) Publish(ctx context.Context, copies ...outbox.Event) error {
-	ids := make([]string, 0, len(copies))
-	for _, e := range copies {
-		ids = append(ids, e.ID)
-	}
-	envs, err := l.stored(ctx, ids)
-	if err != nil {
-		return err
-	}
-	var wire redisstream.DefaultMarshallerUnmarshaller
-	_, err = l.ev.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, e := range copies {
-			env, ok := envs[e.ID]
-			if !ok {
-				return fmt.Errorf("no event %s in the outbox", e.ID)
-			}
-			values, err := wire.Marshal(e.Name, env.message())
-			if err != nil {
-				return err
-			}
-			p.XAdd(ctx, &redis.XAddArgs{Stream: l.prefix + e.Name, MaxLen: labStreamLen, Approx: true, Values: values})
-		}
-		return nil
-	})
-	return err
+	return l.ev.relay.PublishAtOnce(ctx, copies...)
 }
 
 // Handled reports whether every consumer of name's stream has read it to

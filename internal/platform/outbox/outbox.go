@@ -189,15 +189,37 @@ func publish(ctx context.Context, db wsql.ContextExecutor, events []Event) error
 	return nil
 }
 
-// sqlStored reads the events of some names in the order they were
-// written.
-const sqlStored = `SELECT payload::text FROM watermill_outbox
+// The events the outbox holds: of some names, or one by its id
+// (outbox_one_per_event), in the order they were written.
+const (
+	sqlStored = `SELECT payload::text FROM watermill_outbox
 	WHERE payload->>'destination_topic' = ANY($1) ORDER BY "offset"`
+	sqlLookup = `SELECT payload::text FROM watermill_outbox WHERE payload->>'uuid' = $1`
+)
+
+// ErrNoEvent means the outbox holds no such event.
+var ErrNoEvent = errors.New("no such event in the outbox")
 
 // Stored returns the events of the given names the outbox holds, in the
 // order they were written: what a redelivery would publish again.
 func Stored(ctx context.Context, db Querier, names ...string) ([]Event, error) {
-	rows, err := db.Query(ctx, sqlStored, names)
+	return stored(ctx, db, sqlStored, names)
+}
+
+// Lookup returns the event name about subject as the outbox holds it.
+func Lookup(ctx context.Context, db Querier, name, subject string) (Event, error) {
+	events, err := stored(ctx, db, sqlLookup, EventID(name, subject))
+	if err != nil {
+		return Event{}, err
+	}
+	if len(events) == 0 {
+		return Event{}, fmt.Errorf("%s of %s: %w", name, subject, ErrNoEvent)
+	}
+	return events[0], nil
+}
+
+func stored(ctx context.Context, db Querier, query string, arg any) ([]Event, error) {
+	rows, err := db.Query(ctx, query, arg)
 	if err != nil {
 		return nil, fmt.Errorf("stored events: %w", err)
 	}

@@ -333,6 +333,29 @@ func (r *Relay) Trim(ctx context.Context) error {
 	return nil
 }
 
+// PublishAtOnce writes events into their streams, as the relay does, in
+// one MULTI: consumers blocked on a stream are woken once every event is
+// in it. A storm of copies of one event (the race lab's redelivery
+// storm, the ablation tests) is written this way, so that no copy is
+// handled before the others arrive.
+func (r *Relay) PublishAtOnce(ctx context.Context, events ...Event) error {
+	var wire redisstream.DefaultMarshallerUnmarshaller
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, e := range events {
+			values, err := wire.Marshal(e.Name, e.message())
+			if err != nil {
+				return err
+			}
+			p.XAdd(ctx, &redis.XAddArgs{Stream: r.opts.Prefix + e.Name, MaxLen: streamMaxLen, Approx: true, Values: values})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("outbox: publish at once: %w", err)
+	}
+	return nil
+}
+
 // Publish publishes events straight to their streams, with no outbox:
 // what a flow that publishes after its commit does (Deferred). Only the
 // ablation test uses it.
