@@ -75,9 +75,13 @@ func (s eventsState) summary() string {
 	return fmt.Sprint(s.paid, s.unfulfilled, s.badFulfilments, s.bookings, n)
 }
 
+// eventsQuiet is how long the consumers' effects must stay unchanged
+// once every event has its own: a late copy would show in it. The audit
+// is cumulative, so a copy later still is found by the next scenario's.
+const eventsQuiet = time.Second
+
 // checkEvents waits until every event committed so far has its effect and
-// nothing has changed for quiet (a late copy would show), at most
-// eventsWithin, then audits.
+// nothing has changed for eventsQuiet, at most eventsWithin, then audits.
 func checkEvents(t *testing.T, c *cluster) eventsAudit {
 	t.Helper()
 	start := time.Now()
@@ -96,7 +100,7 @@ func checkEvents(t *testing.T, c *cluster) eventsAudit {
 		if s.done() && a.caughtUp < 0 {
 			a.caughtUp = time.Since(start)
 		}
-		if (s.done() && time.Since(lastChange) >= quiet) || time.Since(start) > eventsWithin {
+		if (s.done() && time.Since(lastChange) >= eventsQuiet) || time.Since(start) > eventsWithin {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
