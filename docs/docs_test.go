@@ -53,7 +53,7 @@ func faultRows(name string) ([]string, error) {
 // requiredBlocks are the generated blocks each file must hold: deleting
 // one, or the section around it, fails the test.
 var requiredBlocks = map[string][]string{
-	"BENCHMARKS.md":  {"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats"},
+	"BENCHMARKS.md":  {"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats", "benchmarks/events"},
 	"STRATEGIES.md":  {"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes", "strategies/outside", "strategies/goals", "strategies/history"},
 	"RELIABILITY.md": {faults.Block},
 	"ABLATION.md":    ablationBlocks(),
