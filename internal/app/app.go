@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/docs"
 	"github.com/shop-example/shop/internal/inventory"
@@ -34,6 +36,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/ratelimit"
 	"github.com/shop-example/shop/internal/platform/redisx"
+	"github.com/shop-example/shop/internal/platform/tracing"
 	"github.com/shop-example/shop/internal/seats"
 	"github.com/shop-example/shop/web"
 )
@@ -67,6 +70,10 @@ type Deps struct {
 	BlindSchemes bool
 	// Events are the events' settings that only tests change.
 	Events EventDeps
+	// SpanExporter, when set, receives every span of the replica, as it
+	// ends (tests: an in-memory exporter); nil leaves tracing to the
+	// standard variables (config.Config.Tracing).
+	SpanExporter sdktrace.SpanExporter
 }
 
 // App is one replica of the service.
@@ -88,6 +95,7 @@ type App struct {
 	sandboxes   *sandboxes
 	live        *liveCopy
 	events      *events
+	tracing     *tracing.Tracing
 }
 
 // New builds the service on deps with the settings in cfg. Close releases
@@ -98,6 +106,18 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	}
 	if deps.Now == nil {
 		deps.Now = time.Now
+	}
+	replica := replicaName(cfg.ReplicaName)
+	tr, err := tracing.New(context.Background(), tracing.Config{Settings: cfg.Tracing, Service: "shop", Instance: replica,
+		Exporter: deps.SpanExporter})
+	if err != nil {
+		return nil, err
+	}
+	var tp trace.TracerProvider
+	if tr.On() {
+		tp = tr.Provider()
+		// Every line logged in a request's context names its trace.
+		deps.Logger = slog.New(tracing.LogHandler(deps.Logger.Handler()))
 	}
 	m := metrics.New()
 	scheme := cfg.KeyScheme
@@ -160,8 +180,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 
-	replica := replicaName(cfg.ReplicaName)
-	ev, err := newEvents(cfg, deps, orderSvc, m, replica)
+	ev, err := newEvents(cfg, deps, orderSvc, m, replica, tp)
 	if err != nil {
 		limit.close()
 		bookkeeping.Close()
@@ -175,9 +194,10 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 
-	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies})
+	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies,
+		Tracing: tp, Service: "shop"})
 	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
-		bookkeeping: bookkeeping, limits: limit, readiness: readiness, events: ev}
+		bookkeeping: bookkeeping, limits: limit, readiness: readiness, events: ev, tracing: tr}
 	a.sandboxes = &sandboxes{a: a}
 	a.live = newLiveCopy(a)
 	e.Use(servedBy(replica))
@@ -401,6 +421,9 @@ func (a *App) Close() {
 	a.bookkeeping.Close()
 	a.limits.close()
 	a.events.close()
+	ctx, cancel := context.WithTimeout(context.Background(), tracingFlush)
+	defer cancel()
+	_ = a.tracing.Shutdown(ctx) // the spans not exported by now are lost, as with a crash
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
@@ -409,6 +432,7 @@ func (a *App) Close() {
 // shop_degraded current. Every replica runs them; each is safe to run
 // concurrently with its twins elsewhere.
 func (a *App) RunJobs(ctx context.Context) {
+	ctx = a.traced(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Orders.RunExpiry(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.Payments.RunReconciler(ctx, a.cfg.JobInterval) })
@@ -425,8 +449,17 @@ func (a *App) RunJobs(ctx context.Context) {
 // set the mail of receipts and tickets (DESIGN.md §9). RunJobs runs it.
 func (a *App) RunEvents(ctx context.Context) {
 	if !a.cfg.Events.Off {
-		a.events.run(ctx)
+		a.events.run(a.traced(ctx))
 	}
+}
+
+// traced is ctx with the replica's tracer provider, for the roots of the
+// traces its jobs and consumers start (tracing.WithProvider).
+func (a *App) traced(ctx context.Context) context.Context {
+	if !a.tracing.On() {
+		return ctx
+	}
+	return tracing.WithProvider(ctx, a.tracing.Provider())
 }
 
 // Relay is this replica's outbox relay.

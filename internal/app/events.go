@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/internal/mailer"
 	"github.com/shop-example/shop/internal/notify"
@@ -56,7 +57,7 @@ const consumersPerStream = 4
 // newEvents builds the relay on the events' Redis node (SHOP_EVENTS_REDIS,
 // by default the first lock node) and the consumers: the fulfilment
 // always, the mail when SHOP_MAILER_URL names a provider.
-func newEvents(cfg config.Config, deps Deps, orderSvc *orders.Service, m *metrics.Metrics, replica string) (*events, error) {
+func newEvents(cfg config.Config, deps Deps, orderSvc *orders.Service, m *metrics.Metrics, replica string, tp trace.TracerProvider) (*events, error) {
 	addr := cfg.Events.Redis
 	if addr == "" && len(deps.Redis) > 0 {
 		addr = deps.Redis[0].Options().Addr
@@ -97,7 +98,7 @@ func newEvents(cfg config.Config, deps Deps, orderSvc *orders.Service, m *metric
 	}
 	ev.relay, err = outbox.NewRelay(deps.Pool, ev.rdb, outbox.Options{
 		Consumers: waiting, RedeliverAfter: cfg.Events.RedeliverAfter, Retention: cfg.Events.Retention,
-		Interval: interval, Prefix: cfg.Events.Prefix, Metrics: om, Logger: deps.Logger,
+		Interval: interval, Prefix: cfg.Events.Prefix, Metrics: om, Logger: deps.Logger, Tracing: tp,
 	})
 	if err != nil {
 		_ = ev.rdb.Close()

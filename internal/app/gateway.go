@@ -12,10 +12,16 @@ import (
 // cfg.GatewayAddr until ctx ends, then drains in-flight requests and
 // closes its journal.
 func ServeGateway(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	tp, stop, err := providerTracing(cfg, "shop-gateway")
+	if err != nil {
+		return err
+	}
+	defer stop()
 	srv, err := gateway.New(gateway.Options{
 		JournalPath: cfg.GatewayJournal,
 		SlowDelay:   cfg.GatewaySlowDelay,
 		Logger:      logger,
+		Tracing:     tp,
 	})
 	if err != nil {
 		return err

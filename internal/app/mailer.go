@@ -12,12 +12,18 @@ import (
 // cfg.MailerAddr until ctx ends, then drains in-flight requests and
 // closes its journal.
 func ServeMailer(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	tp, stop, err := providerTracing(cfg, "shop-mailer")
+	if err != nil {
+		return err
+	}
+	defer stop()
 	srv, err := mailer.New(mailer.Options{
 		JournalPath: cfg.MailerJournal,
 		KeyTTL:      cfg.MailerKeyTTL,
 		FailRate:    cfg.MailerFailRate,
 		Delay:       cfg.MailerDelay,
 		Logger:      logger,
+		Tracing:     tp,
 	})
 	if err != nil {
 		return err

@@ -6,7 +6,11 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // provider is a stand-in provider's server (gateway.Server, mailer.Server):
@@ -27,3 +31,24 @@ func serveProvider(ctx context.Context, logger *slog.Logger, name, addr string, 
 	logger.Info(name+" stopped", "err", err)
 	return err
 }
+
+// providerTracing is a provider's tracer provider, as the standard
+// variables ask (nil when off), and its shutdown.
+func providerTracing(cfg config.Config, service string) (trace.TracerProvider, func(), error) {
+	t, err := tracing.New(context.Background(), tracing.Config{Settings: cfg.Tracing, Service: service, Instance: cfg.ReplicaName})
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), tracingFlush)
+		defer cancel()
+		_ = t.Shutdown(ctx)
+	}
+	if !t.On() {
+		return nil, stop, nil
+	}
+	return t.Provider(), stop, nil
+}
+
+// tracingFlush bounds the export of the spans left when a process stops.
+const tracingFlush = 5 * time.Second

@@ -190,7 +190,7 @@ func (p *readyProbe) handle(c echo.Context) error {
 
 // run keeps the gauges current for a scraper when nothing probes /readyz.
 func (p *readyProbe) run(ctx context.Context, every time.Duration) {
-	jobs.Every(ctx, every, func(ctx context.Context) { p.check(ctx) })
+	jobs.Every(ctx, "", every, func(ctx context.Context) { p.check(ctx) })
 }
 
 func boolGauge(b bool) float64 {

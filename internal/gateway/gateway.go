@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/internal/platform/httpx"
 	"github.com/shop-example/shop/internal/platform/journal"
@@ -68,6 +69,9 @@ type Options struct {
 	// inject one that the test's clock controls; the default is a timer.
 	Sleep  func(ctx context.Context, d time.Duration) error
 	Logger *slog.Logger
+	// Tracing, when set, gives every request a span that continues the
+	// caller's trace; nil traces nothing.
+	Tracing trace.TracerProvider
 	// AfterCharge, when set, is called after a new charge is durably journaled and
 	// before its answer is written. Tests use it to crash the caller mid-charge.
 	AfterCharge func(Charge)
@@ -121,6 +125,8 @@ func New(opts Options) (*Server, error) {
 func (s *Server) routes() *echo.Echo {
 	e := httpx.New(metrics.New(), httpx.Options{
 		Logger:         s.opts.Logger,
+		Tracing:        s.opts.Tracing,
+		Service:        "shop-gateway",
 		RequestTimeout: s.opts.SlowDelay + 10*time.Second,
 	})
 	h := handlers{s: s}

@@ -71,7 +71,7 @@ func (s *Service) Reconcile(ctx context.Context) (Report, error) {
 
 // RunReconciler calls Reconcile about every interval until ctx ends.
 func (s *Service) RunReconciler(ctx context.Context, interval time.Duration) {
-	jobs.Every(ctx, interval, func(ctx context.Context) {
+	jobs.Every(ctx, "reconcile likes", interval, func(ctx context.Context) {
 		if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			s.logger.ErrorContext(ctx, "reconcile like counts", "err", err)
 		}

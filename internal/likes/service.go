@@ -172,7 +172,7 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 			return Result{}, err
 		}
 		if l.State == want {
-			s.like.Stopped(layers.State)
+			s.like.Stopped(ctx, layers.State)
 			return Result{PostID: postID, State: l.State, LikeCount: n}, nil
 		}
 	}
@@ -184,7 +184,7 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 	// lock (the default) the lock is taken by s.update, in the
 	// transaction; with redsync, in Redis around it.
 	err := s.like.LockAll(ctx, s.redisKeys("like:"+userID+":"+postID), func(ctx context.Context) error {
-		return s.like.Retry(func(attempt int) error {
+		return s.like.Retry(ctx, func(attempt int) error {
 			var wrote bool
 			// Layers 3 and 4: the write goes only at the version read, or
 			// inserts the first like under likes_pkey, and moves the
@@ -198,7 +198,7 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 				}
 				wrote = l.Set(want)
 				if !wrote {
-					s.like.Stopped(layers.State)
+					s.like.Stopped(ctx, layers.State)
 				}
 				return wrote, nil
 			})
@@ -209,7 +209,7 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 				// Still refused after re-reading: not a race but a
 				// counter row that lost a like. A bug, for the log and
 				// the reconciler, not for the client to retry.
-				s.like.Stopped(layers.Constraint)
+				s.like.Stopped(ctx, layers.Constraint)
 				return fmt.Errorf("like of %s by %s: %w", postID, userID, err)
 			case errors.Is(err, ErrDuplicateLike), errors.Is(err, ErrCountBelowZero):
 				return layers.Lost(layers.Constraint, err)
@@ -225,7 +225,7 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 	})
 	if errors.Is(err, ErrLockBusy) {
 		// The advisory lock, not had within LockWait.
-		s.like.Stopped(layers.Lock)
+		s.like.Stopped(ctx, layers.Lock)
 		return Result{}, &problem.Error{Code: problem.ResourceBusy,
 			Detail: "another request is working on this like; retry shortly", RetryAfter: time.Second}
 	}

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // The two kinds of failed call, for errors.Is.
@@ -129,6 +131,7 @@ func (c *Client) do(ctx context.Context, op, method, path, key string, payload [
 	if key != "" {
 		req.Header.Set(HeaderIdempotencyKey, key)
 	}
+	tracing.InjectHeader(ctx, req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return &Error{Op: op, Err: err, retryable: true}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/internal/platform/httpx"
 	"github.com/shop-example/shop/internal/platform/journal"
@@ -97,6 +98,9 @@ type Options struct {
 	// the default is math/rand/v2's.
 	Rand   func() float64
 	Logger *slog.Logger
+	// Tracing, when set, gives every request a span that continues the
+	// caller's trace; nil traces nothing.
+	Tracing trace.TracerProvider
 }
 
 // Server is the mailer: the index of what it sent, the journal that makes
@@ -155,6 +159,8 @@ func New(opts Options) (*Server, error) {
 func (s *Server) routes() *echo.Echo {
 	e := httpx.New(metrics.New(), httpx.Options{
 		Logger:         s.opts.Logger,
+		Tracing:        s.opts.Tracing,
+		Service:        "shop-mailer",
 		RequestTimeout: MaxDelay + 5*time.Second,
 	})
 	h := handlers{s: s}

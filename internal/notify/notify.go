@@ -109,7 +109,7 @@ func (s *Service) Handle(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 		seen, err := outbox.Seen(ctx, s.db, Consumer, e)
 		if err != nil || seen {
 			if seen {
-				s.flow.Stopped(layers.Idempotency)
+				s.flow.Stopped(ctx, layers.Idempotency)
 			}
 			return outbox.Duplicate, err
 		}
@@ -127,7 +127,7 @@ func (s *Service) Handle(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 			return outbox.Processed, err
 		}
 	} else {
-		s.flow.Stopped(layers.State)
+		s.flow.Stopped(ctx, layers.State)
 		outcome = outbox.Skipped
 	}
 	if !s.flow.On(layers.Idempotency) {
@@ -141,7 +141,7 @@ func (s *Service) Handle(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 	if err == nil && !fresh {
 		// A copy raced this one to the provider; the key made them one
 		// mail, and the copy recorded it first.
-		s.flow.Stopped(layers.Idempotency)
+		s.flow.Stopped(ctx, layers.Idempotency)
 		outcome = outbox.Duplicate
 	}
 	return outcome, err

@@ -33,7 +33,7 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 		if errors.Is(err, ErrAlreadyReleased) {
 			// Only reachable if a release slipped past the status check:
 			// the whole batch rolled back; count it and try the next run.
-			s.expire.Stopped(layers.Constraint)
+			s.expire.Stopped(ctx, layers.Constraint)
 			return total, nil
 		}
 		total += n
@@ -49,7 +49,7 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 // RunExpiry calls ExpireDue about every interval until ctx ends.
 func (s *Service) RunExpiry(ctx context.Context, interval time.Duration) {
 	s.metrics.JobStarted(jobExpire, s.now())
-	jobs.Every(ctx, interval, func(ctx context.Context) {
+	jobs.Every(ctx, "expire orders", interval, func(ctx context.Context) {
 		n, err := s.ExpireDue(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.logger.ErrorContext(ctx, "expire orders", "err", err)

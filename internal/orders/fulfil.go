@@ -54,7 +54,7 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 		seen, err := outbox.Seen(ctx, s.store.db, ConsumerFulfilment, e)
 		if err != nil || seen {
 			if seen {
-				s.fulfil.Stopped(layers.Idempotency)
+				s.fulfil.Stopped(ctx, layers.Idempotency)
 			}
 			return outbox.Duplicate, err
 		}
@@ -62,7 +62,7 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 	outcome := outbox.Processed
 	// Layer 1: the order's lock, the one a cancel takes.
 	err := s.fulfil.Lock(ctx, "order:"+id, func(ctx context.Context) error {
-		return s.fulfil.Retry(func(int) error {
+		return s.fulfil.Retry(ctx, func(int) error {
 			var err error
 			outcome, err = s.store.Fulfil(ctx, id, e, s.layers, s.now().UTC().Truncate(time.Microsecond), func(o *Order) (bool, error) {
 				now := s.now().UTC().Truncate(time.Microsecond)
@@ -73,7 +73,7 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 				}
 				changed, err := o.Fulfil(now)
 				if err != nil || !changed {
-					s.fulfil.Stopped(layers.State)
+					s.fulfil.Stopped(ctx, layers.State)
 				}
 				return changed, nil
 			})
@@ -81,12 +81,12 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 			case errors.Is(err, ErrVersionConflict):
 				return layers.Lost(layers.Version, err)
 			case errors.Is(err, ErrAlreadyFulfilled):
-				s.fulfil.Stopped(layers.Constraint)
+				s.fulfil.Stopped(ctx, layers.Constraint)
 				outcome = outbox.Duplicate
 				return nil
 			}
 			if outcome == outbox.Duplicate {
-				s.fulfil.Stopped(layers.Idempotency)
+				s.fulfil.Stopped(ctx, layers.Idempotency)
 			}
 			return err
 		})

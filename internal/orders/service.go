@@ -147,13 +147,13 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 		case errors.Is(err, ErrDuplicateRequest):
 			// The order was placed by an earlier request with the key, one
 			// whose record is gone (swept) or that ran without layer 0.
-			s.create.Stopped(layers.Constraint)
+			s.create.Stopped(ctx, layers.Constraint)
 			out, err = s.store.ByRequestKey(ctx, userID, requestKey)
 			return err
 		case errors.Is(err, inventory.ErrStockConstraint):
-			s.create.Stopped(layers.Constraint)
+			s.create.Stopped(ctx, layers.Constraint)
 		case errors.Is(err, inventory.ErrOutOfStock):
-			s.create.Stopped(layers.Version)
+			s.create.Stopped(ctx, layers.Version)
 		}
 		return err
 	})
@@ -178,7 +178,7 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 	var out Order
 	// Layer 1: one cancel of this order at a time, across replicas.
 	err := s.cancel.Lock(ctx, "order:"+id, func(ctx context.Context) error {
-		return s.cancel.Retry(func(int) error {
+		return s.cancel.Retry(ctx, func(int) error {
 			// Layer 3: Update writes only if the order is still at the
 			// version read; layer 4: stock_releases admits one release.
 			o, err := s.store.Update(ctx, id, s.layers, func(o *Order) (bool, error) {
@@ -193,7 +193,7 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 				}
 				changed, err := o.Cancel(now)
 				if err != nil || !changed {
-					s.cancel.Stopped(layers.State)
+					s.cancel.Stopped(ctx, layers.State)
 				}
 				return changed, err
 			})
@@ -201,7 +201,7 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 			case errors.Is(err, ErrVersionConflict):
 				return layers.Lost(layers.Version, err)
 			case errors.Is(err, ErrAlreadyReleased):
-				s.cancel.Stopped(layers.Constraint)
+				s.cancel.Stopped(ctx, layers.Constraint)
 				out, err = s.store.Get(ctx, id)
 				return err
 			}

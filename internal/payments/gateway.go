@@ -12,6 +12,10 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // Charge is the gateway's record of money taken.
@@ -116,7 +120,9 @@ func (g *Gateway) Refund(ctx context.Context, key, chargeID string) (Refund, err
 // post sends body to path with the Idempotency-Key, retrying with the same
 // key on timeouts, connection errors and 5xx, within the attempt budget and
 // ctx.
-func (g *Gateway) post(ctx context.Context, path, key string, body, out any) error {
+func (g *Gateway) post(ctx context.Context, path, key string, body, out any) (err error) {
+	ctx, span := tracing.Start(ctx, "gateway "+path, attribute.String("shop.gateway.idempotency_key", key))
+	defer func() { tracing.End(span, err) }()
 	payload, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", path, err)
@@ -134,6 +140,7 @@ func (g *Gateway) post(ctx context.Context, path, key string, body, out any) err
 			}
 		}
 		attempts++
+		tracing.Set(ctx, attribute.Int("shop.gateway.attempts", attempts))
 		retry, err := g.attempt(ctx, path, key, payload, out)
 		if err == nil || !retry {
 			return err
@@ -157,6 +164,7 @@ func (g *Gateway) attempt(ctx context.Context, path, key string, payload []byte,
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	tracing.InjectHeader(ctx, req.Header)
 	resp, err := g.opts.Client.Do(req)
 	if err != nil {
 		return true, fmt.Errorf("%s: %w", path, err)

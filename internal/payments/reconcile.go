@@ -105,7 +105,7 @@ func (s *Service) reconcileOne(ctx context.Context, due Payment) string {
 // RunReconciler calls Reconcile about every interval until ctx ends.
 func (s *Service) RunReconciler(ctx context.Context, interval time.Duration) {
 	s.metrics.JobStarted(jobReconcile, s.stamp())
-	jobs.Every(ctx, interval, func(ctx context.Context) {
+	jobs.Every(ctx, "reconcile payments", interval, func(ctx context.Context) {
 		n, err := s.Reconcile(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.logger.ErrorContext(ctx, "reconcile payments", "err", err)

@@ -249,7 +249,7 @@ func (s *Service) admit(ctx context.Context, userID, requestKey, orderID, method
 	case mine.ID != "":
 		return o, mine, nil
 	}
-	s.pay.Stopped(layers.State)
+	s.pay.Stopped(ctx, layers.State)
 	if errors.Is(refused, orders.ErrPaymentInFlight) {
 		return orders.Order{}, Payment{}, s.answerInFlight(orderID, active)
 	}
@@ -294,7 +294,7 @@ func (s *Service) ofRequest(ctx context.Context, userID, requestKey, orderID, me
 func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders.Order, method string, rec *idempotency.Record) (Payment, orders.Order, error) {
 	var p Payment
 	var begun orders.Order
-	err := s.pay.Retry(func(attempt int) error {
+	err := s.pay.Retry(ctx, func(attempt int) error {
 		read := o
 		if attempt > 1 {
 			// Layer 3: the order moved between read and write (a cancel):
@@ -316,7 +316,7 @@ func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders
 			// within its time begins a payment, and it says so by moving
 			// to paying (a second payment finds it paying).
 			if err := s.beginPayment(o, now); err != nil {
-				s.pay.Stopped(layers.State)
+				s.pay.Stopped(ctx, layers.State)
 				return err
 			}
 			return nil
@@ -328,7 +328,7 @@ func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders
 			// Layer 4: the partial unique index admits one processing-or-
 			// succeeded payment per order; whatever got past the lock and
 			// the state stops here.
-			s.pay.Stopped(layers.Constraint)
+			s.pay.Stopped(ctx, layers.Constraint)
 			return s.inFlight(ctx, o.ID)
 		case errors.Is(err, orders.ErrPaymentInFlight):
 			return s.inFlight(ctx, o.ID)
@@ -430,7 +430,7 @@ func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec
 	// Layer 3: one transaction records the charge and moves the order
 	// paying → paid, each row written only at the version read.
 	var out Payment
-	err = s.pay.Retry(func(attempt int) error {
+	err = s.pay.Retry(ctx, func(attempt int) error {
 		if attempt > 1 {
 			begun = orders.Order{} // the order moved: read it in the transaction
 		}
@@ -455,7 +455,7 @@ func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec
 		case errors.Is(err, orders.ErrVersionConflict):
 			// Changed under every try: the charge went through, so the
 			// answer is not busy but unknown, for the reconciler.
-			s.pay.Stopped(layers.Version)
+			s.pay.Stopped(ctx, layers.Version)
 			s.counts.outcome(outcomeUnknown)
 			return fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
 		case problem.CodeOf(err) == problem.InvalidState:
@@ -465,7 +465,7 @@ func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec
 			// settler that lost to another gets that one's outcome instead
 			// and never comes here. The customer must not be charged for
 			// an order that stopped waiting.
-			s.pay.Stopped(layers.State)
+			s.pay.Stopped(ctx, layers.State)
 			out, err = s.refund(ctx, p, c, rec)
 		}
 		return err
@@ -539,7 +539,7 @@ func (s *Service) record(ctx context.Context, p, settled Payment, rec *idempoten
 	out, err := s.store.Settle(ctx, settled, s.layers, rec, begun, moveOrder, answer)
 	switch {
 	case errors.Is(err, ErrVersionConflict):
-		s.pay.Stopped(layers.Version)
+		s.pay.Stopped(ctx, layers.Version)
 		return s.recorded(ctx, p)
 	case errors.Is(err, orders.ErrVersionConflict), problem.CodeOf(err) != "":
 		return p, err // the order's answer: the caller decides on it

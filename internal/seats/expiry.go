@@ -37,7 +37,7 @@ func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 // RunExpiry calls ExpireDue about every interval until ctx ends.
 func (s *Service) RunExpiry(ctx context.Context, interval time.Duration) {
 	s.metrics.JobStarted(jobExpire, s.now())
-	jobs.Every(ctx, interval, func(ctx context.Context) {
+	jobs.Every(ctx, "expire holds", interval, func(ctx context.Context) {
 		n, err := s.ExpireDue(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.logger.ErrorContext(ctx, "expire holds", "err", err)

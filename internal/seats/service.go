@@ -185,7 +185,7 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	// that made a hold goes on: its transaction answers with that hold,
 	// whose seats are the ones taken.
 	if len(g.Taken) > 0 && !g.Repeat && s.layers.On(layers.State) {
-		s.hold.Stopped(layers.State)
+		s.hold.Stopped(ctx, layers.State)
 		err := Unavailable(g.Taken)
 		s.countHold(err)
 		return Hold{}, err
@@ -206,7 +206,7 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	// so two holds that overlap queue on their first common seat and
 	// never deadlock; holds of other seats never wait.
 	err = s.hold.LockAll(ctx, s.seatKeys(eventID, sorted), func(ctx context.Context) error {
-		return s.hold.Retry(func(int) error {
+		return s.hold.Retry(ctx, func(int) error {
 			now := s.stamp()
 			h.ExpiresAt, h.CreatedAt = now.Add(s.ttl), now
 			// Layers 3 and 4 are in the store's transaction: each seat is
@@ -227,7 +227,7 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 					return nil
 				}
 				if err := CheckAvailable(read); err != nil {
-					s.hold.Stopped(layers.State)
+					s.hold.Stopped(ctx, layers.State)
 					return err
 				}
 				return nil
@@ -321,12 +321,12 @@ func (s *Service) update(ctx context.Context, flow, userID, holdID string, hold 
 	// Layer 1: the hold's lock, so a double click on confirm runs once
 	// and the second finds the first's booking.
 	err := f.LockAll(ctx, s.holdKeys(holdID), func(ctx context.Context) error {
-		return f.Retry(func(int) error {
+		return f.Retry(ctx, func(int) error {
 			now := s.stamp()
 			h, b, err := s.store.Update(ctx, holdID, userID, s.layers, now, rec, func(h *Hold) (Move, error) {
 				m, err := rule(h, now)
 				if err != nil && !errors.Is(err, ErrAlreadyConfirmed) {
-					f.Stopped(layers.State)
+					f.Stopped(ctx, layers.State)
 				}
 				return m, err
 			})

@@ -29,6 +29,8 @@ type Problem struct {
 	Status int    `json:"status"`
 	Code   string `json:"code"`
 	Detail string `json:"detail"`
+	// TraceID is the trace that decided the answer, with tracing on.
+	TraceID string `json:"trace_id"`
 }
 
 // Problem decodes the error body; the zero value if it is not one.

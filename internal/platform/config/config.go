@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/platform/keyscheme"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // DefaultGatewayJournal is where `shop gateway` keeps its journal unless
@@ -138,6 +139,10 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	RateLimit      RateLimits
 	Events         Events
+	// Tracing is what the standard OpenTelemetry variables ask for
+	// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER, …): off unless
+	// an endpoint is set.
+	Tracing tracing.Settings
 }
 
 // Events are the settings of the outbox's relay and its consumers
@@ -353,6 +358,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			errs = append(errs, fmt.Errorf("SHOP_RATE_LIMIT_REDIS: want host:port, got %q", a))
 		}
 	}
+	if t, err := tracing.SettingsFromEnv(getenv); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.Tracing = t
+	}
 	c.Events = Events{
 		Redis:          str("SHOP_EVENTS_REDIS", ""),
 		Prefix:         str("SHOP_EVENTS_PREFIX", "shop:events:"),
@@ -558,6 +568,7 @@ func (c Config) LogValue() slog.Value {
 			slog.Duration("redeliver_after", c.Events.RedeliverAfter),
 			slog.Duration("retention", c.Events.Retention),
 		),
+		slog.Bool("tracing", c.Tracing.Export),
 		slog.Bool("migrate", c.Migrate),
 		slog.Bool("demo", c.Demo),
 		slog.String("replica_name", c.ReplicaName),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // ProblemContentType is the media type of every error body (RFC 9457).
@@ -104,6 +105,9 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		}
 		if p.Detail != "" {
 			doc["detail"] = p.Detail
+		}
+		if id := tracing.TraceID(c.Request().Context()); id != "" {
+			doc["trace_id"] = id
 		}
 		c.Response().Header().Set(echo.HeaderContentType, ProblemContentType)
 		c.Response().WriteHeader(status)

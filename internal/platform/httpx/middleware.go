@@ -12,9 +12,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // HeaderRequestID carries the request id in both directions.
@@ -70,6 +72,20 @@ func WithRequestID() echo.MiddlewareFunc {
 			}
 			c.Response().Header().Set(HeaderRequestID, id)
 			ctx := context.WithValue(c.Request().Context(), requestIDKey{}, id)
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
+}
+
+// withRequestSpan marks the request's span as the one the layers that
+// stop it name themselves on (tracing.Stopped), and gives it the request
+// id.
+func withRequestSpan() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ctx := tracing.WithRequestSpan(c.Request().Context())
+			tracing.Set(ctx, attribute.String("shop.request_id", RequestID(c)))
 			c.SetRequest(c.Request().WithContext(ctx))
 			return next(c)
 		}
@@ -147,7 +163,13 @@ func observe(logger *slog.Logger, hm *httpMetrics) echo.MiddlewareFunc {
 			}
 			status := c.Response().Status
 			hm.requests.WithLabelValues(c.Request().Method, route, strconv.Itoa(status)).Inc()
-			hm.duration.WithLabelValues(c.Request().Method, route).Observe(elapsed.Seconds())
+			latency := hm.duration.WithLabelValues(c.Request().Method, route)
+			if id := tracing.TraceID(client); id != "" {
+				// The exemplar: this request's trace, in its bucket.
+				latency.(prometheus.ExemplarObserver).ObserveWithExemplar(elapsed.Seconds(), prometheus.Labels{"trace_id": id})
+			} else {
+				latency.Observe(elapsed.Seconds())
+			}
 			level := slog.LevelInfo
 			if status >= 500 {
 				level = slog.LevelError

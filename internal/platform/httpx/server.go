@@ -15,8 +15,11 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 const (
@@ -41,6 +44,12 @@ type Options struct {
 	// X-Forwarded-For names the client (SHOP_TRUSTED_PROXIES). Empty: the
 	// client is the socket's peer, and the header is ignored.
 	TrustedProxies []netip.Prefix
+	// Tracing, when set, gives every request a span (otelecho) that
+	// continues the caller's trace (traceparent), and every problem
+	// answer its trace_id; nil traces nothing, at no cost.
+	Tracing trace.TracerProvider
+	// Service names the server in its spans: "shop", "shop-gateway".
+	Service string
 }
 
 // New returns an echo instance with the shared middleware in place:
@@ -59,9 +68,15 @@ func New(m *metrics.Metrics, opts Options) *echo.Echo {
 	e.HTTPErrorHandler = ErrorHandler(opts.Logger)
 	e.IPExtractor = clientAddress(opts.TrustedProxies)
 
+	e.Use(withStandardHeaders(), WithRequestID())
+	if opts.Tracing != nil {
+		// Outside observe, so that the span covers the whole answer, its
+		// error rendered, and the log line and the latency's exemplar
+		// carry its trace.
+		e.Use(otelecho.Middleware(opts.Service, otelecho.WithTracerProvider(opts.Tracing),
+			otelecho.WithPropagators(tracing.Propagator)), withRequestSpan())
+	}
 	e.Use(
-		withStandardHeaders(),
-		WithRequestID(),
 		observe(opts.Logger, newHTTPMetrics(m)),
 		middleware.RecoverWithConfig(middleware.RecoverConfig{
 			DisableStackAll: true,

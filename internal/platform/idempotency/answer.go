@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 const (
@@ -35,24 +37,27 @@ func storable(status int, err error) bool {
 // refuse answers a request whose key is someone else's: another request's,
 // a completed one's, or a still running one's.
 func (s *Store) refuse(c echo.Context, flow string, prev *stored, fp []byte) error {
+	ctx := c.Request().Context()
 	s.metrics.Stopped(flow, layers.Idempotency.String())
+	tracing.Stopped(ctx, layers.Idempotency.String())
 	switch {
 	case !bytes.Equal(prev.fingerprint, fp):
-		s.counters.outcome(outcomeReused)
+		s.counters.outcome(ctx, outcomeReused)
 		return problem.New(problem.IdempotencyReused,
 			"this Idempotency-Key was used for a different request (method, path or body); send a new key for a new request")
 	case prev.response != nil:
-		s.counters.outcome(outcomeReplayed)
+		s.counters.outcome(ctx, outcomeReplayed)
+		tracing.SetRequest(ctx, tracing.AttrReplayed.Bool(true))
 		return replay(c, prev.response)
 	default:
-		return s.inProgress()
+		return s.inProgress(ctx)
 	}
 }
 
 // inProgress counts and answers a request whose key another request
 // holds: 409 request_in_progress, to be retried after retryInProgress.
-func (s *Store) inProgress() error {
-	s.counters.outcome(outcomeInProgress)
+func (s *Store) inProgress(ctx context.Context) error {
+	s.counters.outcome(ctx, outcomeInProgress)
 	return &problem.Error{
 		Code:       problem.RequestInProgress,
 		Detail:     "a request with this Idempotency-Key is still being processed",

@@ -17,6 +17,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/auth"
 	"github.com/shop-example/shop/internal/platform/httpx"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // Atomic is the middleware for a route whose flow writes its idempotency
@@ -60,7 +61,13 @@ func (s *Store) Atomic(flow string) echo.MiddlewareFunc {
 			if err != nil {
 				return fmt.Errorf("new owner token: %w", err)
 			}
-			rec := &Record{store: s, flow: flow, principal: p.Scope(), key: key,
+			// The request's idempotency span: what its claim met, and what
+			// became of its answer.
+			ctx, span := tracing.Start(req.Context(), "idempotency "+flow, attrFlow.String(flow), attrKey.String(key))
+			defer span.End()
+			req = req.WithContext(ctx)
+			c.SetRequest(req)
+			rec := &Record{store: s, flow: flow, principal: p.Scope(), key: key, trace: ctx,
 				names: s.scheme.Record(flow, key),
 				fp:    fingerprint(req.Method, req.URL.Path, body), owner: owner,
 				// PostgreSQL keeps microseconds; truncating makes the
@@ -115,7 +122,7 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 	switch {
 	case err == nil && rec.answer != nil:
 		// The flow stored its answer in its committed transaction.
-		s.counters.result(resultStored)
+		s.counters.result(ctx, resultStored)
 		return held.flush(res)
 	case !storable(res.Status, err) || held.buf.Len() > maxStoredBody:
 		if rec.claimed {
@@ -124,7 +131,7 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 			// a rolled-back claim or a completed key matches no row.
 			s.free(c, rec, "")
 		} else {
-			s.counters.result(resultReleased)
+			s.counters.result(ctx, resultReleased)
 		}
 		return held.flush(res)
 	}
@@ -135,20 +142,20 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 		// The answer goes out unstored: the key is free (or still this
 		// request's claim, until its lease ends), and a retry runs the
 		// flow again, whose own layers return the same result.
-		s.counters.result(resultError)
+		s.counters.result(ctx, resultError)
 		s.logger.ErrorContext(c.Request().Context(), "idempotency answer not stored",
 			"request_id", httpx.RequestID(c), "key", rec.key, "err", err)
 		return held.flush(res)
 	case stored:
 		if !rec.claimed {
-			s.counters.outcome(outcomeClaimed) // claimed and completed in that one statement
+			s.counters.outcome(ctx, outcomeClaimed) // claimed and completed in that one statement
 		}
-		s.counters.result(resultStored)
+		s.counters.result(ctx, resultStored)
 		return held.flush(res)
 	}
 	// Another request holds the key or completed it since: the key's
 	// answer is its, not this one's.
-	s.counters.result(resultStaleOwner)
+	s.counters.result(ctx, resultStaleOwner)
 	unwrite(res)
 	return s.answerRefusal(c, rec.flow, prev, rec.fp)
 }
@@ -158,7 +165,8 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 func (s *Store) answerRefusal(c echo.Context, flow string, prev *stored, fp []byte) error {
 	if prev == nil {
 		s.metrics.Stopped(flow, layers.Idempotency.String())
-		return s.inProgress()
+		tracing.Stopped(c.Request().Context(), layers.Idempotency.String())
+		return s.inProgress(c.Request().Context())
 	}
 	s.counters.repeat(flow, prev.firstSeen, s.now())
 	return s.refuse(c, flow, prev, fp)
@@ -191,7 +199,7 @@ func (s *Store) free(c echo.Context, rec *Record, why string) {
 	}
 	err := release(s.finishTimeout)
 	if err == nil {
-		s.counters.result(resultReleased)
+		s.counters.result(detached, resultReleased)
 		return
 	}
 	s.logger.WarnContext(detached, "idempotency key not released; trying again after the answer",
@@ -199,11 +207,11 @@ func (s *Store) free(c echo.Context, rec *Record, why string) {
 	s.secondTries.Go(func() {
 		if err := release(FinishRetryTimeout); err != nil {
 			// The answer has been sent; the key frees itself when the lease ends.
-			s.counters.result(resultError)
+			s.counters.result(detached, resultError)
 			s.logger.ErrorContext(detached, "idempotency key left claimed", "request_id", requestID, "key", key, "err", err)
 			return
 		}
-		s.counters.result(resultReleased)
+		s.counters.result(detached, resultReleased)
 	})
 }
 

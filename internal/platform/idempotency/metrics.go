@@ -1,13 +1,16 @@
 package idempotency
 
 import (
+	"context"
 	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // What the claim decided for a request: the values of the "outcome" label.
@@ -102,17 +105,32 @@ func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 	return c
 }
 
-func (c *counters) outcome(o string) {
+// outcome counts what a key's request met, and says it on the request's
+// idempotency span (shop.idempotency.outcome), as an event "claim".
+func (c *counters) outcome(ctx context.Context, o string) {
+	tracing.Event(ctx, "claim", attrOutcome.String(o))
+	tracing.Set(ctx, attrOutcome.String(o))
 	if c != nil {
 		c.requests.WithLabelValues(o).Inc()
 	}
 }
 
-func (c *counters) result(r string) {
+// result counts what became of a claimed key's answer, and says it on
+// the request's idempotency span (shop.idempotency.result).
+func (c *counters) result(ctx context.Context, r string) {
+	tracing.Set(ctx, attrResult.String(r))
 	if c != nil {
 		c.results.WithLabelValues(r).Inc()
 	}
 }
+
+// The idempotency span's attributes.
+const (
+	attrOutcome = attribute.Key("shop.idempotency.outcome")
+	attrResult  = attribute.Key("shop.idempotency.result")
+	attrKey     = attribute.Key("shop.idempotency.key")
+	attrFlow    = attribute.Key("shop.flow")
+)
 
 // repeat records a submission of a key first seen at first.
 func (c *counters) repeat(flow string, first, now time.Time) {

@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shop-example/shop/internal/platform/keyscheme"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // Record is one request's idempotency key on a route under Atomic: the
@@ -37,6 +39,9 @@ type Record struct {
 	crossed   bool      // the request met a record of the other scheme, and was counted for it
 	firstSeen time.Time // when the key was first submitted, once claimed
 	answer    *response // what Complete stored, once it reported so
+	// trace is the request's idempotency span, which the claim and the
+	// completion mark as they are decided, inside the flow's batches.
+	trace context.Context
 }
 
 // recordKey is the context key of the request's *Record.
@@ -421,10 +426,10 @@ func (r *Record) decide(held bool, row pgx.Row) error {
 	}
 	r.claimed, r.firstSeen, r.name = true, st.firstSeen, *name
 	if st.firstSeen.Equal(r.at) {
-		s.counters.outcome(outcomeClaimed)
+		s.counters.outcome(r.trace, outcomeClaimed)
 		return nil
 	}
-	s.counters.outcome(outcomeTakenOver)
+	s.counters.outcome(r.trace, outcomeTakenOver)
 	s.counters.repeat(r.flow, st.firstSeen, r.at)
 	s.logger.Info("idempotency key taken over after its lease ran out", "flow", r.flow, "principal", r.principal, "key", r.key)
 	return nil
@@ -486,6 +491,7 @@ func (r *Record) completion(a Answer) (*response, []any, error) {
 // completed records what sqlCompleteInTx did and reports whether it stored
 // the answer.
 func (r *Record) completed(tag pgconn.CommandTag, resp *response) bool {
+	tracing.Event(r.trace, "complete", attribute.Bool("shop.idempotency.stored", tag.RowsAffected() == 1))
 	if tag.RowsAffected() != 1 {
 		r.answer = nil
 		return false

@@ -8,12 +8,16 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // Every calls run about every interval until ctx ends. Each wait is
 // jittered between half and one and a half intervals, so replicas started
-// together do not fire in lockstep.
-func Every(ctx context.Context, interval time.Duration, run func(ctx context.Context)) {
+// together do not fire in lockstep. Each run is a trace of its own, a
+// root span "job <name>" (with the provider tracing.WithProvider put in
+// ctx); a job with no name makes none.
+func Every(ctx context.Context, name string, interval time.Duration, run func(ctx context.Context)) {
 	for {
 		wait := interval/2 + rand.N(interval)
 		select {
@@ -21,6 +25,12 @@ func Every(ctx context.Context, interval time.Duration, run func(ctx context.Con
 			return
 		case <-time.After(wait):
 		}
-		run(ctx)
+		if name == "" {
+			run(ctx)
+			continue
+		}
+		runCtx, span := tracing.Start(ctx, "job "+name)
+		run(runCtx)
+		span.End()
 	}
 }

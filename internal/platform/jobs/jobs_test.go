@@ -23,7 +23,7 @@ func TestEvery(t *testing.T) {
 		done := make(chan struct{})
 		start := time.Now()
 		go func() {
-			jobs.Every(ctx, interval, func(context.Context) {
+			jobs.Every(ctx, "", interval, func(context.Context) {
 				if at = append(at, time.Now()); len(at) == runs {
 					cancel()
 				}
@@ -61,7 +61,7 @@ func TestEvery_StopsWhileWaiting(t *testing.T) {
 		done := make(chan struct{})
 		start := time.Now()
 		go func() {
-			jobs.Every(ctx, time.Hour, func(context.Context) { ran++ })
+			jobs.Every(ctx, "", time.Hour, func(context.Context) { ran++ })
 			close(done)
 		}()
 		time.Sleep(29 * time.Minute) // less than the shortest wait

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // Locker runs work under a distributed lock: lock.Locker over the Redis
@@ -53,8 +56,12 @@ func Flows(noun string, on Set, locker Locker, m *metrics.Metrics) func(name str
 // On reports whether layer l is on for this flow.
 func (f Flow) On(l Layer) bool { return f.Layers.On(l) }
 
-// Stopped counts a conflict that layer l stopped.
-func (f Flow) Stopped(l Layer) { f.Metrics.Stopped(f.Name, l.String()) }
+// Stopped counts a conflict that layer l stopped, and names the layer on
+// ctx's span and its request's (shop.layer).
+func (f Flow) Stopped(ctx context.Context, l Layer) {
+	f.Metrics.Stopped(f.Name, l.String())
+	tracing.Stopped(ctx, l.String())
+}
 
 // Lock runs fn under the lock on key when layer 1 is on, and as it is
 // when it is off. See LockAll.
@@ -79,7 +86,7 @@ func (f Flow) LockAll(ctx context.Context, keys []string, fn func(ctx context.Co
 		return fn(ctx)
 	})
 	if !ran && problem.CodeOf(err) == problem.ResourceBusy {
-		f.Stopped(Lock)
+		f.Stopped(ctx, Lock)
 	}
 	return err
 }
@@ -102,15 +109,18 @@ func (f Flow) nest(ctx context.Context, keys []string, fn func(ctx context.Conte
 // try is given its number, from 1: a try can read again what the one
 // before it read (attempt > 1), or end its last one (attempt ==
 // MaxTries) with an answer of its own instead of resource_busy.
-func (f Flow) Retry(try func(attempt int) error) error {
+//
+// Each race lost is an event "retry" on ctx's span, naming its layer.
+func (f Flow) Retry(ctx context.Context, try func(attempt int) error) error {
 	for attempt := 1; ; attempt++ {
 		err := try(attempt)
 		var race *Race
 		if !errors.As(err, &race) {
 			return err
 		}
+		tracing.Event(ctx, "retry", attribute.Int("shop.attempt", attempt), tracing.AttrLayer.String(race.Layer.String()))
 		if race.counted {
-			f.Stopped(race.Layer)
+			f.Stopped(ctx, race.Layer)
 		}
 		if attempt >= MaxTries {
 			return f.KeepsChanging()

@@ -103,7 +103,7 @@ func TestFlow_Retry(t *testing.T) {
 		m := metrics.New()
 		f := layers.Flow{Name: "f", Noun: "thing", Metrics: m}
 		var tries []int
-		err := f.Retry(func(attempt int) error {
+		err := f.Retry(context.Background(), func(attempt int) error {
 			tries = append(tries, attempt)
 			switch attempt {
 			case 1:
@@ -124,7 +124,7 @@ func TestFlow_Retry(t *testing.T) {
 		m := metrics.New()
 		f := layers.Flow{Name: "f", Noun: "thing", Metrics: m}
 		n := 0
-		err := f.Retry(func(int) error { n++; return layers.Lost(layers.Constraint, errMoved) })
+		err := f.Retry(context.Background(), func(int) error { n++; return layers.Lost(layers.Constraint, errMoved) })
 		var pe *problem.Error
 		if !errors.As(err, &pe) || pe.Code != problem.ResourceBusy || pe.RetryAfter <= 0 ||
 			!strings.Contains(pe.Detail, "the thing keeps changing") {
@@ -140,7 +140,7 @@ func TestFlow_Retry(t *testing.T) {
 	t.Run("OtherErrorsEndIt", func(t *testing.T) {
 		f := layers.Flow{Name: "f"}
 		n := 0
-		err := f.Retry(func(int) error { n++; return errMoved })
+		err := f.Retry(context.Background(), func(int) error { n++; return errMoved })
 		if !errors.Is(err, errMoved) || n != 1 {
 			t.Fatalf("err %v after %d tries, want moved after 1", err, n)
 		}

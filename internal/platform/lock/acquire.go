@@ -133,3 +133,33 @@ func quorumUnreachable(err error) bool {
 	}
 	return errors.As(err, &redisErr)
 }
+
+// answered is how many of the nodes answered the last failed attempt:
+// those that said the key was taken, and those that granted it; the
+// others did not answer. A success is every node's answer as far as
+// redsync tells (it does not say which nodes granted it).
+func answered(err error, nodes int) int {
+	if err == nil {
+		return nodes
+	}
+	var redisErr *redsync.RedisError
+	silent := 0
+	for _, e := range flatten(err) {
+		if errors.As(e, &redisErr) {
+			silent++
+		}
+	}
+	return nodes - silent
+}
+
+// flatten lists the errors joined in err, one per node for redsync.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
 	"github.com/shop-example/shop/internal/platform/redisx"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // Mode says what Do does when the Redis quorum cannot be reached.
@@ -251,9 +252,17 @@ func (l *Locker) do(ctx context.Context, key, name string, deadline time.Time, d
 	)
 
 	start := time.Now()
-	res, err := l.acquire(ctx, mu, deadline)
+	waitCtx, wait := tracing.Start(ctx, "lock.wait", attrKey.String(key), attrName.String(name), attrNodes.Int(l.nodes))
+	res, err := l.acquire(waitCtx, mu, deadline)
 	l.m.wait.Observe(time.Since(start).Seconds())
 	l.m.tries.Observe(float64(res.tries))
+	if wait.IsRecording() {
+		wait.SetAttributes(attrTries.Int(res.tries), attrResult.String(res.outcome), attrAnswered.Int(answered(res.cause, l.nodes)))
+		if res.outcome == outcomeUnavailable {
+			wait.SetAttributes(attrMode.String(string(l.mode)))
+		}
+	}
+	tracing.End(wait, err)
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", key, err)
 	}

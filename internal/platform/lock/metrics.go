@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
@@ -109,3 +110,15 @@ func (m *lockMetrics) extension(ok bool) {
 	}
 	m.extensions.WithLabelValues("failed").Inc()
 }
+
+// The lock spans' attributes (lock.wait, lock.hold).
+const (
+	attrKey      = attribute.Key("shop.lock.key")
+	attrName     = attribute.Key("shop.lock.name")
+	attrNodes    = attribute.Key("shop.lock.nodes")
+	attrAnswered = attribute.Key("shop.lock.nodes_answered")
+	attrTries    = attribute.Key("shop.lock.tries")
+	attrResult   = attribute.Key("shop.lock.result")
+	attrMode     = attribute.Key("shop.lock.mode")
+	attrLost     = attribute.Key("shop.lock.lost")
+)

@@ -9,6 +9,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 
 	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // unlockTimeout bounds the release. The release runs after the work, on a
@@ -18,8 +19,9 @@ const unlockTimeout = 2 * time.Second
 
 // runHeld runs fn while mu is held and releases mu afterwards, also when fn
 // panics (the release is deferred and the panic continues on its way).
-func (l *Locker) runHeld(ctx context.Context, mu *redsync.Mutex, key string, fn func(ctx context.Context) error) error {
+func (l *Locker) runHeld(ctx context.Context, mu *redsync.Mutex, key string, fn func(ctx context.Context) error) (err error) {
 	held := time.Now()
+	ctx, span := tracing.Start(ctx, "lock.hold", attrKey.String(key))
 	workCtx, cancel := context.WithCancelCause(ctx)
 	stop := l.watch(ctx, mu, cancel)
 	defer func() {
@@ -29,9 +31,11 @@ func (l *Locker) runHeld(ctx context.Context, mu *redsync.Mutex, key string, fn 
 		cancel(nil)
 		l.m.hold.Observe(time.Since(held).Seconds())
 		l.release(ctx, mu, lost)
+		span.SetAttributes(attrLost.Bool(lost))
+		tracing.End(span, err)
 	}()
 
-	err := fn(workCtx)
+	err = fn(workCtx)
 	if err != nil && errors.Is(context.Cause(workCtx), ErrLockLost) {
 		// The work was stopped halfway, not refused: the client may send
 		// the same request again (its key and the layers below make that

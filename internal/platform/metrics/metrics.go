@@ -107,5 +107,7 @@ func (m *Metrics) Stopped(flow, layer string) {
 
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+	// OpenMetrics, when the scraper asks for it, carries the latency
+	// histograms' exemplars: the trace of a request in each bucket.
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry, EnableOpenMetrics: true})
 }

@@ -10,11 +10,14 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/internal/platform/problem"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // Outcome is what a consumer made of one delivery.
@@ -117,7 +120,7 @@ func consumeStream(ctx context.Context, rdb *redis.Client, c Consumer, stream, m
 					msg.Ack()
 					continue
 				}
-				outcome, err := c.Handle(msg.Context(), e)
+				outcome, err := handle(ctx, msg, c, e)
 				switch {
 				case err == nil:
 					m.consumed(c.Name, e.Name, outcome)
@@ -143,6 +146,22 @@ func consumeStream(ctx context.Context, rdb *redis.Client, c Consumer, stream, m
 		case <-time.After(resubscribe):
 		}
 	}
+}
+
+// handle runs c's Handle on one delivery, in a span "consume <event>"
+// that continues the trace of the transaction that wrote the event (its
+// metadata carries it): a paid order's receipt is part of its payment's
+// trace.
+func handle(ctx context.Context, msg *message.Message, c Consumer, e Event) (outcome Outcome, err error) {
+	ctx = tracing.Extract(ctx, msg.Metadata)
+	hctx, span := tracing.Start(ctx, "consume "+e.Name, attrConsumer.String(c.Name),
+		attrEventID.String(e.ID), attrSubject.String(e.Subject))
+	defer func() {
+		span.SetAttributes(attrOutcome.String(string(outcome)))
+		tracing.End(span, err)
+	}()
+	// The delivery's own context bounds the work; the span rides on it.
+	return c.Handle(trace.ContextWithSpan(msg.Context(), trace.SpanFromContext(hctx)), e)
 }
 
 // retryReason labels a delivery left for later: the problem code of

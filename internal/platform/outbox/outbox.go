@@ -53,6 +53,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // The events, by name.
@@ -171,6 +172,9 @@ func publish(ctx context.Context, db wsql.ContextExecutor, events []Event) error
 	for i, e := range events {
 		msgs[i] = e.message()
 		msgs[i].SetContext(ctx)
+		// The transaction's trace travels with its events: the relay's
+		// publish and each consumer's delivery continue it.
+		tracing.Inject(ctx, msgs[i].Metadata)
 	}
 	// One call: every event of the transaction in one INSERT. The
 	// forwarder groups by topic, so events of several names go one call

@@ -17,8 +17,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/internal/platform/jobs"
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // relayGroup is the relay's consumer group in watermill_offsets_outbox:
@@ -59,6 +62,9 @@ type Options struct {
 	Prefix  string
 	Metrics *Metrics // nil counts nothing
 	Logger  *slog.Logger
+	// Tracing makes a span of each publish, in the trace of the
+	// transaction that wrote the event; nil makes none.
+	Tracing trace.TracerProvider
 }
 
 // Relay publishes the outbox to Redis streams, publishes again what a
@@ -97,7 +103,7 @@ func NewRelay(db *pgxpool.Pool, rdb *redis.Client, opts Options) (*Relay, error)
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
 	r := &Relay{db: db, rdb: rdb, opts: opts, logger: opts.Logger, wm: wm}
-	r.pub = counting{pub, opts.Prefix, opts.Metrics}
+	r.pub = counting{pub, opts.Prefix, opts.Metrics, opts.Tracing}
 	return r, nil
 }
 
@@ -118,7 +124,7 @@ func (r *Relay) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.forward(ctx) })
 	wg.Go(func() {
-		jobs.Every(ctx, r.opts.Interval, func(ctx context.Context) {
+		jobs.Every(ctx, "outbox redelivery", r.opts.Interval, func(ctx context.Context) {
 			if n, err := r.Redeliver(ctx); err != nil && ctx.Err() == nil {
 				r.logger.WarnContext(ctx, "outbox: redeliver", "err", err)
 			} else if n > 0 {
@@ -130,7 +136,7 @@ func (r *Relay) Run(ctx context.Context) {
 		})
 	})
 	wg.Go(func() {
-		jobs.Every(ctx, time.Hour, func(ctx context.Context) {
+		jobs.Every(ctx, "outbox retention", time.Hour, func(ctx context.Context) {
 			if err := r.Trim(ctx); err != nil && ctx.Err() == nil {
 				r.logger.WarnContext(ctx, "outbox: retention", "err", err)
 			}
@@ -179,9 +185,25 @@ type counting struct {
 	message.Publisher
 	prefix string
 	m      *Metrics
+	tp     trace.TracerProvider
 }
 
-func (c counting) Publish(topic string, msgs ...*message.Message) error {
+func (c counting) Publish(topic string, msgs ...*message.Message) (err error) {
+	if c.tp != nil {
+		// A span for each event, "outbox publish", in the trace of the
+		// transaction that wrote it.
+		spans := make([]trace.Span, len(msgs))
+		for i, m := range msgs {
+			ctx := tracing.WithProvider(tracing.Extract(context.Background(), m.Metadata), c.tp)
+			_, spans[i] = tracing.Start(ctx, "outbox publish", attrEvent.String(m.Metadata.Get(metaEvent)),
+				attrEventID.String(m.UUID), attrStream.String(c.prefix+topic))
+		}
+		defer func() {
+			for _, span := range spans {
+				tracing.End(span, err)
+			}
+		}()
+	}
 	if err := c.Publisher.Publish(c.prefix+topic, msgs...); err != nil {
 		return err
 	}
@@ -190,6 +212,16 @@ func (c counting) Publish(topic string, msgs ...*message.Message) error {
 	}
 	return nil
 }
+
+// The spans' attributes of an event.
+const (
+	attrEvent    = attribute.Key("shop.event")
+	attrEventID  = attribute.Key("shop.event.id")
+	attrSubject  = attribute.Key("shop.event.subject")
+	attrStream   = attribute.Key("shop.event.stream")
+	attrConsumer = attribute.Key("shop.consumer")
+	attrOutcome  = attribute.Key("shop.consumer.outcome")
+)
 
 // The redelivery. An event is due when it is older than RedeliverAfter,
 // within the retention, and one of its consumers has no inbox row for it;

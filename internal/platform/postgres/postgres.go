@@ -19,6 +19,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // IdleInTxTimeout is how long a session of the service may sit idle
@@ -90,6 +94,8 @@ type Beginner interface {
 // failures must be ready for fn to run more than once, so fn must not have
 // effects outside the transaction.
 func InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) (err error) {
+	ctx, span := startTx(ctx)
+	defer func() { endTx(span, err) }()
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -137,6 +143,8 @@ func InTxFirst(ctx context.Context, db *pgxpool.Pool, first func(*pgx.Batch), fn
 // errors itself, and a cut connection is Unavailable either way. A nil
 // batch from fn commits as InTx does. Like InTx, it never retries.
 func InTxBatched(ctx context.Context, db *pgxpool.Pool, first func(*pgx.Batch), fn func(pgx.Tx) (*pgx.Batch, error)) (err error) {
+	ctx, span := startTx(ctx)
+	defer func() { endTx(span, err) }()
 	conn, err := db.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -182,6 +190,21 @@ func InTxBatched(ctx context.Context, db *pgxpool.Pool, first func(*pgx.Batch), 
 		return nil
 	})
 	return tx.SendBatch(ctx, last).Close()
+}
+
+// startTx starts the span of one transaction (db.tx): from its BEGIN to
+// its COMMIT or rollback.
+func startTx(ctx context.Context) (context.Context, trace.Span) {
+	return tracing.Start(ctx, "db.tx", attribute.String("db.system.name", "postgresql"))
+}
+
+// endTx ends a transaction's span: failed when it rolled back, naming the
+// constraint that refused it, if one did (layer 4).
+func endTx(span trace.Span, err error) {
+	if name := ConstraintViolated(err); name != "" && span.IsRecording() {
+		span.SetAttributes(attribute.String("shop.constraint", name))
+	}
+	tracing.End(span, err)
 }
 
 // sqlCommit ends a transaction from inside a batch.

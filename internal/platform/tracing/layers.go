@@ -1,0 +1,66 @@
+package tracing
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Attributes of the shop's spans.
+const (
+	// AttrLayer names the layer that stopped a request that lost a race:
+	// idempotency, lock, state, version, constraint.
+	AttrLayer = attribute.Key("shop.layer")
+	// AttrReplayed marks a request answered from its key's record.
+	AttrReplayed = attribute.Key("shop.idempotency.replayed")
+)
+
+type requestSpanKey struct{}
+
+// WithRequestSpan returns ctx remembering its span as the request's own:
+// what Stopped names the layer on, besides the span it is called in.
+func WithRequestSpan(ctx context.Context) context.Context {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return ctx
+	}
+	return context.WithValue(ctx, requestSpanKey{}, span)
+}
+
+// Stopped records that layer stopped the work of ctx's span: the
+// attribute shop.layer on it and on the request's span, and an event
+// "stopped" at the moment.
+func Stopped(ctx context.Context, layer string) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attr := AttrLayer.String(layer)
+	span.SetAttributes(attr)
+	span.AddEvent("stopped", trace.WithAttributes(attr))
+	if req, ok := ctx.Value(requestSpanKey{}).(trace.Span); ok && req != span {
+		req.SetAttributes(attr)
+	}
+}
+
+// Event adds an event named name to ctx's span.
+func Event(ctx context.Context, name string, attrs ...attribute.KeyValue) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent(name, trace.WithAttributes(attrs...))
+	}
+}
+
+// Set sets attributes on ctx's span.
+func Set(ctx context.Context, attrs ...attribute.KeyValue) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attrs...)
+	}
+}
+
+// SetRequest sets attributes on the request's span (WithRequestSpan).
+func SetRequest(ctx context.Context, attrs ...attribute.KeyValue) {
+	if req, ok := ctx.Value(requestSpanKey{}).(trace.Span); ok {
+		req.SetAttributes(attrs...)
+	}
+}
