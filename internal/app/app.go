@@ -70,10 +70,11 @@ type Deps struct {
 	BlindSchemes bool
 	// Events are the events' settings that only tests change.
 	Events EventDeps
-	// SpanExporter, when set, receives every span of the replica, as it
-	// ends (tests: an in-memory exporter); nil leaves tracing to the
-	// standard variables (config.Config.Tracing).
-	SpanExporter sdktrace.SpanExporter
+	// SpanProcessor, when set, is handed every span of the replica, all
+	// of them sampled (tests: an in-memory exporter behind a simple
+	// processor; the bench: OTLP to a sink of its own, batched); nil
+	// leaves tracing to the standard variables (config.Config.Tracing).
+	SpanProcessor sdktrace.SpanProcessor
 }
 
 // App is one replica of the service.
@@ -108,8 +109,11 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		deps.Now = time.Now
 	}
 	replica := replicaName(cfg.ReplicaName)
-	tr, err := tracing.New(context.Background(), tracing.Config{Settings: cfg.Tracing, Service: "shop", Instance: replica,
-		Exporter: deps.SpanExporter})
+	tc := tracing.Config{Settings: cfg.Tracing, Service: "shop", Instance: replica}
+	if deps.SpanProcessor != nil {
+		tc.Processors, tc.Record = append(tc.Processors, deps.SpanProcessor), true
+	}
+	tr, err := tracing.New(context.Background(), tc)
 	if err != nil {
 		return nil, err
 	}

@@ -118,7 +118,7 @@ func hasEvent(sp tracetest.SpanStub, name string) bool {
 func tracedEnv(t *testing.T, vars map[string]string) (*apptest.Env, *tracetest.InMemoryExporter) {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
-	e := apptest.NewWith(t, 1, vars, app.Deps{SpanExporter: exp})
+	e := apptest.NewWith(t, 1, vars, app.Deps{SpanProcessor: sdktrace.NewSimpleSpanProcessor(exp)})
 	return e, exp
 }
 
@@ -293,7 +293,7 @@ func TestTraces_OffByDefault(t *testing.T) {
 func TestTraces_LosersNameTheirLayer(t *testing.T) {
 	const orders, cancels = 10, 8
 	exp := tracetest.NewInMemoryExporter()
-	e := apptest.NewWith(t, 1, nil, app.Deps{SpanExporter: exp, Layers: layers.Off(layers.Lock)})
+	e := apptest.NewWith(t, 1, nil, app.Deps{SpanProcessor: sdktrace.NewSimpleSpanProcessor(exp), Layers: layers.Off(layers.Lock)})
 	apptest.MustCreateProduct(t, e.R(0), "TR-RACE", 100, orders)
 	u := apptest.MustCreateUser(t, e.R(0), "racer")
 	var ids []string

@@ -206,7 +206,7 @@ func build(t testing.TB, s spec) *Env {
 		t.Cleanup(func() { _ = redisx.Close(clients) })
 		a, err := app.New(c, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
 			Layers: switches.Layers, NaiveStock: switches.NaiveStock, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
-			SpanExporter: switches.SpanExporter})
+			SpanProcessor: switches.SpanProcessor})
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
 		}

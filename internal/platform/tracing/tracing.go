@@ -79,12 +79,12 @@ type Config struct {
 	// returns true for, even when nothing is exported (the race lab's, on
 	// a demo server): its Processors see them.
 	Keep func(ctx context.Context) bool
-	// Processors see every span recorded, besides the exporter.
+	// Processors see every span recorded, besides the OTLP exporter.
 	Processors []sdktrace.SpanProcessor
-	// Exporter replaces OTLP over HTTP (tests: an in-memory exporter,
-	// synchronous). Set, the provider exports every span, as with the
-	// variables set.
-	Exporter sdktrace.SpanExporter
+	// Record samples as Settings.Export does, with or without the OTLP
+	// exporter: for Processors that export on their own (tests: an
+	// in-memory exporter; the bench: OTLP to a sink of its own).
+	Record bool
 }
 
 // Tracing is the process's tracer provider, or none.
@@ -106,7 +106,7 @@ func Exporting(getenv func(string) string) bool {
 // HTTP when the variables say so, one keeping only what cfg.Keep asks
 // for, or none.
 func New(ctx context.Context, cfg Config) (*Tracing, error) {
-	exporting := cfg.Exporter != nil || cfg.Export
+	exporting := cfg.Export || cfg.Record
 	if !exporting && cfg.Keep == nil {
 		return &Tracing{}, nil
 	}
@@ -119,10 +119,7 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 	for _, p := range cfg.Processors {
 		opts = append(opts, sdktrace.WithSpanProcessor(p))
 	}
-	switch {
-	case cfg.Exporter != nil:
-		opts = append(opts, sdktrace.WithSyncer(cfg.Exporter))
-	case exporting:
+	if cfg.Export {
 		exp, err := otlptracehttp.New(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
