@@ -113,6 +113,7 @@ bench: build
 	$(BENCH) strategies -doc docs/STRATEGIES.md -chart docs/strategies.svg $(BENCH_DOC)
 	$(BENCH) outside -doc docs/STRATEGIES.md $(BENCH_DOC)
 	$(BENCH) events -doc docs/BENCHMARKS.md $(BENCH_DOC)
+	$(BENCH) tracing -doc docs/BENCHMARKS.md $(BENCH_DOC)
 	$(BENCH) history -doc docs/STRATEGIES.md
 
 # A bundled k6 script against the running compose stack (make up), run by

@@ -159,6 +159,8 @@ func runOn(ctx context.Context, args []string, logger *slog.Logger, gate boxGate
 		run = benchOutside
 	case "events":
 		run = benchEvents
+	case "tracing":
+		run = benchTracing
 	default:
 		return ErrUsage
 	}
@@ -241,6 +243,9 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.StringVar(&o.shopBin, "shop", "", "the shop binary the two replicas run `serve` from (default this one)")
 		list(fs, &o.flows, "flows", strings.Join(outsideFlowNames(), ","), "comma-separated flows to run")
 		list(fs, &o.shapes, "cases", hot+","+spread, "comma-separated cases to run")
+	case "tracing":
+		fs.IntVar(&o.skus, "skus", 1000, "SKUs the orders pick from at random")
+		fs.IntVar(&o.runs, "rounds", 3, "rounds of the two services, one after the other, each measured -duration after -warmup")
 	case "events":
 		fs.IntVar(&o.events, "events", 5000, "orders each drain pays, their events waiting in the outbox, before its replicas start")
 		fs.IntVar(&o.rate, "rate", defaultEventRate, "payments per second of the paced phase, open loop (default: the layered/spread orders/s of docs/BENCHMARKS.md when the bench was written)")

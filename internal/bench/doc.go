@@ -316,6 +316,8 @@ func BlockRows(name string) ([]string, error) {
 		return seatScenarioNames(), nil
 	case eventsBlock:
 		return eventRowNames(), nil
+	case tracingBlock:
+		return tracingRowNames(defaultTracingRounds), nil
 	case outsideBlock:
 		return outsideRowNames(outsideFlowNames(), []string{hot, spread}), nil
 	case goalsBlock, historyBlock:

@@ -41,6 +41,12 @@ type service struct {
 // lock quorum answer: a run in degrade mode would measure a flow without
 // its lock.
 func startService(ctx context.Context, o benchOptions, dbURL, gatewayURL string, tokens []string) (*service, error) {
+	return startServiceWith(ctx, o, dbURL, gatewayURL, tokens, app.Deps{})
+}
+
+// startServiceWith is startService with extra's tracing (its
+// SpanProcessor) in the service.
+func startServiceWith(ctx context.Context, o benchOptions, dbURL, gatewayURL string, tokens []string, extra app.Deps) (*service, error) {
 	cfg, err := config.FromEnv(os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -67,7 +73,7 @@ func startService(ctx context.Context, o benchOptions, dbURL, gatewayURL string,
 		redisx.Close(rdb) //nolint:errcheck
 		pool.Close()
 	}
-	a, err := app.New(cfg, app.Deps{Pool: pool, Redis: rdb, Logger: serviceLogger()})
+	a, err := app.New(cfg, app.Deps{Pool: pool, Redis: rdb, Logger: serviceLogger(), SpanProcessor: extra.SpanProcessor})
 	if err != nil {
 		closeDeps()
 		return nil, err
