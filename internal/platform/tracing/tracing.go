@@ -55,16 +55,17 @@ type Settings struct {
 	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), and neither OTEL_SDK_DISABLED
 	// nor OTEL_TRACES_EXPORTER=none says otherwise.
 	Export bool
-	// Sampler is OTEL_TRACES_SAMPLER's (with OTEL_TRACES_SAMPLER_ARG);
-	// by default every trace whose parent is sampled or that has none.
-	Sampler sdktrace.Sampler
+	// Sampler and SamplerArg are OTEL_TRACES_SAMPLER and
+	// OTEL_TRACES_SAMPLER_ARG; "" samples every trace whose parent is
+	// sampled or that has none.
+	Sampler, SamplerArg string
 }
 
-// SettingsFromEnv reads the standard variables.
+// SettingsFromEnv reads the standard variables, and refuses a sampler it
+// does not know.
 func SettingsFromEnv(getenv func(string) string) (Settings, error) {
-	s := Settings{Export: Exporting(getenv)}
-	var err error
-	s.Sampler, err = samplerFromEnv(getenv)
+	s := Settings{Export: Exporting(getenv), Sampler: getenv("OTEL_TRACES_SAMPLER"), SamplerArg: getenv("OTEL_TRACES_SAMPLER_ARG")}
+	_, err := s.sampler()
 	return s, err
 }
 
@@ -131,9 +132,8 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 	// otherwise nothing but what Keep asks for.
 	base := sdktrace.NeverSample()
 	if exporting {
-		base = cfg.Sampler
-		if base == nil {
-			base = sdktrace.ParentBased(sdktrace.AlwaysSample())
+		if base, err = cfg.sampler(); err != nil {
+			return nil, err
 		}
 	}
 	if cfg.Keep != nil {
@@ -220,11 +220,11 @@ func TraceID(ctx context.Context) string {
 	return sc.TraceID().String()
 }
 
-// samplerFromEnv is the sampler OTEL_TRACES_SAMPLER and
-// OTEL_TRACES_SAMPLER_ARG name, as the specification defines them.
-func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
+// sampler is the sampler OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
+// name, as the specification defines them.
+func (s Settings) sampler() (sdktrace.Sampler, error) {
 	ratio := func() (float64, error) {
-		arg := getenv("OTEL_TRACES_SAMPLER_ARG")
+		arg := s.SamplerArg
 		if arg == "" {
 			return 1, nil
 		}
@@ -234,7 +234,11 @@ func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
 		}
 		return r, nil
 	}
-	switch v := getenv("OTEL_TRACES_SAMPLER"); v {
+	r, err := ratio()
+	if err != nil {
+		return nil, err
+	}
+	switch v := s.Sampler; v {
 	case "", "parentbased_always_on":
 		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
 	case "always_on":
@@ -244,10 +248,6 @@ func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
 	case "parentbased_always_off":
 		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
 	case "traceidratio", "parentbased_traceidratio":
-		r, err := ratio()
-		if err != nil {
-			return nil, err
-		}
 		if v == "traceidratio" {
 			return sdktrace.TraceIDRatioBased(r), nil
 		}
