@@ -74,6 +74,13 @@ type Deps struct {
 	// ends (tests: an in-memory exporter); nil leaves tracing to the
 	// standard variables (config.Config.Tracing).
 	SpanExporter sdktrace.SpanExporter
+	// KeepSpans, when set, records the spans of the requests whose
+	// context it returns true for, even with nothing exported, and
+	// SpanProcessors see every span recorded (tracing.Config's Keep and
+	// Processors): the race lab's copies of the service keep the spans
+	// of their races' requests so (lab.Traced, lab.Recorder).
+	KeepSpans      func(context.Context) bool
+	SpanProcessors []sdktrace.SpanProcessor
 }
 
 // App is one replica of the service.
@@ -109,7 +116,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	}
 	replica := replicaName(cfg.ReplicaName)
 	tr, err := tracing.New(context.Background(), tracing.Config{Settings: cfg.Tracing, Service: "shop", Instance: replica,
-		Exporter: deps.SpanExporter})
+		Exporter: deps.SpanExporter, Keep: deps.KeepSpans, Processors: deps.SpanProcessors})
 	if err != nil {
 		return nil, err
 	}
