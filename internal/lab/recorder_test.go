@@ -2,14 +2,19 @@ package lab
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/shop-example/shop/internal/platform/httpx"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/tracing"
 )
@@ -190,4 +195,60 @@ func dropped(t *testing.T, m *metrics.Metrics, reason string) float64 {
 	}
 	t.Fatalf("no shop_lab_spans_dropped_total{reason=%q}", reason)
 	return 0
+}
+
+// TestMarkRuns_BeforeTheTracingMiddleware: a race's request marked before
+// the copy's echo (MarkRuns, as the live copy's route and a sandbox's
+// server run it) has its spans recorded; marked inside the echo, after
+// its tracing middleware has asked the sampler, it has none: the span
+// was not sampled, and neither is any below it.
+func TestMarkRuns_BeforeTheTracingMiddleware(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		serve func(e *echo.Echo) http.Handler
+		want  int // spans kept
+	}{
+		{"Before", func(e *echo.Echo) http.Handler { return MarkRuns(e) }, 2},
+		{"Inside", func(e *echo.Echo) http.Handler {
+			e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+				return func(c echo.Context) error {
+					if m, ok := parseMark(c.Request().Header.Get(RunHeader)); ok {
+						c.SetRequest(c.Request().WithContext(WithMark(c.Request().Context(), m)))
+					}
+					return next(c)
+				}
+			})
+			return e
+		}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newHeldWriter()
+			close(w.release)
+			r, err := NewRecorder(w, RecorderOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			tr, err := tracing.New(context.Background(), tracing.Config{Service: "shop", Keep: Traced, Processors: []sdktrace.SpanProcessor{r}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := httpx.New(metrics.New(), httpx.Options{Tracing: tr.Provider(), Service: "shop", Logger: slog.New(slog.DiscardHandler)})
+			h := c.serve(e)
+			e.GET("/v1/products", func(c echo.Context) error {
+				_, span := tracing.Start(c.Request().Context(), "db.tx")
+				span.End()
+				return c.NoContent(http.StatusOK)
+			})
+			req := httptest.NewRequest(http.MethodGet, "/v1/products", nil)
+			req.Header.Set(RunHeader, "0000000a/3")
+			h.ServeHTTP(httptest.NewRecorder(), req)
+			if err := tr.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(w.spans()); got != c.want {
+				t.Errorf("%d spans kept, want %d", got, c.want)
+			}
+		})
+	}
 }
