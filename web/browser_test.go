@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,6 +113,29 @@ func (p page) screenshot(name string) {
 	ctx, cancel := p.step(20 * time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("screenshot %s", path)
+}
+
+// screenshotOf saves the element sel as name.png.
+func (p page) screenshotOf(name, sel string) {
+	p.t.Helper()
+	dir := os.Getenv("SHOP_SCREENSHOTS")
+	if dir == "" {
+		dir = p.t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	ctx, cancel := p.step(20 * time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(sel)))
 	if err != nil {
 		p.t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -294,7 +318,36 @@ func race(t *testing.T, p page, scenario string, size int, off ...string) map[st
 	}
 	data["created"] = strconv.Itoa(eval[int](p, `[...document.querySelectorAll('#tally li')].filter(e => /^201$/.test(e.dataset.key)).reduce((a, e) => a + Number(e.querySelector('.n').textContent), 0)`))
 	t.Logf("%s ×%d (%s off): %s", scenario, size, strings.Join(off, ","), data["line"])
+	if scenario != "redelivery_storm" {
+		waterfallDrawn(t, p, data["run"], size)
+	}
 	return data
+}
+
+// maxWaterfallRows is how many rows the lab's waterfall draws (lab.js).
+const maxWaterfallRows = 60
+
+// waterfallDrawn waits for the waterfall of run and checks it: a row for
+// every request found, the first maxWaterfallRows drawn, each with the
+// status and the replica of its request's answer in the table of every
+// answer.
+func waterfallDrawn(t *testing.T, p page, run string, size int) {
+	t.Helper()
+	p.waitFor("the waterfall", fmt.Sprintf(`document.querySelector('#waterfall').dataset.run === %q`, run), 10*time.Second)
+	w := eval[map[string]string](p, `Object.assign({}, document.querySelector('#waterfall').dataset)`)
+	drawn := eval[int](p, `document.querySelectorAll('#waterfall .wf-row[data-i]').length`)
+	if want := min(size, maxWaterfallRows); w["found"] != strconv.Itoa(size) || w["drawn"] != strconv.Itoa(want) || drawn != want {
+		t.Fatalf("waterfall of %d requests: %v, %d rows drawn; want %d found, %d drawn", size, w, drawn, size, want)
+	}
+	mismatched := eval[[]string](p, `(() => {
+		const answers = new Map([...document.querySelectorAll('#answers tbody tr')].map(tr => [tr.cells[0].textContent, [tr.cells[1].textContent, tr.cells[4].textContent]]));
+		return [...document.querySelectorAll('#waterfall .wf-row[data-i]')]
+			.filter(r => JSON.stringify(answers.get(r.dataset.i)) !== JSON.stringify([r.dataset.status, r.dataset.replica]))
+			.map(r => '#' + r.dataset.i + ': ' + r.dataset.status + ' ' + r.dataset.replica + ', answered ' + JSON.stringify(answers.get(r.dataset.i)));
+	})()`)
+	if len(mismatched) > 0 {
+		t.Fatalf("waterfall rows unlike their answers: %v", mismatched)
+	}
 }
 
 // brokenNames lists the names in a page's prose (code without an id: a
@@ -493,6 +546,64 @@ func raceLab(t *testing.T, p page, s *stack) {
 		t.Errorf("three redelivery storms with only the state rule on never fulfilled an order twice")
 	}
 	p.screenshot("lab-redelivery-storm-off")
+
+	// The waterfall of a pay storm on the live copy, drawn from the spans
+	// both replicas kept: the winner holds the order's lock across the
+	// card processor's call; each loser names what turned it away, the
+	// lock (its wait ends busy) or the state rule (the order read was
+	// paying already, or paid).
+	const storm = 30
+	d = race(t, p, "pay_storm", storm)
+	if d["ok"] != "true" || d["target"] != "live" {
+		t.Fatalf("pay storm ×%d: %v", storm, d)
+	}
+	losers := eval[int](p, `['409 resource_busy', '409 invalid_state'].reduce((a, k) => a + Number(document.querySelector('#tally li[data-key="' + k + '"] .n')?.textContent || 0), 0)`)
+	named := eval[int](p, `document.querySelectorAll('#waterfall .wf-row[data-layer="lock"], #waterfall .wf-row[data-layer="state"]').length`)
+	byLock := eval[int](p, `document.querySelectorAll('#waterfall .wf-row[data-layer="lock"]').length`)
+	busy := eval[int](p, `document.querySelectorAll('#waterfall .wf-row[data-i]:has(.wf-wait.busy)').length`)
+	if losers == 0 || named != losers || busy != byLock {
+		t.Errorf("%d answers refused, %d rows stopped by the lock or the state rule; %d stopped by the lock, %d with a busy wait", losers, named, byLock, busy)
+	}
+	winner := eval[[]string](p, `[...document.querySelectorAll('#waterfall .wf-row[data-status="201"] .wf-bar[data-kind]')].map(b => b.dataset.kind)`)
+	for _, kind := range []string{"lock.wait", "lock.hold", "gateway", "db.tx"} {
+		if !slices.Contains(winner, kind) {
+			t.Errorf("the winner's row has no %s bar: %v", kind, winner)
+		}
+	}
+	if n := eval[int](p, `new Set([...document.querySelectorAll('#waterfall .wf-row[data-i]')].map(r => r.dataset.replica)).size`); n != 2 {
+		t.Errorf("the waterfall's rows are on %d replicas, want both", n)
+	}
+	t.Logf("waterfall: %s", p.text("#wf-info"))
+	p.screenshotOf("lab-waterfall", "#wf-card")
+
+	// The same storm without the lock, in a sandbox: the payments race
+	// each other to the order's row, and the losers' rows show the write
+	// the version check refused (a retry tick) before the state rule
+	// turned them away.
+	lost := 0
+	for range 3 {
+		d = race(t, p, "pay_storm", storm, "lock")
+		lost = eval[int](p, `document.querySelectorAll('#waterfall .wf-row[data-version="true"]:has(.wf-retry)').length`)
+		if d["target"] != "sandbox" || eval[int](p, `document.querySelectorAll('#waterfall .wf-row[data-layer="lock"]').length`) != 0 {
+			t.Fatalf("pay storm without the lock: %v, or a row stopped by the lock", d)
+		}
+		if lost > 0 {
+			break
+		}
+	}
+	if lost == 0 {
+		t.Errorf("three pay storms without the lock: no row lost at the version check")
+	}
+	t.Logf("waterfall without the lock: %s", p.text("#wf-info"))
+	p.screenshotOf("lab-waterfall-version", "#wf-card")
+
+	// A race longer than the waterfall draws: its first rows, and it says so.
+	const long = 80
+	d = race(t, p, "pay_storm", long)
+	if info := p.text("#wf-info"); !strings.Contains(info, fmt.Sprintf("%d of %d requests", long, long)) ||
+		!strings.Contains(info, fmt.Sprintf("The first %d to start are drawn", maxWaterfallRows)) {
+		t.Errorf("waterfall of %d requests says %q", long, info)
+	}
 }
 
 // stormOrders are the orders of a redelivery storm's run, in schema.

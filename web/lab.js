@@ -1,6 +1,6 @@
 // The race lab: asks the service to run a race, shows each answer as it
 // lands (Server-Sent Events over a POST), then the outcome and the layers'
-// counters.
+// counters, then the race's waterfall, drawn from its requests' spans.
 import { api, describe, el, header, mountSession, newKey, say, session } from './api.js';
 
 const form = document.getElementById('race');
@@ -16,6 +16,8 @@ const replicas = document.getElementById('replicas');
 const replicasNote = document.getElementById('replicas-note');
 const metrics = document.querySelector('#metrics tbody');
 const answers = document.querySelector('#answers tbody');
+const waterfall = document.getElementById('waterfall');
+const wfInfo = document.getElementById('wf-info');
 
 async function checkLab() {
   const r = await fetch('/v1/lab/stats');
@@ -45,6 +47,90 @@ function reset(req) {
   answers.replaceChildren();
   progress.textContent = `0 of ${req.size} answers`;
   progress.dataset.count = '0';
+  waterfall.replaceChildren();
+  for (const k of Object.keys(waterfall.dataset)) delete waterfall.dataset[k];
+  wfInfo.textContent = req.scenario === 'redelivery_storm'
+    ? 'A redelivery storm races the consumers of events, not requests: it has no waterfall.'
+    : 'The waterfall follows the outcome.';
+}
+
+// The waterfall draws at most this many rows, the first requests to
+// start: beyond it a row is a few pixels high and says nothing.
+const MAX_ROWS = 60;
+
+// labels says, in words, what a row's spans say about its request.
+function labels(r) {
+  const out = [];
+  if (r.replayed) out.push(['replay', 'replay']);
+  if (r.waited) out.push(['waited', 'waited on the lock']);
+  if (r.lost_at_version) out.push(['version', 'lost at version']);
+  if (r.layer && !r.replayed) out.push([`stop-${r.layer}`, `stopped by ${r.layer}`]);
+  return out;
+}
+
+const BAR = { 'lock.wait': 'wf-wait', 'lock.hold': 'wf-hold', 'db.tx': 'wf-tx', gateway: 'wf-gw', idempotency: 'wf-idem' };
+
+// place puts a bar or a tick on the row's time axis, in percent of the
+// race's length; a bar is at least a sliver, so a short one still shows.
+function place(node, startMS, ms, total) {
+  node.style.left = `${(100 * startMS / total).toFixed(3)}%`;
+  if (ms !== undefined) node.style.width = `${Math.max(0.25, 100 * ms / total).toFixed(3)}%`;
+  return node;
+}
+
+function barTitle(b) {
+  let t = `${b.kind} ${b.ms.toFixed(2)} ms`;
+  if (b.result) t += `, ${b.result}`;
+  if (b.tries) t += `, ${b.tries} ${b.tries === 1 ? 'try' : 'tries'}`;
+  if (b.failed) t += ', rolled back';
+  if (b.constraint) t += ` (${b.constraint})`;
+  return t;
+}
+
+// onWaterfall draws the race's requests, one row each in start order,
+// every bar on one time axis: the race's first start to its last end.
+function onWaterfall(w, run) {
+  const total = Math.max(w.ms, 0.001);
+  const drawn = w.rows.slice(0, MAX_ROWS);
+  const count = (f) => w.rows.filter(f).length;
+  const stoppedBy = new Map();
+  for (const r of w.rows) if (r.layer && !r.replayed) stoppedBy.set(r.layer, (stoppedBy.get(r.layer) || 0) + 1);
+  const stops = [...stoppedBy.entries()].sort().map(([l, n]) => `${n} stopped by ${l}`);
+  const parts = [`${count((r) => r.waited)} waited on the lock`, `${count((r) => r.lost_at_version)} lost at version`,
+    `${count((r) => r.replayed)} replays`, ...stops];
+  let text = `${w.rows.length} of ${w.requests} requests, ${w.spans} spans, ${w.ms.toFixed(1)} ms: ${parts.join(', ')}.`;
+  if (drawn.length < w.rows.length) text += ` The first ${drawn.length} to start are drawn.`;
+  if (w.rows.length < w.requests) text += ` ${w.requests - w.rows.length} requests' spans did not arrive in time.`;
+  wfInfo.textContent = text;
+  const axis = el('div', { class: 'wf-row wf-axis', 'aria-hidden': 'true' }, el('span', { class: 'wf-label', text: 'ms' }),
+    el('span', { class: 'wf-track' }, ...[0, 0.25, 0.5, 0.75, 1].map((f) =>
+      place(el('span', { class: 'wf-grid', text: (f * w.ms).toFixed(f === 0 ? 0 : 1) }), f * w.ms, undefined, total))),
+    el('span', { class: 'wf-tags' }));
+  waterfall.replaceChildren(axis, ...drawn.map((r) => {
+    const track = el('span', { class: 'wf-track' },
+      place(el('span', { class: 'wf-bar wf-req', title: `${r.route} ${r.ms.toFixed(2)} ms` }), r.start_ms, r.ms, total));
+    for (const b of r.bars) {
+      const cls = `wf-bar ${BAR[b.kind]}${b.result === 'busy' ? ' busy' : ''}${b.failed ? ' failed' : ''}`;
+      track.append(place(el('span', { class: cls, 'data-kind': b.kind, title: barTitle(b) }), b.start_ms, b.ms, total));
+    }
+    for (const k of r.ticks || []) {
+      track.append(place(el('span', { class: `wf-tick wf-${k.kind === 'retry' ? 'retry' : 'stop'}`, 'data-kind': k.kind,
+        title: `${k.kind}${k.layer ? ` (${k.layer})` : ''} at ${k.at_ms.toFixed(2)} ms` }), k.at_ms, undefined, total));
+    }
+    const tags = labels(r);
+    return el('div', {
+      class: 'wf-row', role: 'listitem', 'data-i': String(r.i), 'data-status': String(r.status), 'data-replica': r.replica,
+      'data-layer': r.layer || '', 'data-replayed': String(!!r.replayed), 'data-waited': String(!!r.waited),
+      'data-version': String(!!r.lost_at_version),
+    },
+    el('span', { class: 'wf-label' }, `#${r.i} `, el('span', { class: `status s${String(r.status)[0]}`, text: String(r.status) }), ` ${r.replica}`),
+    track,
+    el('span', { class: 'wf-tags' }, ...tags.map(([cls, t]) => el('span', { class: `wf-tag t-${cls}`, text: t }))));
+  }));
+  waterfall.dataset.run = run;
+  waterfall.dataset.requests = String(w.requests);
+  waterfall.dataset.found = String(w.rows.length);
+  waterfall.dataset.drawn = String(drawn.length);
 }
 
 const counts = new Map();
@@ -135,9 +221,16 @@ async function run(req) {
           outcome.dataset.run = v.run;
           outcome.dataset.target = v.target;
         } else if (event === 'answer') onAnswer(v, req.size);
-        else if (event === 'outcome') { onOutcome(v); say(msg, ''); }
+        else if (event === 'outcome') {
+          onOutcome(v);
+          say(msg, '');
+          if (req.scenario !== 'redelivery_storm') wfInfo.textContent = 'Reading the race\'s spans…';
+        } else if (event === 'waterfall') onWaterfall(v, outcome.dataset.run);
         else if (event === 'failure') say(msg, `The run failed: ${v.detail}`, 'bad');
       }
+    }
+    if (req.scenario !== 'redelivery_storm' && outcome.dataset.ok !== undefined && !waterfall.dataset.run) {
+      wfInfo.textContent = 'No waterfall this time: the race\'s spans could not be read.';
     }
     runOn.hidden = req.layers_off.length === 0;
   } catch (err) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,6 +76,13 @@ type Deps struct {
 	// processor; the bench: OTLP to a sink of its own, batched); nil
 	// leaves tracing to the standard variables (config.Config.Tracing).
 	SpanProcessor sdktrace.SpanProcessor
+	// KeepSpans, when set, records the spans of the requests whose
+	// context it returns true for, even with nothing exported, and
+	// SpanProcessors see every span recorded (tracing.Config's Keep and
+	// Processors): the race lab's copies of the service keep the spans
+	// of their races' requests so (lab.Traced, lab.Recorder).
+	KeepSpans      func(context.Context) bool
+	SpanProcessors []sdktrace.SpanProcessor
 }
 
 // App is one replica of the service.
@@ -109,9 +117,10 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		deps.Now = time.Now
 	}
 	replica := replicaName(cfg.ReplicaName)
-	tc := tracing.Config{Settings: cfg.Tracing, Service: "shop", Instance: replica}
+	tc := tracing.Config{Settings: cfg.Tracing, Service: "shop", Instance: replica,
+		Keep: deps.KeepSpans, Processors: deps.SpanProcessors}
 	if deps.SpanProcessor != nil {
-		tc.Processors, tc.Record = append(tc.Processors, deps.SpanProcessor), true
+		tc.Processors, tc.Record = slices.Concat(tc.Processors, []sdktrace.SpanProcessor{deps.SpanProcessor}), true
 	}
 	tr, err := tracing.New(context.Background(), tc)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/shop-example/shop/internal/gateway"
 	"github.com/shop-example/shop/internal/inventory"
@@ -86,6 +87,8 @@ type sandboxes struct {
 
 	mu    sync.Mutex
 	pools map[string]*pgxpool.Pool // by schema: opened, and migrated, by the first run on it
+
+	spans labSpans // the races' spans, of the live copy and the sandboxes alike
 }
 
 // open returns a pool on schema, creating and migrating it the first time.
@@ -108,17 +111,14 @@ func (s *sandboxes) open(ctx context.Context, schema string) (*pgxpool.Pool, err
 	if err != nil {
 		return nil, fmt.Errorf("create schema: %w", err)
 	}
-	u, err := url.Parse(s.a.cfg.DatabaseURL)
+	u, err := s.schemaURL(schema)
 	if err != nil {
 		return nil, err
 	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	if err := postgres.MigrateUp(u.String()); err != nil {
+	if err := postgres.MigrateUp(u); err != nil {
 		return nil, err
 	}
-	pool, err := postgres.Open(ctx, u.String(), 8)
+	pool, err := postgres.Open(ctx, u, 8)
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +135,18 @@ func (s *sandboxes) open(ctx context.Context, schema string) (*pgxpool.Pool, err
 	}
 	s.pools[schema] = pool
 	return pool, nil
+}
+
+// schemaURL is the database's URL with schema as its search path.
+func (s *sandboxes) schemaURL(schema string) (string, error) {
+	u, err := url.Parse(s.a.cfg.DatabaseURL)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // build is a lab.Sandbox: the service with set's layers, rate limits off
@@ -189,8 +201,13 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ 
 	cfg.Demo = false
 	cfg.ReplicaName = "sandbox"
 	cfg.RateLimit.Off = true
+	spans, recorder, err := s.spans.open(ctx, s)
+	if err != nil {
+		return lab.Target{}, nil, err
+	}
 	sb, err := New(cfg, Deps{Pool: pool, Redis: s.a.deps.Redis, Logger: s.a.deps.Logger, Now: s.a.deps.Now,
-		Layers: set, NaiveStock: inventory.TakeReadCheckWrite, Events: EventDeps{Consumers: set}})
+		Layers: set, NaiveStock: inventory.TakeReadCheckWrite, Events: EventDeps{Consumers: set},
+		KeepSpans: lab.Traced, SpanProcessors: []sdktrace.SpanProcessor{recorder}})
 	if err != nil {
 		return lab.Target{}, nil, err
 	}
@@ -214,7 +231,9 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ 
 	if err != nil {
 		return lab.Target{}, nil, err
 	}
-	srv := &http.Server{Handler: sb.Echo, ReadHeaderTimeout: 5 * time.Second}
+	// A race's requests are marked before the sandbox's tracing sees
+	// them, so that their spans are recorded.
+	srv := &http.Server{Handler: lab.MarkRuns(sb.Echo), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.a.deps.Logger.Warn("lab sandbox", "err", err)
@@ -222,7 +241,7 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ 
 	}()
 	undo.add(func() { _ = srv.Close() })
 	return lab.Target{Name: "sandbox", URL: "http://" + ln.Addr().String(), GatewayURL: gwURL, MailerURL: mailURL,
-		Events: evs, Pool: pool, Metrics: sb.Metrics, Layers: set}, undo.run, nil
+		Events: evs, Pool: pool, Metrics: sb.Metrics, Layers: set, Spans: spans}, undo.run, nil
 }
 
 // teardown stops what was started, the last first.
@@ -282,6 +301,7 @@ type liveCopy struct {
 	gatewayURL string
 	mailerURL  string
 	events     *labEvents
+	spans      *lab.SpanStore
 	stop       teardown
 }
 
@@ -336,7 +356,13 @@ func (l *liveCopy) get(ctx context.Context) (_ *App, err error) {
 	cfg.Events.Prefix = labStreams(l.a.cfg.Events.Prefix)
 	cfg.Demo = false // no lab in the copy, so no copy of the copy
 	cfg.ReplicaName = replicaName(l.a.cfg.ReplicaName)
-	copied, err := New(cfg, Deps{Pool: pool, Redis: l.a.deps.Redis, Logger: l.a.deps.Logger, Now: l.a.deps.Now})
+	spans, recorder, err := l.a.sandboxes.spans.open(ctx, l.a.sandboxes)
+	if err != nil {
+		return nil, err
+	}
+	l.spans = spans
+	copied, err := New(cfg, Deps{Pool: pool, Redis: l.a.deps.Redis, Logger: l.a.deps.Logger, Now: l.a.deps.Now,
+		KeepSpans: lab.Traced, SpanProcessors: []sdktrace.SpanProcessor{recorder}})
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +390,9 @@ func (l *liveCopy) route(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return fmt.Errorf("lab live copy: %w", err)
 		}
-		copied.Echo.ServeHTTP(c.Response(), c.Request())
+		// A race's request is marked here, before the copy's tracing sees
+		// it: its spans are recorded, for the race's waterfall.
+		lab.MarkRuns(copied.Echo).ServeHTTP(c.Response(), c.Request())
 		return nil
 	}
 }
@@ -378,7 +406,8 @@ func (l *liveCopy) target(ctx context.Context) (lab.Target, error) {
 		return lab.Target{}, err
 	}
 	return lab.Target{Name: "live", URL: l.a.cfg.LabTarget, Header: http.Header{lab.RouteHeader: {l.key}},
-		GatewayURL: l.gatewayURL, MailerURL: l.mailerURL, Events: l.events, Pool: copied.deps.Pool, Metrics: copied.Metrics}, nil
+		GatewayURL: l.gatewayURL, MailerURL: l.mailerURL, Events: l.events, Pool: copied.deps.Pool, Metrics: copied.Metrics,
+		Spans: l.spans}, nil
 }
 
 // liveMetrics is the copy's registry, nil before it is built.
@@ -394,6 +423,7 @@ func (l *liveCopy) close() {
 }
 
 func (s *sandboxes) close() {
+	s.spans.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.pools {

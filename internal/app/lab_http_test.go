@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/app/apptest"
+	"github.com/shop-example/shop/internal/lab"
 )
 
 // TestLab_DemoOnly: without SHOP_DEMO the lab's routes are 404, whatever
@@ -196,6 +197,19 @@ type race struct {
 		Metrics  map[string]float64 `json:"metrics"`
 		From     []string           `json:"metrics_from"`
 	}
+	// Answers are the answer events, in the order they landed.
+	Answers []labAnswer
+	// Waterfall is the event waterfall, nil without one.
+	Waterfall *lab.Waterfall
+}
+
+// labAnswer is an answer event.
+type labAnswer struct {
+	I        int    `json:"i"`
+	Status   int    `json:"status"`
+	Code     string `json:"code"`
+	Replica  string `json:"replica"`
+	Replayed bool   `json:"replayed"`
 }
 
 // startRace posts a race as token and reads its stream, which must be a
@@ -229,6 +243,22 @@ func startRace(t *testing.T, r *apptest.Replica, token string, body map[string]a
 	}
 	if err := json.Unmarshal(events["outcome"][0], &got.Out); err != nil {
 		t.Fatal(err)
+	}
+	got.Answers = make([]labAnswer, size)
+	for i, raw := range events["answer"] {
+		if err := json.Unmarshal(raw, &got.Answers[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	switch len(events["waterfall"]) {
+	case 0:
+	case 1:
+		got.Waterfall = new(lab.Waterfall)
+		if err := json.Unmarshal(events["waterfall"][0], got.Waterfall); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatalf("%d waterfalls", len(events["waterfall"]))
 	}
 	return got
 }

@@ -48,6 +48,24 @@
 // only the state rule on, copies that read an order paid at once each
 // fulfil it.
 //
+// After the outcome, a race of requests is drawn as a waterfall, from the
+// spans its requests made in the copies that served them (package
+// tracing), with no tracing backend: each request carries its run and
+// number (RunHeader) beside the lab's key, and the copy that serves it,
+// on whichever replica, marks its context (MarkRuns) before the copy's
+// tracing middleware, so that a copy's tracer provider records the
+// race's spans and only those (Traced as its Keep), even with nothing
+// exported. The Recorder, a span processor of every copy in the process,
+// never holds a request up: it queues each span (dropping, and counting,
+// what a full queue cannot take) and writes them in batches, at most
+// MaxRunSpans of a run, to lab_spans in the live copy's schema, which
+// both replicas share (SpanStore). The replica that ran the race waits
+// until a span of every answered request is there, or two seconds, and
+// streams the rows: a request's start, length, status and replica, the
+// lock's wait and hold, its transactions, the card processor's call, the
+// races it lost and tried again, the layer that stopped it, and whether
+// it was a replay. The store keeps the last minutes' races.
+//
 // The lab is an amplifier if left open: a race is started by a
 // registered user, counted against that user's limit (SHOP_RATE_LIMIT_LAB),
 // N is bounded, one run at a time per replica, and it answers 404 unless

@@ -64,6 +64,10 @@ type Target struct {
 	Metrics *metrics.Metrics
 	// Layers are the layers on in it.
 	Layers layers.Set
+	// Spans is where its copies of the service keep the spans of a race's
+	// requests (Recorder), read back for the race's waterfall; nil draws
+	// none.
+	Spans *SpanStore
 }
 
 // Broker is a target's event stream as a broker that delivers events
@@ -217,7 +221,8 @@ func (r raceRequest) validate() (scenario, layers.Set, error) {
 
 // race runs one race and streams it: an event "start", an "answer" per
 // request as it lands, then "outcome" (or "failure" if the run could not
-// be set up or checked).
+// be set up or checked), then, for a race of requests, "waterfall", drawn
+// from the requests' spans.
 func (l *Lab) race(c echo.Context) error {
 	var req raceRequest
 	if err := httpx.Bind(c, &req); err != nil {
@@ -270,6 +275,13 @@ func (l *Lab) race(c echo.Context) error {
 	c.Response().WriteHeader(http.StatusOK)
 	s := &stream{w: c.Response()}
 	r := &run{lab: l, target: target, size: req.Size, id: runID()}
+	if target.Spans != nil {
+		// The store holds the last minutes' races: their waterfalls are
+		// drawn as they end.
+		if err := target.Spans.DeleteBefore(ctx, time.Now().Add(-spansKept)); err != nil {
+			l.cfg.Logger.WarnContext(ctx, "lab spans: delete old ones", "err", err)
+		}
+	}
 	s.send("start", map[string]any{"scenario": req.Scenario, "size": req.Size, "target": target.Name,
 		"layers": set.String(), "run": r.id})
 	outcome, err := r.execute(ctx, sc, s)
@@ -279,6 +291,14 @@ func (l *Lab) race(c echo.Context) error {
 		return nil
 	}
 	s.send("outcome", outcome)
+	if target.Spans != nil && r.answered > 0 {
+		w, err := r.waterfall(ctx, r.answered)
+		if err != nil {
+			l.cfg.Logger.WarnContext(ctx, "lab waterfall", "scenario", req.Scenario, "err", err)
+			return nil
+		}
+		s.send("waterfall", w)
+	}
 	return nil
 }
 

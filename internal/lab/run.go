@@ -25,6 +25,9 @@ type run struct {
 	target Target
 	size   int
 	id     string // names the run's users, product and keys
+	// answered counts the race's requests that got an answer: the rows
+	// its waterfall waits for.
+	answered int
 
 	tokens   []string // the users' bearer tokens
 	sku      string
@@ -66,6 +69,7 @@ type request struct {
 	token, key   string
 	body         any
 	copyOf       *outbox.Event
+	mark         *Mark // a race's request: its RunHeader
 }
 
 // check is what a scenario's invariant check found.
@@ -105,7 +109,8 @@ func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, err
 	gate := make(chan struct{})
 	answers := make(chan answer, r.size)
 	var wg sync.WaitGroup
-	if copies := copiesOf(reqs); copies != nil {
+	copies := copiesOf(reqs)
+	if copies != nil {
 		wg.Go(func() {
 			<-gate
 			for _, a := range r.publish(ctx, copies) {
@@ -114,6 +119,7 @@ func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, err
 		})
 	} else {
 		for i, q := range reqs {
+			q.mark = &Mark{Run: r.id, Request: i}
 			wg.Go(func() {
 				<-gate
 				answers <- r.send(ctx, i, q)
@@ -136,6 +142,9 @@ func (r *run) execute(ctx context.Context, sc scenario, s *stream) (Outcome, err
 		out.Tally[key]++
 		if a.Replica != "" {
 			out.Replicas[a.Replica]++
+		}
+		if a.Status != 0 && copies == nil {
+			r.answered++
 		}
 		s.send("answer", a)
 	}
@@ -240,6 +249,9 @@ func (r *run) call(ctx context.Context, q request) (int, []byte, http.Header, er
 	}
 	if q.key != "" {
 		req.Header.Set("Idempotency-Key", q.key)
+	}
+	if q.mark != nil {
+		req.Header.Set(RunHeader, q.mark.header())
 	}
 	res, err := r.lab.client.Do(req)
 	if err != nil {
