@@ -188,6 +188,7 @@ type jaegerConfig struct {
 			HTTP struct {
 				Endpoint string `yaml:"endpoint"`
 			} `yaml:"http"`
+			EnableTracing *bool `yaml:"enable_tracing"`
 		} `yaml:"jaeger_query"`
 	} `yaml:"extensions"`
 	Receivers struct {
@@ -276,6 +277,11 @@ func TestCompose_Jaeger(t *testing.T) {
 	}
 	if m := cfg.Extensions.Storage.Backends[store].Memory; m == nil || m.MaxTraces <= 0 {
 		t.Errorf("jaeger/config.yaml: storage %q is not memory with max_traces set", store)
+	}
+	// Left on, the query service sends its own spans to an OTLP/gRPC
+	// receiver this configuration does not have, and logs each failure.
+	if q := cfg.Extensions.Query.EnableTracing; q == nil || *q {
+		t.Error("jaeger/config.yaml: jaeger_query traces itself (enable_tracing is not false)")
 	}
 }
 
