@@ -11,7 +11,7 @@ FUZZTIME ?= 30s
 # writes the figures as Markdown.
 FAULTS_TIMEOUT ?= 20m
 
-.PHONY: faults linearizability ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up down logs load load-check
+.PHONY: faults linearizability ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up up-observability down logs load load-check
 
 # .env (written by `make images`, ignored by git) names the images to use
 # instead of the official ones. docker compose reads it by itself; here its
@@ -160,6 +160,15 @@ e2e: image
 # answers, and the addresses and the demo user's token.
 up:
 	COMPOSE="$(COMPOSE)" deploy/up.sh
+
+# make up with the observability profile: Prometheus, keeping the latency's
+# exemplars, and Jaeger, to which every replica, the gateway and the mailer
+# send their spans (SHOP_OTLP_ENDPOINT=http://jaeger:4318). On an engine
+# that cannot pull Jaeger, its stand-in is built from Jaeger's Go module
+# first (deploy/images/build.sh jaeger, 3 to 8 minutes the first time).
+# Prints Jaeger's address (docs/OPERATIONS.md, "Traces").
+up-observability:
+	COMPOSE="$(COMPOSE)" deploy/up.sh --observability
 
 # ARGS=-v also removes the data volumes.
 down:

@@ -16,14 +16,21 @@
 #      saying every 5 s which services are not ready, until compose is done
 #      and /readyz answers 200.
 #
-#   deploy/up.sh [--dry-run] [--no-build]      (make up)
+#   deploy/up.sh [--dry-run] [--no-build] [--observability]
+#                                   (make up; make up-observability)
 #
 # --dry-run says what steps 1-3 would do and does none of them; --no-build
-# skips step 2 when the shop image exists. Times are counted from the start
-# of the script.
+# skips step 2 when the shop image exists. --observability adds the
+# observability profile: Prometheus (PROMETHEUS_IMAGE) and Jaeger
+# (JAEGER_IMAGE; on an engine that cannot pull it, its stand-in, built from
+# Jaeger's Go module by deploy/images/build.sh jaeger, 3 to 8 minutes the
+# first time), with the replicas, the gateway and the mailer sending their
+# spans to Jaeger (SHOP_OTLP_ENDPOINT, default http://jaeger:4318), and
+# prints Jaeger's address. Times are counted from the start of the script.
 #
 # COMPOSE is the compose command (`docker compose` or `docker-compose`);
-# SHOP_PORT and SHOP_GATEWAY_PORT are compose's published ports;
+# SHOP_PORT, SHOP_GATEWAY_PORT, SHOP_PROMETHEUS_PORT and SHOP_JAEGER_PORT
+# are compose's published ports;
 # SHOP_UP_TIMEOUT (seconds, default 600) bounds the wait for compose and
 # /readyz; SHOP_UP_PULL_TIMEOUT (seconds, default 60) bounds each pull.
 set -euo pipefail
@@ -31,11 +38,13 @@ cd "$(dirname "$0")/.."
 
 dry_run=false
 build=true
+observability=false
 for a in "$@"; do
   case "$a" in
     --dry-run) dry_run=true ;;
     --no-build) build=false ;;
-    *) echo "usage: $0 [--dry-run] [--no-build]" >&2; exit 2 ;;
+    --observability) observability=true ;;
+    *) echo "usage: $0 [--dry-run] [--no-build] [--observability]" >&2; exit 2 ;;
   esac
 done
 
@@ -63,16 +72,39 @@ load_env() {
   done <"$file"
 }
 
-# The base images, as docker-compose.yml and the Dockerfile default them.
+# The base images, as docker-compose.yml and the Dockerfile default them,
+# and the observability profile's.
 base_images() {
   printf '%s\n' "${POSTGRES_IMAGE:-postgres:16-alpine}" "${REDIS_IMAGE:-redis:7-alpine}" \
     "${NGINX_IMAGE:-nginx:1.27-alpine}" "${GO_IMAGE:-golang:1.26-alpine}" "${RUNTIME_IMAGE:-alpine:3.22}"
+  if $observability; then
+    printf '%s\n' "${PROMETHEUS_IMAGE:-prom/prometheus:v2.55.1}"
+  fi
 }
+jaeger_image() { echo "${JAEGER_IMAGE:-jaegertracing/jaeger:2.12.0}"; }
 
 missing_images() {
   local img
   for img in $(base_images); do
     docker image inspect "$img" >/dev/null 2>&1 || echo "$img"
+  done
+}
+
+# Jaeger's stand-in is slow to build and only the observability profile
+# needs it, so it is asked for on its own.
+jaeger_missing() {
+  $observability && ! docker image inspect "$(jaeger_image)" >/dev/null 2>&1
+}
+
+# pull_all pulls each image named, and fails at the first that cannot be.
+pull_all() {
+  local img
+  for img in "$@"; do
+    say "pulling $img"
+    if ! timeout "$pull_timeout" docker pull -q "$img" >/dev/null 2>&1; then
+      say "$img cannot be pulled: no registry reachable from the Docker engine"
+      return 1
+    fi
   done
 }
 
@@ -83,16 +115,8 @@ if [ -n "$missing" ]; then
   if $dry_run; then
     say "missing: $missing; would pull them, and if one cannot be pulled, build the local stand-ins (deploy/images/build.sh)"
   else
-    pulled=true
-    for img in $missing; do
-      say "pulling $img"
-      if ! timeout "$pull_timeout" docker pull -q "$img" >/dev/null 2>&1; then
-        say "$img cannot be pulled: no registry reachable from the Docker engine"
-        pulled=false
-        break
-      fi
-    done
-    if ! $pulled; then
+    # shellcheck disable=SC2086 # a list of image names
+    if ! pull_all $missing; then
       say "building the local stand-in images (deploy/images/build.sh; minutes the first time)"
       deploy/images/build.sh
       load_env .images/env override
@@ -107,6 +131,19 @@ if [ -n "$missing" ]; then
 else
   say "base images present: $(base_images | paste -sd' ')"
 fi
+if jaeger_missing; then
+  if $dry_run; then
+    say "missing: $(jaeger_image); would pull it, and if it cannot be pulled, build its stand-in (deploy/images/build.sh jaeger; 3 to 8 minutes the first time)"
+  elif ! pull_all "$(jaeger_image)"; then
+    say "building Jaeger's stand-in from its Go module (deploy/images/build.sh jaeger; 3 to 8 minutes the first time)"
+    deploy/images/build.sh jaeger
+    load_env .images/env override
+    if jaeger_missing; then
+      say "still missing after deploy/images/build.sh jaeger: $(jaeger_image)"
+      exit 1
+    fi
+  fi
+fi
 
 # Step 2: the shop image.
 shop_image=${SHOP_IMAGE:-shop:local}
@@ -119,15 +156,24 @@ else
   deploy/images/shop-image.sh
 fi
 
-# Step 3: compose, in the background, and the wait.
+# Step 3: compose, in the background, and the wait. The profile and the
+# endpoint reach every compose command below (ps, logs) through the
+# environment; docker-compose 1.29 and the plugin both read
+# COMPOSE_PROFILES.
 url="http://localhost:$port/readyz"
+run_env=
+if $observability; then
+  export COMPOSE_PROFILES="${COMPOSE_PROFILES:+$COMPOSE_PROFILES,}observability"
+  export SHOP_OTLP_ENDPOINT="${SHOP_OTLP_ENDPOINT:-http://jaeger:4318}"
+  run_env="COMPOSE_PROFILES=$COMPOSE_PROFILES SHOP_OTLP_ENDPOINT=$SHOP_OTLP_ENDPOINT "
+fi
 if $dry_run; then
-  say "would run: $COMPOSE up -d, then wait for $url to answer 200"
+  say "would run: $run_env$COMPOSE up -d, then wait for $url to answer 200"
   exit 0
 fi
 log=$(mktemp /tmp/shop-up.XXXXXX)
 trap 'rm -f "$log"' EXIT
-say "starting the stack: $COMPOSE up -d"
+say "starting the stack: $run_env$COMPOSE up -d"
 # shellcheck disable=SC2086 # COMPOSE is a command and its subcommand
 $COMPOSE up -d >"$log" 2>&1 &
 compose_pid=$!
@@ -175,6 +221,13 @@ cat <<MSG
                 --profile observability, Prometheus on http://localhost:${SHOP_PROMETHEUS_PORT:-9091}
   admin token   ${SHOP_ADMIN_TOKEN:-admin-dev-token}
 MSG
+if $observability; then
+  cat <<MSG
+  traces        Jaeger on http://localhost:${SHOP_JAEGER_PORT:-16686}   (every replica, the gateway and the mailer send
+                their spans to $SHOP_OTLP_ENDPOINT; a trace: http://localhost:${SHOP_JAEGER_PORT:-16686}/trace/<trace_id>)
+  exemplars     Prometheus on http://localhost:${SHOP_PROMETHEUS_PORT:-9091} keeps the latency's trace ids (docs/OPERATIONS.md, "Traces")
+MSG
+fi
 if [ -n "$token" ]; then
   echo "  demo user     export ${token#SHOP_DEMO_}   # TOKEN=..., for the README's \"Try it\""
 fi

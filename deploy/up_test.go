@@ -13,8 +13,9 @@ import (
 // The commands up.sh runs, as stand-ins: docker knows the images listed
 // in FAKE_IMAGES ("all": every one) and can pull none; compose takes
 // FAKE_UP_SECONDS to come up, as `compose up -d` does while it waits on
-// healthchecks, or fails with FAKE_UP_FAIL; curl answers 200 only once
-// compose is done.
+// healthchecks, or fails with FAKE_UP_FAIL, and notes the profiles and the
+// OTLP endpoint it was started with in FAKE_DIR/up-env; curl answers 200
+// only once compose is done.
 var upFakes = map[string]string{
 	"docker": `#!/usr/bin/env bash
 case "$1 $2" in
@@ -30,6 +31,7 @@ exit 0
 	"fake-compose": `#!/usr/bin/env bash
 case "$1" in
 up)
+  echo "COMPOSE_PROFILES=${COMPOSE_PROFILES:-} SHOP_OTLP_ENDPOINT=${SHOP_OTLP_ENDPOINT:-}" >"$FAKE_DIR/up-env"
   echo "Creating shop_postgres_1 ... done"
   sleep "${FAKE_UP_SECONDS:-0}"
   [ -n "${FAKE_UP_FAIL:-}" ] && { echo "ERROR: for api-1  Container is unhealthy"; exit 1; }
@@ -50,6 +52,13 @@ if [ -f "$FAKE_DIR/up-done" ]; then printf 200; else printf 000; fi
 // returns its output and error.
 func runUp(t *testing.T, env []string, args ...string) (string, error) {
 	t.Helper()
+	return runUpWithDir(t, nil, env, args...)
+}
+
+// runUpWithDir is runUp, then check looks at what the stand-ins left in
+// their directory.
+func runUpWithDir(t *testing.T, check func(dir string), env []string, args ...string) (string, error) {
+	t.Helper()
 	if _, err := exec.LookPath("bash"); err != nil {
 		// up.sh is a bash script, as make up and .ci/run are: a machine
 		// without bash cannot run what this test checks, and must not
@@ -66,9 +75,14 @@ func runUp(t *testing.T, env []string, args ...string) (string, error) {
 	cmd.Env = append(os.Environ(),
 		"PATH="+dir+":"+os.Getenv("PATH"), "FAKE_DIR="+dir, "COMPOSE="+filepath.Join(dir, "fake-compose"),
 		"POSTGRES_IMAGE=pg:t", "REDIS_IMAGE=redis:t", "NGINX_IMAGE=nginx:t", "GO_IMAGE=go:t", "RUNTIME_IMAGE=rt:t",
-		"SHOP_IMAGE=shop:t", "SHOP_UP_TIMEOUT=60")
+		"PROMETHEUS_IMAGE=prom:t", "JAEGER_IMAGE=jaeger:t",
+		"SHOP_IMAGE=shop:t", "SHOP_UP_TIMEOUT=60",
+		"COMPOSE_PROFILES=", "SHOP_OTLP_ENDPOINT=", "SHOP_JAEGER_PORT=", "SHOP_PROMETHEUS_PORT=")
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
+	if check != nil {
+		check(dir)
+	}
 	return string(out), err
 }
 
@@ -129,5 +143,55 @@ func TestUp_ComposeFails(t *testing.T) {
 	}
 	if !strings.Contains(out, "Container is unhealthy") {
 		t.Errorf("up.sh does not show compose's output:\n%s", out)
+	}
+}
+
+// TestUp_Observability: make up-observability (--observability) also needs
+// Prometheus and Jaeger, and builds Jaeger's stand-in (the slow one) only
+// when Jaeger cannot be pulled; it starts compose with the profile and
+// the services' spans pointed at Jaeger, and says where Jaeger is. make up
+// needs neither image and starts compose without them.
+func TestUp_Observability(t *testing.T) {
+	const base = "FAKE_IMAGES=pg:t redis:t nginx:t go:t rt:t"
+	out, err := runUp(t, []string{base + " prom:t"}, "--dry-run", "--observability")
+	if err != nil {
+		t.Fatalf("up.sh --dry-run --observability: %v\n%s", err, out)
+	}
+	for _, want := range []string{"missing: jaeger:t", "deploy/images/build.sh jaeger",
+		"would run: COMPOSE_PROFILES=observability SHOP_OTLP_ENDPOINT=" + otlpEndpoint + " "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("up.sh --dry-run --observability without Jaeger does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "deploy/images/build.sh)") {
+		t.Errorf("up.sh --dry-run --observability would build every stand-in for Jaeger alone:\n%s", out)
+	}
+	out, err = runUp(t, []string{base}, "--dry-run", "--observability")
+	if err != nil || !strings.Contains(out, "missing: prom:t") {
+		t.Errorf("up.sh --dry-run --observability does not see Prometheus missing (%v):\n%s", err, out)
+	}
+
+	out, err = runUp(t, []string{base}, "--dry-run")
+	if err != nil {
+		t.Fatalf("up.sh --dry-run: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "jaeger") || strings.Contains(out, "prom:t") || strings.Contains(out, "COMPOSE_PROFILES") {
+		t.Errorf("make up's plan names the observability profile or its images:\n%s", out)
+	}
+
+	out, err = runUpWithDir(t, func(dir string) {
+		b, err := os.ReadFile(filepath.Join(dir, "up-env"))
+		if err != nil {
+			t.Fatalf("compose was not started: %v", err)
+		}
+		if got, want := strings.TrimSpace(string(b)), "COMPOSE_PROFILES=observability SHOP_OTLP_ENDPOINT="+otlpEndpoint; got != want {
+			t.Errorf("compose up ran with %q, want %q", got, want)
+		}
+	}, []string{"FAKE_IMAGES=all"}, "--no-build", "--observability")
+	if err != nil {
+		t.Fatalf("up.sh --observability: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "Jaeger on http://localhost:16686") {
+		t.Errorf("up.sh --observability does not say where Jaeger is:\n%s", out)
 	}
 }

@@ -4,9 +4,13 @@
 # whose Docker engine cannot pull from any registry (docs/CONTAINERS.md,
 # "No registry access?").
 #
-#   deploy/images/build.sh [--force] [--print-env] [image...]
+#   deploy/images/build.sh [--force] [--print-env] [--dry-run] [image...]
 #
-# images: debian golang postgres redis nginx prometheus (default: all).
+# images: debian golang postgres redis nginx prometheus (the default, which
+# CI builds) and jaeger, built only when named (`build.sh jaeger`, or
+# `make up-observability` when it cannot pull Jaeger): it is compiled from
+# its Go module, 3 to 8 minutes on 2 cores (below). --dry-run says what
+# would be built and the variables that would be written, and does nothing.
 #
 # Each image is a Debian root filesystem (debootstrap, then apt-get install
 # in a chroot), imported with `docker import`, then finished by the small
@@ -22,7 +26,8 @@
 #
 # Needs root (debootstrap, chroot), debootstrap, Docker, and the Go 1.26
 # toolchain on the host (copied into the golang image) or network access to
-# the Go module proxy (which serves toolchains as golang.org/toolchain).
+# the Go module proxy (which serves toolchains as golang.org/toolchain);
+# jaeger needs the module proxy for Jaeger's modules.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,18 +38,32 @@ mirror=${SHOP_IMAGES_MIRROR:-http://deb.debian.org/debian}
 suite=bookworm
 go_minor=1.26
 
+# Jaeger is no Debian package: its binary is built from its Go module.
+# The module's releases are tagged in pairs, v1.x for the old components
+# and v2.y for Jaeger v2 (its CHANGELOG: "v1.74.0 / v2.11.0"); the binary
+# cmd/jaeger of v1.75.0 is Jaeger 2.12.0.
+jaeger_module=github.com/jaegertracing/jaeger
+jaeger_version=v1.75.0
+jaeger_release=2.12.0
+
 force=false
 print_env=false
+dry_run=false
 wanted=()
 for a in "$@"; do
   case "$a" in
     --force) force=true ;;
     --print-env) print_env=true ;;
-    debian|golang|postgres|redis|nginx|prometheus) wanted+=("$a") ;;
-    *) echo "usage: $0 [--force] [--print-env] [debian|golang|postgres|redis|nginx|prometheus ...]" >&2; exit 2 ;;
+    --dry-run) dry_run=true ;;
+    debian|golang|postgres|redis|nginx|prometheus|jaeger) wanted+=("$a") ;;
+    *) echo "usage: $0 [--force] [--print-env] [--dry-run] [debian|golang|postgres|redis|nginx|prometheus|jaeger ...]" >&2; exit 2 ;;
   esac
 done
 [ ${#wanted[@]} -gt 0 ] || wanted=(debian golang postgres redis nginx prometheus)
+# The jaeger image is the debian one with the binary in it.
+if [[ " ${wanted[*]} " == *" jaeger "* && " ${wanted[*]} " != *" debian "* ]]; then
+  wanted=(debian "${wanted[@]}")
+fi
 
 # Image names. The tags say what is inside: Debian bookworm has
 # PostgreSQL 15, Redis 7.0, nginx 1.22 and Prometheus 2.42.
@@ -55,6 +74,7 @@ declare -A image=(
   [redis]="$prefix/redis:7"
   [nginx]="$prefix/nginx:1"
   [prometheus]="$prefix/prometheus:2"
+  [jaeger]="$prefix/jaeger:$jaeger_release"
 )
 # Packages installed on top of the base (minbase + ca-certificates, tzdata).
 declare -A packages=(
@@ -66,9 +86,11 @@ declare -A packages=(
   [prometheus]="prometheus"
 )
 
-write_env() {
-  mkdir -p "$repo/.images"
-  cat >"$repo/.images/env" <<ENV
+# env_lines prints the variables, one KEY=value a line. JAEGER_IMAGE is
+# among them once its stand-in is built (or being built): a run that builds
+# only the others keeps it.
+env_lines() {
+  cat <<ENV
 POSTGRES_IMAGE=${image[postgres]}
 REDIS_IMAGE=${image[redis]}
 NGINX_IMAGE=${image[nginx]}
@@ -80,13 +102,21 @@ SHOP_TEST_REDIS_IMAGE=${image[redis]}
 TESTCONTAINERS_RYUK_DISABLED=true
 DOCKER_BUILDKIT=0
 ENV
+  if [[ " ${wanted[*]} " == *" jaeger "* ]] || docker image inspect "${image[jaeger]}" >/dev/null 2>&1; then
+    echo "JAEGER_IMAGE=${image[jaeger]}"
+  fi
   # In a container (/.dockerenv) testcontainers reaches published ports via
   # the bridge network's gateway, or else the default route's; when the
   # Docker engine runs in this same network namespace (docker0 is here),
   # they are on localhost.
   if [ -f /.dockerenv ] && [ -e /sys/class/net/docker0 ]; then
-    echo "TESTCONTAINERS_HOST_OVERRIDE=localhost" >>"$repo/.images/env"
+    echo "TESTCONTAINERS_HOST_OVERRIDE=localhost"
   fi
+}
+
+write_env() {
+  mkdir -p "$repo/.images"
+  env_lines >"$repo/.images/env"
   write_dotenv
 }
 
@@ -107,6 +137,13 @@ write_dotenv() {
   } >"$dotenv.tmp"
   mv "$dotenv.tmp" "$dotenv"
 }
+
+if $dry_run; then
+  echo "would build: ${wanted[*]}"
+  echo "would write .images/env and .env:"
+  env_lines | sed 's/^/  /'
+  exit 0
+fi
 
 if $print_env; then
   write_env
@@ -178,7 +215,8 @@ chroot_run() {
 # An interrupted run leaves no /proc mounted, and a half-built tree is
 # removed only once nothing is mounted in it.
 mounted=
-trap '[ -z "$mounted" ] || umount "$mounted" 2>/dev/null || true' EXIT
+scratch=
+trap '[ -z "$mounted" ] || umount "$mounted" 2>/dev/null || true; [ -z "$scratch" ] || rm -rf "$scratch"' EXIT
 remove_tree() {
   if mountpoint -q "$1/proc" 2>/dev/null; then umount "$1/proc"; fi
   rm -rf "$1"
@@ -353,9 +391,80 @@ build_image() {
   fi
 }
 
+# jaeger_bin is where build_jaeger_binary leaves Jaeger's binary.
+jaeger_bin="$cache/jaeger/$jaeger_version/jaeger"
+
+# build_jaeger_binary builds $jaeger_module/cmd/jaeger at $jaeger_version
+# unless it is cached: in a throwaway module outside the repository (the
+# project's go.mod never names Jaeger), with the Go toolchain the golang
+# image gets, static (CGO_ENABLED=0) and versioned as the official build
+# is. 3 to 8 minutes on 2 cores (6 minutes of CPU), most of it compiling;
+# Go's own caches (GOMODCACHE, GOCACHE) keep the modules and the compiled
+# packages.
+build_jaeger_binary() {
+  if [ -x "$jaeger_bin" ] && ! $force; then
+    return
+  fi
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/shop-jaeger.XXXXXX")
+  log "jaeger: go build $jaeger_module/cmd/jaeger@$jaeger_version (Jaeger $jaeger_release; 3 to 8 minutes on 2 cores)"
+  if ! busy "$cache/build.log" compile_jaeger "$scratch" "$(go_root)/bin/go" >>"$cache/build.log" 2>&1; then
+    log "jaeger: the build failed"
+    tail -n 30 "$cache/build.log" >&2
+    exit 1
+  fi
+  mkdir -p "$(dirname "$jaeger_bin")"
+  mv "$scratch/jaeger" "$jaeger_bin"
+  rm -rf "$scratch"
+  scratch=
+}
+
+# compile_jaeger DIR GO makes DIR a module that requires Jaeger's and
+# builds the binary there as DIR/jaeger (in busy's subshell: the cd and
+# the variables stay there).
+compile_jaeger() {
+  local go=$2
+  cd "$1" &&
+    export GOWORK=off GOFLAGS= GOTOOLCHAIN=local CGO_ENABLED=0 &&
+    "$go" mod init shop-local/jaeger-build &&
+    "$go" get "$jaeger_module/cmd/jaeger@$jaeger_version" &&
+    "$go" build -trimpath -ldflags "-X $jaeger_module/internal/version.latestVersion=v$jaeger_release" \
+      -o jaeger "$jaeger_module/cmd/jaeger"
+}
+
+# build_jaeger puts the binary on the debian stand-in with the Dockerfile
+# of deploy/images/jaeger, unless the image is there from the same recipe.
+build_jaeger() {
+  local base recipe have
+  base=$(docker image inspect -f '{{.Id}}' "${image[debian]}")
+  recipe=$(hash "$base" "$jaeger_module@$jaeger_version" "${image[jaeger]}" \
+    "$(declare -f build_jaeger_binary compile_jaeger build_jaeger)" "@$here/jaeger/Dockerfile")
+  have=$(docker image inspect -f '{{index .Config.Labels "org.shop-example.recipe"}}' "${image[jaeger]}" 2>/dev/null || true)
+  if [ "$have" = "$recipe" ] && ! $force; then
+    log "jaeger: ${image[jaeger]} is up to date"
+    return
+  fi
+  build_jaeger_binary
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/shop-jaeger-image.XXXXXX")
+  cp "$here/jaeger/Dockerfile" "$scratch/"
+  ln "$jaeger_bin" "$scratch/jaeger" 2>/dev/null || cp "$jaeger_bin" "$scratch/jaeger"
+  log "jaeger: docker build ${image[jaeger]}"
+  local out
+  if ! out=$(docker build --build-arg "BASE=${image[debian]}" --label "org.shop-example.recipe=$recipe" \
+    -t "${image[jaeger]}" "$scratch" 2>&1); then
+    printf '%s\n' "$out" >&2
+    exit 1
+  fi
+  rm -rf "$scratch"
+  scratch=
+}
+
 for name in "${wanted[@]}"; do
   start=$SECONDS
-  build_image "$name"
+  if [ "$name" = jaeger ]; then
+    build_jaeger
+  else
+    build_image "$name"
+  fi
   log "$name: done in $((SECONDS - start))s"
 done
 docker image prune -f --filter "label=org.shop-example.recipe" >/dev/null || true

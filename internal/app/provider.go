@@ -33,9 +33,10 @@ func serveProvider(ctx context.Context, logger *slog.Logger, name, addr string, 
 }
 
 // providerTracing is a provider's tracer provider, as the standard
-// variables ask (nil when off), and its shutdown.
+// variables ask (nil when off), and its shutdown. Its spans name their
+// process as a replica's do: SHOP_REPLICA_NAME, else the host's name.
 func providerTracing(cfg config.Config, service string) (trace.TracerProvider, func(), error) {
-	t, err := tracing.New(context.Background(), tracing.Config{Settings: cfg.Tracing, Service: service, Instance: cfg.ReplicaName})
+	t, err := tracing.New(context.Background(), tracing.Config{Settings: cfg.Tracing, Service: service, Instance: replicaName(cfg.ReplicaName)})
 	if err != nil {
 		return nil, nil, err
 	}
