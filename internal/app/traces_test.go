@@ -328,3 +328,16 @@ func TestTraces_LosersNameTheirLayer(t *testing.T) {
 		t.Error("no cancel was retried after the version check refused its write: the race did not happen")
 	}
 }
+
+// TestTraces_ProbesMakeNone: a balancer's health probes, every second,
+// are no traces.
+func TestTraces_ProbesMakeNone(t *testing.T) {
+	e, exp := tracedEnv(t, nil)
+	exp.Reset()
+	for _, path := range []string{"/healthz", "/readyz"} {
+		apptest.WantStatus(t, e.R(0).Do(t, http.MethodGet, path, "", nil), http.StatusOK)
+	}
+	if names := collected(t, exp).names(); len(names) != 0 {
+		t.Errorf("the probes made spans: %v", names)
+	}
+}

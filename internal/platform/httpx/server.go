@@ -74,7 +74,7 @@ func New(m *metrics.Metrics, opts Options) *echo.Echo {
 		// error rendered, and the log line and the latency's exemplar
 		// carry its trace.
 		e.Use(otelecho.Middleware(opts.Service, otelecho.WithTracerProvider(opts.Tracing),
-			otelecho.WithPropagators(tracing.Propagator)), withRequestSpan())
+			otelecho.WithPropagators(tracing.Propagator), otelecho.WithSkipper(probe)), withRequestSpan())
 	}
 	e.Use(
 		observe(opts.Logger, newHTTPMetrics(m)),
@@ -91,6 +91,16 @@ func New(m *metrics.Metrics, opts Options) *echo.Echo {
 		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{Timeout: opts.RequestTimeout}),
 	)
 	return e
+}
+
+// probe reports whether c is a health probe: a balancer's or an
+// orchestrator's, every second or so, and no trace of its own.
+func probe(c echo.Context) bool {
+	switch c.Path() {
+	case "/healthz", "/readyz":
+		return true
+	}
+	return false
 }
 
 // clientAddress returns how c.RealIP() finds the client. Without trusted
