@@ -246,6 +246,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 	case "tracing":
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the orders pick from at random")
 		fs.IntVar(&o.runs, "rounds", 3, "rounds of the two services, one after the other, each measured -duration after -warmup")
+		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each round with tracing on to this file, suffixed with the round's number")
 	case "events":
 		fs.IntVar(&o.events, "events", 5000, "orders each drain pays, their events waiting in the outbox, before its replicas start")
 		fs.IntVar(&o.rate, "rate", defaultEventRate, "payments per second of the paced phase, open loop (default: the layered/spread orders/s of docs/BENCHMARKS.md when the bench was written)")

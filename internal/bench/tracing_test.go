@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
@@ -46,5 +50,31 @@ func TestTracing_FailsWithoutSpans(t *testing.T) {
 	sink.spans.Store(40)
 	if err := printTracingReport(&b, benchOptions{runs: 1, skus: 1, clients: 1}, results, sink); err != nil {
 		t.Errorf("40 spans for 10 orders: %v", err)
+	}
+}
+
+// TestTracing_CountSpans: the sink's count of an export's spans, read off
+// its wire format, is the number the export holds.
+func TestTracing_CountSpans(t *testing.T) {
+	req := &coltrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{
+		{ScopeSpans: []*tracepb.ScopeSpans{{Spans: make([]*tracepb.Span, 3)}, {Spans: make([]*tracepb.Span, 2)}}},
+		{ScopeSpans: []*tracepb.ScopeSpans{{Spans: make([]*tracepb.Span, 4)}}},
+	}}
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			for i := range ss.Spans {
+				ss.Spans[i] = &tracepb.Span{Name: "s", TraceId: make([]byte, 16), SpanId: make([]byte, 8)}
+			}
+		}
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := countSpans(b); err != nil || n != 9 {
+		t.Errorf("countSpans = %d, %v; want 9", n, err)
+	}
+	if _, err := countSpans(b[:len(b)-3]); err == nil {
+		t.Error("a cut export was counted")
 	}
 }
