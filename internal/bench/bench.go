@@ -205,6 +205,10 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		duration, warmup = 2*time.Second, 500*time.Millisecond // 62 cells in about 5½ minutes
 	case "outside":
 		duration, warmup = 2*time.Second, 500*time.Millisecond // as strategies' cells: 8 of them, and the seeding, in about a minute
+	case "tracing":
+		// Many short rounds, in turns: the box drifts by more than the
+		// cost measured over a few long ones.
+		duration, warmup = 3*time.Second, time.Second
 	}
 	fs.IntVar(&o.clients, "clients", clients, "concurrent clients, each a user of its own")
 	fs.DurationVar(&o.duration, "duration", duration, "measured time of each scenario")
@@ -245,7 +249,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		list(fs, &o.shapes, "cases", hot+","+spread, "comma-separated cases to run")
 	case "tracing":
 		fs.IntVar(&o.skus, "skus", 1000, "SKUs the orders pick from at random")
-		fs.IntVar(&o.runs, "rounds", 3, "rounds of the two services, one after the other, each measured -duration after -warmup")
+		fs.IntVar(&o.runs, "rounds", defaultTracingRounds, "rounds of the two services, one after the other, each measured -duration after -warmup")
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each round with tracing on to this file, suffixed with the round's number")
 	case "events":
 		fs.IntVar(&o.events, "events", 5000, "orders each drain pays, their events waiting in the outbox, before its replicas start")

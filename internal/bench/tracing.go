@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -39,7 +40,7 @@ import (
 
 const (
 	tracingBlock         = "benchmarks/tracing"
-	defaultTracingRounds = 3
+	defaultTracingRounds = 10
 	// tracingGoal: tracing on keeps 95 % of the throughput of tracing off.
 	tracingGoal = 0.95
 )
@@ -158,6 +159,16 @@ func printTracingReport(w io.Writer, o benchOptions, results []result, sink *spa
 	if ratio < tracingGoal {
 		verdict = "NOT MET"
 	}
+	// Each round's pair, on over the off round just before it: how far
+	// the box moved between rounds, against the cost measured.
+	var pairs []float64
+	for i := 1; i < len(results); i += 2 {
+		if off, on := results[i-1], results[i]; off.rate() > 0 {
+			pairs = append(pairs, on.rate()/off.rate())
+		}
+	}
+	slices.Sort(pairs)
+	fmt.Fprintf(w, "on/off of each round: median %.3f, from %.3f to %.3f\n", pairs[len(pairs)/2], pairs[0], pairs[len(pairs)-1])
 	fmt.Fprintf(w, "on/off = %.3f (throughput with tracing, over all rounds): goal (>= %.2f, a cost under %.0f %%) %s\n",
 		ratio, tracingGoal, 100*(1-tracingGoal), verdict)
 	return nil

@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
@@ -79,14 +78,12 @@ func WithRequestID() echo.MiddlewareFunc {
 }
 
 // withRequestSpan marks the request's span as the one the layers that
-// stop it name themselves on (tracing.Stopped), and gives it the request
-// id.
+// stop it name themselves on (tracing.Stopped). The request's log line
+// names its trace (tracing.LogHandler), which leads from one to the other.
 func withRequestSpan() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			ctx := tracing.WithRequestSpan(c.Request().Context())
-			tracing.Set(ctx, attribute.String("shop.request_id", RequestID(c)))
-			c.SetRequest(c.Request().WithContext(ctx))
+			c.SetRequest(c.Request().WithContext(tracing.WithRequestSpan(c.Request().Context())))
 			return next(c)
 		}
 	}

@@ -106,9 +106,8 @@ func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 }
 
 // outcome counts what a key's request met, and says it on the request's
-// idempotency span (shop.idempotency.outcome), as an event "claim".
+// idempotency span (shop.idempotency.outcome).
 func (c *counters) outcome(ctx context.Context, o string) {
-	tracing.Event(ctx, "claim", attrOutcome.String(o))
 	tracing.Set(ctx, attrOutcome.String(o))
 	if c != nil {
 		c.requests.WithLabelValues(o).Inc()

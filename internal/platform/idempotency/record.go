@@ -39,8 +39,8 @@ type Record struct {
 	crossed   bool      // the request met a record of the other scheme, and was counted for it
 	firstSeen time.Time // when the key was first submitted, once claimed
 	answer    *response // what Complete stored, once it reported so
-	// trace is the request's idempotency span, which the claim and the
-	// completion mark as they are decided, inside the flow's batches.
+	// trace is the request's idempotency span, on which the claim and the
+	// completion say what they decided, inside the flow's batches.
 	trace context.Context
 }
 
@@ -491,7 +491,7 @@ func (r *Record) completion(a Answer) (*response, []any, error) {
 // completed records what sqlCompleteInTx did and reports whether it stored
 // the answer.
 func (r *Record) completed(tag pgconn.CommandTag, resp *response) bool {
-	tracing.Event(r.trace, "complete", attribute.Bool("shop.idempotency.stored", tag.RowsAffected() == 1))
+	tracing.Set(r.trace, attribute.Bool("shop.idempotency.stored", tag.RowsAffected() == 1))
 	if tag.RowsAffected() != 1 {
 		r.answer = nil
 		return false

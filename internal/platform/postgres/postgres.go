@@ -195,7 +195,7 @@ func InTxBatched(ctx context.Context, db *pgxpool.Pool, first func(*pgx.Batch), 
 // startTx starts the span of one transaction (db.tx): from its BEGIN to
 // its COMMIT or rollback.
 func startTx(ctx context.Context) (context.Context, trace.Span) {
-	return tracing.Start(ctx, "db.tx", attribute.String("db.system.name", "postgresql"))
+	return tracing.Start(ctx, "db.tx")
 }
 
 // endTx ends a transaction's span: failed when it rolled back, naming the
