@@ -208,7 +208,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	}
 
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies,
-		Tracing: tp, Service: "shop"})
+		Tracing: tp})
 	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
 		bookkeeping: bookkeeping, limits: limit, readiness: readiness, events: ev, tracing: tr}
 	a.sandboxes = &sandboxes{a: a}

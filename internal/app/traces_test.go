@@ -131,7 +131,7 @@ func TestTraces_OrderCreated(t *testing.T) {
 	apptest.WantStatus(t, e.R(0).Do(t, http.MethodPost, "/v1/orders", u.Token, body, "Idempotency-Key", "tr-1"), http.StatusCreated)
 	s := collected(t, exp)
 	req := s.server("POST /v1/orders")
-	wantAttrs(t, req, attribute.Int("http.status_code", http.StatusCreated))
+	wantAttrs(t, req, attribute.Int("http.response.status_code", http.StatusCreated))
 	idem := s.child(req, "idempotency create_order")
 	wantAttrs(t, idem, attribute.String("shop.idempotency.outcome", "claimed"), attribute.String("shop.idempotency.result", "stored"),
 		attribute.String("shop.idempotency.key", "tr-1"), attribute.Bool("shop.idempotency.stored", true))
@@ -242,11 +242,13 @@ func TestTraces_SeatsAndLikes(t *testing.T) {
 	s.child(s.server("PUT /v1/posts/:id/like"), "db.tx")
 }
 
-// TestTraces_ExemplarsAndLogs: the latency histogram's exemplar names a
+// TestTraces_Exemplars: the latency histogram's exemplar names a
 // request's trace (OpenMetrics).
 func TestTraces_Exemplars(t *testing.T) {
 	e, exp := tracedEnv(t, nil)
 	u := apptest.MustCreateUser(t, e.R(0), "exemplar")
+	// One request in each 100 ms carries its trace (httpx.exemplarEvery).
+	time.Sleep(150 * time.Millisecond)
 	apptest.MustCreatePost(t, e.R(0), u.Token, "exemplar")
 	req := collected(t, exp).server("POST /v1/posts")
 	r, err := http.NewRequestWithContext(context.Background(), http.MethodGet, e.R(0).MetricsURL+"/metrics", nil)

@@ -126,7 +126,6 @@ func (s *Server) routes() *echo.Echo {
 	e := httpx.New(metrics.New(), httpx.Options{
 		Logger:         s.opts.Logger,
 		Tracing:        s.opts.Tracing,
-		Service:        "shop-gateway",
 		RequestTimeout: s.opts.SlowDelay + 10*time.Second,
 	})
 	h := handlers{s: s}

@@ -233,7 +233,7 @@ func TestMarkRuns_BeforeTheTracingMiddleware(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := httpx.New(metrics.New(), httpx.Options{Tracing: tr.Provider(), Service: "shop", Logger: slog.New(slog.DiscardHandler)})
+			e := httpx.New(metrics.New(), httpx.Options{Tracing: tr.Provider(), Logger: slog.New(slog.DiscardHandler)})
 			h := c.serve(e)
 			e.GET("/v1/products", func(c echo.Context) error {
 				_, span := tracing.Start(c.Request().Context(), "db.tx")

@@ -32,7 +32,7 @@ type Span struct {
 	End      time.Time
 	Failed   bool // status error: a transaction that rolled back, a call that failed
 	// Attrs are the shop's attributes (shop.*) and the answer's status
-	// (http.status_code); numbers come back from the store as float64.
+	// (http.response.status_code); numbers come back from the store as float64.
 	Attrs  map[string]any
 	Events []SpanEvent
 }
@@ -47,7 +47,7 @@ type SpanEvent struct {
 
 // keptAttr reports whether the lab keeps attribute k.
 func keptAttr(k attribute.Key) bool {
-	return (strings.HasPrefix(string(k), "shop.") && !strings.HasPrefix(string(k), "shop.lab.")) || k == "http.status_code"
+	return (strings.HasPrefix(string(k), "shop.") && !strings.HasPrefix(string(k), "shop.lab.")) || k == "http.response.status_code"
 }
 
 func keptAttrs(kvs []attribute.KeyValue) map[string]any {

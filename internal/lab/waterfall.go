@@ -127,7 +127,7 @@ func drawWaterfall(spans []Span, answered int) Waterfall {
 	var end time.Time
 	for _, root := range roots {
 		row := Row{I: root.Request, Route: root.Name, Replica: root.Replica, StartMS: ms(root.Start),
-			MS: between(root.Start, root.End), Status: attrInt(root, "http.status_code"),
+			MS: between(root.Start, root.End), Status: attrInt(root, "http.response.status_code"),
 			Replayed: attrBool(root, "shop.idempotency.replayed"), Layer: attrString(root, "shop.layer"), Bars: []Bar{}}
 		row.LostAtVersion = row.Layer == "version"
 		below := byTrace[root.TraceID]

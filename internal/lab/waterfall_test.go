@@ -37,25 +37,25 @@ func TestDrawWaterfall(t *testing.T) {
 	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 	spans := []Span{
 		// Request 3, the first to start: the winner, charged under the lock.
-		spanAt(t0, 3, "t3", "r3", "", "POST /v1/orders/:id/payments", 0, 12, map[string]any{"http.status_code": float64(201)}),
+		spanAt(t0, 3, "t3", "r3", "", "POST /v1/orders/:id/payments", 0, 12, map[string]any{"http.response.status_code": float64(201)}),
 		spanAt(t0, 3, "t3", "w3", "r3", "lock.wait", 1, 2, map[string]any{"shop.lock.result": "acquired", "shop.lock.tries": float64(1)}),
 		spanAt(t0, 3, "t3", "h3", "r3", "lock.hold", 2, 11, nil),
 		spanAt(t0, 3, "t3", "g3", "h3", "gateway /v1/charges", 3, 8, nil),
 		spanAt(t0, 3, "t3", "x3", "h3", "db.tx", 8, 10, nil),
 		// Request 0: waited three tries, then the lock was still held.
-		spanAt(t0, 0, "t0", "r0", "", "POST /v1/orders/:id/payments", 0.5, 6, map[string]any{"http.status_code": int64(409), "shop.layer": "lock"}),
+		spanAt(t0, 0, "t0", "r0", "", "POST /v1/orders/:id/payments", 0.5, 6, map[string]any{"http.response.status_code": int64(409), "shop.layer": "lock"}),
 		spanAt(t0, 0, "t0", "w0", "r0", "lock.wait", 1, 5.5, map[string]any{"shop.lock.result": "busy", "shop.lock.tries": int64(3)}),
 		// Request 1: its write lost at the version check, retried, then
 		// refused by the state rule; its transaction rolled back.
-		spanAt(t0, 1, "t1", "r1", "", "POST /v1/orders/:id/cancel", 2, 9, map[string]any{"http.status_code": float64(409), "shop.layer": "state"},
+		spanAt(t0, 1, "t1", "r1", "", "POST /v1/orders/:id/cancel", 2, 9, map[string]any{"http.response.status_code": float64(409), "shop.layer": "state"},
 			SpanEvent{Name: "retry", At: at(4), Attrs: map[string]any{"shop.layer": "version", "shop.attempt": float64(1)}}),
 		failed(spanAt(t0, 1, "t1", "x1", "r1", "db.tx", 3, 4, nil)),
 		spanAt(t0, 1, "t1", "i1", "r1", "db.tx", 5, 8, nil, SpanEvent{Name: "stopped", At: at(7.5), Attrs: map[string]any{"shop.layer": "state"}}),
 		// Request 4: a second payment of the order, refused by layer 4.
-		spanAt(t0, 4, "t4", "r4", "", "POST /v1/orders/:id/payments", 3, 5, map[string]any{"http.status_code": float64(409), "shop.layer": "constraint"}),
+		spanAt(t0, 4, "t4", "r4", "", "POST /v1/orders/:id/payments", 3, 5, map[string]any{"http.response.status_code": float64(409), "shop.layer": "constraint"}),
 		failed(spanAt(t0, 4, "t4", "x4", "r4", "db.tx", 3.5, 4.5, map[string]any{"shop.constraint": "payments_one_active_per_order"})),
 		// Request 2: a replay, answered from its key's record.
-		spanAt(t0, 2, "t2", "r2", "", "POST /v1/orders", 1, 2, map[string]any{"http.status_code": float64(201), "shop.layer": "idempotency",
+		spanAt(t0, 2, "t2", "r2", "", "POST /v1/orders", 1, 2, map[string]any{"http.response.status_code": float64(201), "shop.layer": "idempotency",
 			"shop.idempotency.replayed": true}),
 		spanAt(t0, 2, "t2", "k2", "r2", "idempotency create_order", 1.1, 1.9, map[string]any{"shop.idempotency.outcome": "replayed"}),
 	}

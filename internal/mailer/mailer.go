@@ -160,7 +160,6 @@ func (s *Server) routes() *echo.Echo {
 	e := httpx.New(metrics.New(), httpx.Options{
 		Logger:         s.opts.Logger,
 		Tracing:        s.opts.Tracing,
-		Service:        "shop-mailer",
 		RequestTimeout: MaxDelay + 5*time.Second,
 	})
 	h := handlers{s: s}

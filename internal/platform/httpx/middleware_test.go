@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -315,6 +316,30 @@ func TestObserve_ClientGone(t *testing.T) {
 		}
 		if l["msg"] == "request" && l["request_id"] == "req-1" && (l["status"] != float64(499) || l["level"] != "INFO" || l["err"] == nil) {
 			t.Errorf("log for the client gone = %v, want status 499 at INFO with the error", l)
+		}
+	}
+}
+
+// TestExemplarDue: one request in each exemplarEvery carries its trace,
+// and every slow one.
+func TestExemplarDue(t *testing.T) {
+	var h httpMetrics
+	t0 := time.Unix(1000, 0)
+	fast := time.Millisecond
+	steps := []struct {
+		at      time.Duration
+		elapsed time.Duration
+		want    bool
+	}{
+		{0, fast, true},
+		{10 * time.Millisecond, fast, false},
+		{50 * time.Millisecond, 200 * time.Millisecond, true}, // slow
+		{90 * time.Millisecond, fast, false},
+		{400 * time.Millisecond, fast, true},
+	}
+	for _, s := range steps {
+		if got := h.exemplarDue(t0.Add(s.at), s.elapsed); got != s.want {
+			t.Errorf("at %s, took %s: due %v, want %v", s.at, s.elapsed, got, s.want)
 		}
 	}
 }

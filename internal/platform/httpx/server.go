@@ -15,11 +15,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
-	"go.opentelemetry.io/contrib/instrumentation/github.com/labstack/echo/otelecho"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
-	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 const (
@@ -44,12 +42,10 @@ type Options struct {
 	// X-Forwarded-For names the client (SHOP_TRUSTED_PROXIES). Empty: the
 	// client is the socket's peer, and the header is ignored.
 	TrustedProxies []netip.Prefix
-	// Tracing, when set, gives every request a span (otelecho) that
+	// Tracing, when set, gives every request a span (serverSpans) that
 	// continues the caller's trace (traceparent), and every problem
 	// answer its trace_id; nil traces nothing, at no cost.
 	Tracing trace.TracerProvider
-	// Service names the server in its spans: "shop", "shop-gateway".
-	Service string
 }
 
 // New returns an echo instance with the shared middleware in place:
@@ -73,8 +69,7 @@ func New(m *metrics.Metrics, opts Options) *echo.Echo {
 		// Outside observe, so that the span covers the whole answer, its
 		// error rendered, and the log line and the latency's exemplar
 		// carry its trace.
-		e.Use(otelecho.Middleware(opts.Service, otelecho.WithTracerProvider(opts.Tracing),
-			otelecho.WithPropagators(tracing.Propagator), otelecho.WithSkipper(probe)), withRequestSpan())
+		e.Use(serverSpans(opts.Tracing))
 	}
 	e.Use(
 		observe(opts.Logger, newHTTPMetrics(m)),
@@ -91,16 +86,6 @@ func New(m *metrics.Metrics, opts Options) *echo.Echo {
 		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{Timeout: opts.RequestTimeout}),
 	)
 	return e
-}
-
-// probe reports whether c is a health probe: a balancer's or an
-// orchestrator's, every second or so, and no trace of its own.
-func probe(c echo.Context) bool {
-	switch c.Path() {
-	case "/healthz", "/readyz":
-		return true
-	}
-	return false
 }
 
 // clientAddress returns how c.RealIP() finds the client. Without trusted

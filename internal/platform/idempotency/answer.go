@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -38,26 +37,27 @@ func storable(status int, err error) bool {
 // a completed one's, or a still running one's.
 func (s *Store) refuse(c echo.Context, flow string, prev *stored, fp []byte) error {
 	ctx := c.Request().Context()
+	rec := RecordFrom(ctx)
 	s.metrics.Stopped(flow, layers.Idempotency.String())
 	tracing.Stopped(ctx, layers.Idempotency.String())
 	switch {
 	case !bytes.Equal(prev.fingerprint, fp):
-		s.counters.outcome(ctx, outcomeReused)
+		s.outcome(rec, outcomeReused)
 		return problem.New(problem.IdempotencyReused,
 			"this Idempotency-Key was used for a different request (method, path or body); send a new key for a new request")
 	case prev.response != nil:
-		s.counters.outcome(ctx, outcomeReplayed)
+		s.outcome(rec, outcomeReplayed)
 		tracing.SetRequest(ctx, tracing.AttrReplayed.Bool(true))
 		return replay(c, prev.response)
 	default:
-		return s.inProgress(ctx)
+		return s.inProgress(rec)
 	}
 }
 
 // inProgress counts and answers a request whose key another request
 // holds: 409 request_in_progress, to be retried after retryInProgress.
-func (s *Store) inProgress(ctx context.Context) error {
-	s.counters.outcome(ctx, outcomeInProgress)
+func (s *Store) inProgress(r *Record) error {
+	s.outcome(r, outcomeInProgress)
 	return &problem.Error{
 		Code:       problem.RequestInProgress,
 		Detail:     "a request with this Idempotency-Key is still being processed",

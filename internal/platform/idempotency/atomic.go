@@ -64,15 +64,20 @@ func (s *Store) Atomic(flow string) echo.MiddlewareFunc {
 			// The request's idempotency span: what its claim met, and what
 			// became of its answer.
 			ctx, span := tracing.Start(req.Context(), "idempotency "+flow, attrFlow.String(flow), attrKey.String(key))
-			defer span.End()
 			req = req.WithContext(ctx)
 			c.SetRequest(req)
-			rec := &Record{store: s, flow: flow, principal: p.Scope(), key: key, trace: ctx,
+			rec := &Record{store: s, flow: flow, principal: p.Scope(), key: key,
 				names: s.scheme.Record(flow, key),
 				fp:    fingerprint(req.Method, req.URL.Path, body), owner: owner,
 				// PostgreSQL keeps microseconds; truncating makes the
 				// created_at read back comparable with at.
 				at: s.now().UTC().Truncate(time.Microsecond)}
+			defer func() {
+				if span.IsRecording() {
+					span.SetAttributes(rec.spanAttributes()...)
+				}
+				span.End()
+			}()
 			return s.runAtomic(c, next, rec)
 		}
 	}
@@ -122,7 +127,7 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 	switch {
 	case err == nil && rec.answer != nil:
 		// The flow stored its answer in its committed transaction.
-		s.counters.result(ctx, resultStored)
+		s.result(rec, resultStored)
 		return held.flush(res)
 	case !storable(res.Status, err) || held.buf.Len() > maxStoredBody:
 		if rec.claimed {
@@ -131,7 +136,7 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 			// a rolled-back claim or a completed key matches no row.
 			s.free(c, rec, "")
 		} else {
-			s.counters.result(ctx, resultReleased)
+			s.result(rec, resultReleased)
 		}
 		return held.flush(res)
 	}
@@ -142,20 +147,20 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 		// The answer goes out unstored: the key is free (or still this
 		// request's claim, until its lease ends), and a retry runs the
 		// flow again, whose own layers return the same result.
-		s.counters.result(ctx, resultError)
+		s.result(rec, resultError)
 		s.logger.ErrorContext(c.Request().Context(), "idempotency answer not stored",
 			"request_id", httpx.RequestID(c), "key", rec.key, "err", err)
 		return held.flush(res)
 	case stored:
 		if !rec.claimed {
-			s.counters.outcome(ctx, outcomeClaimed) // claimed and completed in that one statement
+			s.outcome(rec, outcomeClaimed) // claimed and completed in that one statement
 		}
-		s.counters.result(ctx, resultStored)
+		s.result(rec, resultStored)
 		return held.flush(res)
 	}
 	// Another request holds the key or completed it since: the key's
 	// answer is its, not this one's.
-	s.counters.result(ctx, resultStaleOwner)
+	s.result(rec, resultStaleOwner)
 	unwrite(res)
 	return s.answerRefusal(c, rec.flow, prev, rec.fp)
 }
@@ -166,7 +171,7 @@ func (s *Store) answerRefusal(c echo.Context, flow string, prev *stored, fp []by
 	if prev == nil {
 		s.metrics.Stopped(flow, layers.Idempotency.String())
 		tracing.Stopped(c.Request().Context(), layers.Idempotency.String())
-		return s.inProgress(c.Request().Context())
+		return s.inProgress(RecordFrom(c.Request().Context()))
 	}
 	s.counters.repeat(flow, prev.firstSeen, s.now())
 	return s.refuse(c, flow, prev, fp)
@@ -199,7 +204,7 @@ func (s *Store) free(c echo.Context, rec *Record, why string) {
 	}
 	err := release(s.finishTimeout)
 	if err == nil {
-		s.counters.result(detached, resultReleased)
+		s.result(nil, resultReleased)
 		return
 	}
 	s.logger.WarnContext(detached, "idempotency key not released; trying again after the answer",
@@ -207,11 +212,11 @@ func (s *Store) free(c echo.Context, rec *Record, why string) {
 	s.secondTries.Go(func() {
 		if err := release(FinishRetryTimeout); err != nil {
 			// The answer has been sent; the key frees itself when the lease ends.
-			s.counters.result(detached, resultError)
+			s.result(nil, resultError)
 			s.logger.ErrorContext(detached, "idempotency key left claimed", "request_id", requestID, "key", key, "err", err)
 			return
 		}
-		s.counters.result(detached, resultReleased)
+		s.result(nil, resultReleased)
 	})
 }
 

@@ -1,7 +1,6 @@
 package idempotency
 
 import (
-	"context"
 	"log/slog"
 	"strconv"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shop-example/shop/internal/platform/metrics"
-	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // What the claim decided for a request: the values of the "outcome" label.
@@ -105,22 +103,34 @@ func newCounters(m *metrics.Metrics, logger *slog.Logger) *counters {
 	return c
 }
 
-// outcome counts what a key's request met, and says it on the request's
-// idempotency span (shop.idempotency.outcome).
-func (c *counters) outcome(ctx context.Context, o string) {
-	tracing.Set(ctx, attrOutcome.String(o))
+func (c *counters) outcome(o string) {
 	if c != nil {
 		c.requests.WithLabelValues(o).Inc()
 	}
 }
 
-// result counts what became of a claimed key's answer, and says it on
-// the request's idempotency span (shop.idempotency.result).
-func (c *counters) result(ctx context.Context, r string) {
-	tracing.Set(ctx, attrResult.String(r))
+func (c *counters) result(r string) {
 	if c != nil {
 		c.results.WithLabelValues(r).Inc()
 	}
+}
+
+// outcome counts what a key's request met, and r (nil: none) keeps it
+// for the request's idempotency span (shop.idempotency.outcome).
+func (s *Store) outcome(r *Record, o string) {
+	if r != nil {
+		r.outcome = o
+	}
+	s.counters.outcome(o)
+}
+
+// result counts what became of a claimed key's answer, and r keeps it
+// for the span (shop.idempotency.result).
+func (s *Store) result(r *Record, res string) {
+	if r != nil {
+		r.result = res
+	}
+	s.counters.result(res)
 }
 
 // The idempotency span's attributes.
@@ -128,6 +138,7 @@ const (
 	attrOutcome = attribute.Key("shop.idempotency.outcome")
 	attrResult  = attribute.Key("shop.idempotency.result")
 	attrKey     = attribute.Key("shop.idempotency.key")
+	attrStored  = attribute.Key("shop.idempotency.stored")
 	attrFlow    = attribute.Key("shop.flow")
 )
 

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/shop-example/shop/internal/platform/keyscheme"
-	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
 // Record is one request's idempotency key on a route under Atomic: the
@@ -39,9 +38,11 @@ type Record struct {
 	crossed   bool      // the request met a record of the other scheme, and was counted for it
 	firstSeen time.Time // when the key was first submitted, once claimed
 	answer    *response // what Complete stored, once it reported so
-	// trace is the request's idempotency span, on which the claim and the
-	// completion say what they decided, inside the flow's batches.
-	trace context.Context
+	// What the request's idempotency span says, set on it in one call
+	// when it ends (spans): what the claim met, whether the completion
+	// stored the answer, what became of it.
+	outcome, result string
+	completeRan     bool // a completion ran (stored, or found the key taken)
 }
 
 // recordKey is the context key of the request's *Record.
@@ -426,10 +427,10 @@ func (r *Record) decide(held bool, row pgx.Row) error {
 	}
 	r.claimed, r.firstSeen, r.name = true, st.firstSeen, *name
 	if st.firstSeen.Equal(r.at) {
-		s.counters.outcome(r.trace, outcomeClaimed)
+		s.outcome(r, outcomeClaimed)
 		return nil
 	}
-	s.counters.outcome(r.trace, outcomeTakenOver)
+	s.outcome(r, outcomeTakenOver)
 	s.counters.repeat(r.flow, st.firstSeen, r.at)
 	s.logger.Info("idempotency key taken over after its lease ran out", "flow", r.flow, "principal", r.principal, "key", r.key)
 	return nil
@@ -491,7 +492,7 @@ func (r *Record) completion(a Answer) (*response, []any, error) {
 // completed records what sqlCompleteInTx did and reports whether it stored
 // the answer.
 func (r *Record) completed(tag pgconn.CommandTag, resp *response) bool {
-	tracing.Set(r.trace, attribute.Bool("shop.idempotency.stored", tag.RowsAffected() == 1))
+	r.completeRan = true
 	if tag.RowsAffected() != 1 {
 		r.answer = nil
 		return false
@@ -509,4 +510,20 @@ func storedResponse(status int, headers, body []byte) (*response, error) {
 		}
 	}
 	return r, nil
+}
+
+// spanAttributes are what the request's idempotency span says once the
+// request is over.
+func (r *Record) spanAttributes() []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 3)
+	if r.outcome != "" {
+		attrs = append(attrs, attrOutcome.String(r.outcome))
+	}
+	if r.completeRan {
+		attrs = append(attrs, attrStored.Bool(r.answer != nil))
+	}
+	if r.result != "" {
+		attrs = append(attrs, attrResult.String(r.result))
+	}
+	return attrs
 }

@@ -16,18 +16,6 @@ const (
 	AttrReplayed = attribute.Key("shop.idempotency.replayed")
 )
 
-type requestSpanKey struct{}
-
-// WithRequestSpan returns ctx remembering its span as the request's own:
-// what Stopped names the layer on, besides the span it is called in.
-func WithRequestSpan(ctx context.Context) context.Context {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return ctx
-	}
-	return context.WithValue(ctx, requestSpanKey{}, span)
-}
-
 // Stopped records that layer stopped the work of ctx's span: the
 // attribute shop.layer on it and on the request's span, and an event
 // "stopped" at the moment.
@@ -39,8 +27,8 @@ func Stopped(ctx context.Context, layer string) {
 	attr := AttrLayer.String(layer)
 	span.SetAttributes(attr)
 	span.AddEvent("stopped", trace.WithAttributes(attr))
-	if req, ok := ctx.Value(requestSpanKey{}).(trace.Span); ok && req != span {
-		req.SetAttributes(attr)
+	if s := scopeOf(ctx); s != nil && s.request != nil && s.request != span {
+		s.request.SetAttributes(attr)
 	}
 }
 
@@ -58,9 +46,9 @@ func Set(ctx context.Context, attrs ...attribute.KeyValue) {
 	}
 }
 
-// SetRequest sets attributes on the request's span (WithRequestSpan).
+// SetRequest sets attributes on the request's span (WithRequest).
 func SetRequest(ctx context.Context, attrs ...attribute.KeyValue) {
-	if req, ok := ctx.Value(requestSpanKey{}).(trace.Span); ok {
-		req.SetAttributes(attrs...)
+	if s := scopeOf(ctx); s != nil && s.request != nil {
+		s.request.SetAttributes(attrs...)
 	}
 }

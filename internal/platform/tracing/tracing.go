@@ -15,9 +15,10 @@
 // edge installs no middleware.
 //
 // The packages that make spans take no tracer: Start makes a child of the
-// span in the context, with that span's own provider, and a job with no
-// request to belong to starts a root with the provider WithProvider put in
-// its context. No global is set.
+// span in the context with the tracer the context carries, which the HTTP
+// edge puts there for each request (WithRequest) and a job or a consumer,
+// with no request to belong to, for its runs (WithProvider). No global is
+// set.
 //
 // A span whose request lost a race names the layer that stopped it
 // (Stopped: shop.layer=version), and so does the request's own span.
@@ -178,28 +179,53 @@ func (k keeping) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingRe
 
 func (k keeping) Description() string { return "Keep{" + k.otherwise.Description() + "}" }
 
-type providerKey struct{}
-
-// WithProvider returns ctx carrying tp, for the roots Start makes in it:
-// a background job's run, a consumer's delivery.
-func WithProvider(ctx context.Context, tp trace.TracerProvider) context.Context {
-	return context.WithValue(ctx, providerKey{}, tp)
+// scope is what a context carries for the spans made in it: the tracer
+// they are made with, and the request's own span, if any.
+type scope struct {
+	tracer  trace.Tracer
+	request trace.Span
 }
 
-// Start starts a span named name: a child of the recording span in ctx,
-// or a root with the provider WithProvider put in ctx. With neither, it
-// returns ctx and its span (a no-op) as they are.
+type scopeKey struct{}
+
+// WithProvider returns ctx carrying tp's tracer, for the spans Start
+// makes in it: the roots of a background job's runs and of a consumer's
+// deliveries, and their children.
+func WithProvider(ctx context.Context, tp trace.TracerProvider) context.Context {
+	return context.WithValue(ctx, scopeKey{}, &scope{tracer: tp.Tracer(Scope)})
+}
+
+// WithRequest returns ctx carrying tp's tracer and remembering ctx's span
+// as the request's own: what Stopped names the layer on, besides the span
+// it is called in. The HTTP edge calls it once per request, inside the
+// request's span.
+func WithRequest(ctx context.Context, tp trace.TracerProvider) context.Context {
+	return context.WithValue(ctx, scopeKey{}, &scope{tracer: tp.Tracer(Scope), request: trace.SpanFromContext(ctx)})
+}
+
+func scopeOf(ctx context.Context) *scope {
+	s, _ := ctx.Value(scopeKey{}).(*scope)
+	return s
+}
+
+// Start starts a span named name: a child of the span in ctx, or a root,
+// with the tracer WithRequest or WithProvider put in ctx. A span whose
+// trace is not sampled has only unsampled children, so Start then returns
+// ctx and its span as they are, and with no tracer in ctx too: no span is
+// made, and nothing allocated.
 func Start(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	parent := trace.SpanFromContext(ctx)
-	tp := parent.TracerProvider()
-	if !parent.IsRecording() {
-		p, ok := ctx.Value(providerKey{}).(trace.TracerProvider)
-		if !ok {
+	if sc := parent.SpanContext(); sc.IsValid() && !sc.IsSampled() {
+		return ctx, parent
+	}
+	s := scopeOf(ctx)
+	if s == nil {
+		if !parent.IsRecording() {
 			return ctx, parent
 		}
-		tp = p
+		return parent.TracerProvider().Tracer(Scope).Start(ctx, name, trace.WithAttributes(attrs...))
 	}
-	return tp.Tracer(Scope).Start(ctx, name, trace.WithAttributes(attrs...))
+	return s.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
 }
 
 // End ends span, marking it failed when err is not nil.

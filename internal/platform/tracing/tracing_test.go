@@ -59,7 +59,7 @@ func TestStopped_NamesTheLayer(t *testing.T) {
 	}
 	ctx := tracing.WithProvider(context.Background(), tr.Provider())
 	ctx, req := tracing.Start(ctx, "request")
-	ctx = tracing.WithRequestSpan(ctx)
+	ctx = tracing.WithRequest(ctx, tr.Provider())
 	inner, tx := tracing.Start(ctx, "db.tx")
 	tracing.Stopped(inner, "version")
 	var logs bytes.Buffer
