@@ -44,11 +44,11 @@ func TestTracing_FailsWithoutSpans(t *testing.T) {
 	results := []result{{name: "off/1", orders: 10, window: 1e9}, {name: "on/1", orders: 10, window: 1e9}}
 	sink := &spanSink{}
 	sink.spans.Store(3)
-	if err := printTracingReport(&b, benchOptions{runs: 1, skus: 1, clients: 1}, results, sink); err == nil {
+	if err := printTracingReport(&b, benchOptions{runs: 1, skus: 1, clients: 1}, results, 0, sink); err == nil {
 		t.Errorf("3 spans for 10 orders reported as a run that traced:\n%s", b.String())
 	}
 	sink.spans.Store(40)
-	if err := printTracingReport(&b, benchOptions{runs: 1, skus: 1, clients: 1}, results, sink); err != nil {
+	if err := printTracingReport(&b, benchOptions{runs: 1, skus: 1, clients: 1}, results, 0, sink); err != nil {
 		t.Errorf("40 spans for 10 orders: %v", err)
 	}
 }
