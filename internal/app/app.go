@@ -147,10 +147,12 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	// The keyed flows claim and complete their keys in their own
 	// transactions, on deps.Pool. What the idempotency store runs apart
 	// from them (a refusal stored after a rollback, the release of a claim
-	// a committed phase left, the sweep) commits on this pool without
-	// waiting for the WAL flush, so a stored 409 out_of_stock costs no
-	// durable flush; package idempotency says why losing one is safe.
-	bookkeeping, err := postgres.AsyncCommitPool(context.Background(), deps.Pool, max(deps.Pool.Config().MaxConns/2, 2))
+	// a committed phase left, the sweep) runs on a pool of its own, so it
+	// never waits behind the flows for a connection. It commits durably,
+	// as the flows do: a replay after a crash or a failover gets the
+	// answer that was sent. SHOP_IDEMPOTENCY_ASYNC_COMMIT trades that for
+	// a WAL flush saved per refusal (package idempotency, "Commits").
+	bookkeeping, err := postgres.SecondPool(context.Background(), deps.Pool, max(deps.Pool.Config().MaxConns/2, 2), cfg.IdempotencyAsyncCommit)
 	if err != nil {
 		return nil, err
 	}

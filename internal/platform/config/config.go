@@ -129,10 +129,19 @@ type Config struct {
 	// a balancer every replica must name the same one (compose's
 	// lab-mailer), or a redelivery storm's receipts are counted per
 	// replica.
-	LabMailerURL  string
-	DBMaxConns    int32         // SHOP_DB_MAX_CONNS
-	JobInterval   time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
-	ShutdownDrain time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
+	LabMailerURL string
+	DBMaxConns   int32 // SHOP_DB_MAX_CONNS
+	// IdempotencyAsyncCommit has the idempotency store commit what it
+	// writes apart from a flow's transaction (a stored refusal, a
+	// released claim) without waiting for the WAL flush or a synchronous
+	// standby (SHOP_IDEMPOTENCY_ASYNC_COMMIT, default false). It saves a
+	// flush per refusal; a crash or a failover may then lose one, so that
+	// a retry with the key runs the flow again, or is told
+	// request_in_progress until the lease ends (package idempotency,
+	// "Commits").
+	IdempotencyAsyncCommit bool
+	JobInterval            time.Duration // SHOP_JOB_INTERVAL: how often background jobs run
+	ShutdownDrain          time.Duration // SHOP_SHUTDOWN_DRAIN: how long in-flight requests may finish
 	// TrustedProxies are the peers whose X-Forwarded-For is believed
 	// (SHOP_TRUSTED_PROXIES): the load balancer. From anyone else the
 	// client address is the socket's.
@@ -410,6 +419,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return b
 	}
 	c.Migrate = flag("SHOP_MIGRATE")
+	c.IdempotencyAsyncCommit = flag("SHOP_IDEMPOTENCY_ASYNC_COMMIT")
 	c.Demo = flag("SHOP_DEMO")
 	if c.Demo && c.AdminToken == "" {
 		errs = append(errs, errors.New("SHOP_DEMO: needs SHOP_ADMIN_TOKEN (the demo user's token is derived from it)"))

@@ -62,6 +62,7 @@ var allVars = []string{
 	"SHOP_LAB_GATEWAY_URL",
 	"SHOP_LAB_MAILER_URL",
 	"SHOP_DB_MAX_CONNS",
+	"SHOP_IDEMPOTENCY_ASYNC_COMMIT",
 	"SHOP_JOB_INTERVAL",
 	"SHOP_SHUTDOWN_DRAIN",
 	"SHOP_REQUEST_TIMEOUT",
@@ -200,6 +201,7 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		"SHOP_LAB_GATEWAY_URL":               "http://lab-gateway:8081",
 		"SHOP_LAB_MAILER_URL":                "http://lab-mailer:8082",
 		"SHOP_DB_MAX_CONNS":                  "7",
+		"SHOP_IDEMPOTENCY_ASYNC_COMMIT":      "true",
 		"SHOP_JOB_INTERVAL":                  "250ms",
 		"SHOP_SHUTDOWN_DRAIN":                "1m",
 		"SHOP_REQUEST_TIMEOUT":               "20s",
@@ -234,42 +236,43 @@ func TestFromEnv_EveryVariable(t *testing.T) {
 		t.Fatalf("FromEnv = %v", err)
 	}
 	want := Config{
-		HTTPAddr:         "127.0.0.1:9000",
-		MetricsAddr:      "127.0.0.1:9100",
-		DatabaseURL:      "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
-		RedisAddrs:       []string{"r1:6379", "r2:6379", "r3:6379"},
-		AdminToken:       "admin-secret",
-		GatewayURL:       "http://gateway:9090",
-		GatewayAddr:      ":9090",
-		GatewayJournal:   "/data/gw.jsonl",
-		GatewaySlowDelay: 20 * time.Second,
-		GatewayTimeout:   1500 * time.Millisecond,
-		MailerURL:        "http://mailer:8082",
-		MailerAddr:       ":9082",
-		MailerJournal:    "/data/mail.jsonl",
-		MailerKeyTTL:     time.Hour,
-		MailerFailRate:   0.25,
-		MailerDelay:      750 * time.Millisecond,
-		MailerTimeout:    2 * time.Second,
-		RequestTimeout:   20 * time.Second,
-		PaymentBudget:    12 * time.Second,
-		ReconcileAfter:   2 * time.Minute,
-		LockMode:         "strict",
-		OrderTTL:         30 * time.Minute,
-		SeatHoldTTL:      90 * time.Second,
-		SeatLock:         "redsync",
-		SeatCaps:         SeatCaps{PerHold: 6, Holds: 2, Seats: 8},
-		LikeLock:         "redsync",
-		KeyScheme:        keyscheme.Scheme{Version: 2},
-		Migrate:          true,
-		Demo:             true,
-		ReplicaName:      "api-9",
-		LabTarget:        "http://lb:8080",
-		LabGatewayURL:    "http://lab-gateway:8081",
-		LabMailerURL:     "http://lab-mailer:8082",
-		DBMaxConns:       7,
-		JobInterval:      250 * time.Millisecond,
-		ShutdownDrain:    time.Minute,
+		HTTPAddr:               "127.0.0.1:9000",
+		MetricsAddr:            "127.0.0.1:9100",
+		DatabaseURL:            "postgresql://app:pw@db:5433/shop_prod?sslmode=require",
+		RedisAddrs:             []string{"r1:6379", "r2:6379", "r3:6379"},
+		AdminToken:             "admin-secret",
+		GatewayURL:             "http://gateway:9090",
+		GatewayAddr:            ":9090",
+		GatewayJournal:         "/data/gw.jsonl",
+		GatewaySlowDelay:       20 * time.Second,
+		GatewayTimeout:         1500 * time.Millisecond,
+		MailerURL:              "http://mailer:8082",
+		MailerAddr:             ":9082",
+		MailerJournal:          "/data/mail.jsonl",
+		MailerKeyTTL:           time.Hour,
+		MailerFailRate:         0.25,
+		MailerDelay:            750 * time.Millisecond,
+		MailerTimeout:          2 * time.Second,
+		RequestTimeout:         20 * time.Second,
+		PaymentBudget:          12 * time.Second,
+		ReconcileAfter:         2 * time.Minute,
+		LockMode:               "strict",
+		OrderTTL:               30 * time.Minute,
+		SeatHoldTTL:            90 * time.Second,
+		SeatLock:               "redsync",
+		SeatCaps:               SeatCaps{PerHold: 6, Holds: 2, Seats: 8},
+		LikeLock:               "redsync",
+		KeyScheme:              keyscheme.Scheme{Version: 2},
+		Migrate:                true,
+		Demo:                   true,
+		ReplicaName:            "api-9",
+		LabTarget:              "http://lb:8080",
+		LabGatewayURL:          "http://lab-gateway:8081",
+		LabMailerURL:           "http://lab-mailer:8082",
+		DBMaxConns:             7,
+		IdempotencyAsyncCommit: true,
+		JobInterval:            250 * time.Millisecond,
+		ShutdownDrain:          time.Minute,
 		TrustedProxies: []netip.Prefix{
 			netip.MustParsePrefix("10.0.0.0/8"),
 			netip.MustParsePrefix("192.168.1.7/32"),
@@ -346,6 +349,7 @@ func TestFromEnv_Invalid(t *testing.T) {
 		{"DatabaseURLKeyValue", "SHOP_DATABASE_URL", "host=localhost user=shop"},
 		{"DatabaseURLUnparseable", "SHOP_DATABASE_URL", "postgres://shop:shop@local host:bad/shop"},
 		{"Migrate", "SHOP_MIGRATE", "yes"},
+		{"IdempotencyAsyncCommit", "SHOP_IDEMPOTENCY_ASYNC_COMMIT", "on"},
 		{"Demo", "SHOP_DEMO", "yes"},
 		{"DemoWithoutAdminToken", "SHOP_DEMO", "true"},
 		{"AdminTokenTooLong", "SHOP_ADMIN_TOKEN", strings.Repeat("k", 257)},
@@ -576,6 +580,8 @@ func TestLogValue_URLs(t *testing.T) {
 		{"PasswordInQuery", "postgres://shop@db/shop?password=s3cret&sslmode=disable", "postgres://shop@db/shop?password=xxxxx&sslmode=disable"},
 		{"SSLPasswordInQuery", "postgres://shop@db/shop?sslpassword=s3cret", "postgres://shop@db/shop?sslpassword=xxxxx"},
 		{"Unparseable", "postgres://shop:pw@db:port/shop", "(unparseable)"},
+		{"MultiHost", "postgres://shop:pw@pg-a:5432,pg-b:5432/shop?target_session_attrs=read-write",
+			"postgres://shop:xxxxx@pg-a:5432,pg-b:5432/shop?target_session_attrs=read-write"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -590,6 +596,26 @@ func TestLogValue_URLs(t *testing.T) {
 				t.Errorf("database_url = %v, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// A primary and its standby in one URL, in either of the forms pgx takes
+// (hosts in the authority, or host and port lists in the query), with
+// target_session_attrs=read-write: every connection goes to whichever
+// accepts writes (DESIGN.md, "PostgreSQL failover").
+func TestFromEnv_MultiHostDatabaseURL(t *testing.T) {
+	for _, u := range []string{
+		"postgres://shop:pw@pg-a:5432,pg-b:5432/shop?sslmode=disable&target_session_attrs=read-write",
+		"postgres://shop:pw@/shop?host=pg-a,pg-b&port=5432,5433&target_session_attrs=read-write",
+	} {
+		got, err := FromEnv(env(map[string]string{"SHOP_DATABASE_URL": u}, nil))
+		if err != nil {
+			t.Errorf("SHOP_DATABASE_URL=%s: %v", u, err)
+			continue
+		}
+		if got.DatabaseURL != u {
+			t.Errorf("DatabaseURL = %q, want %q", got.DatabaseURL, u)
+		}
 	}
 }
 

@@ -114,16 +114,21 @@
 // statement each, with a commit of its own: a refusal stored after a
 // rollback or before the transaction (400 invalid_request, 409
 // out_of_stock), the release of a claim a committed phase left, and
-// Sweep. That pool's sessions have synchronous_commit off
-// (postgres.AsyncCommitPool), so a stored refusal does not wait for a WAL
-// flush of its own: the flow rolled back and had nothing durable to
-// commit. Losing one of these statements in a database crash loses no
-// effect: a lost refusal leaves the key absent, and a retry runs the flow
-// again, which committed nothing the first time (it may now get another
-// answer than the one that was sent, if the stock changed meanwhile); a
-// lost release leaves the claim until its lease ends; a lost sweep
-// deletes those keys on the next round. WAL is flushed in order, so any
-// durable commit after them makes them durable too.
+// Sweep. The service gives the store a pool of its own (so these never
+// wait behind the flows for a connection) whose commits are as durable
+// as the flows': with a synchronous standby, each waits for the standby
+// too. Then a client that got an answer gets the same one when it
+// retries with its key, after a crash or a failover as before it.
+//
+// SHOP_IDEMPOTENCY_ASYNC_COMMIT gives the store a pool whose sessions
+// have synchronous_commit off (postgres.SecondPool): a stored refusal
+// then waits for no WAL flush of its own. A crash or a failover may lose
+// such a commit, which loses no effect but breaks the promise above: a
+// lost refusal leaves the key absent, and a retry runs the flow again
+// (it committed nothing the first time; it may now get another answer,
+// if the stock changed meanwhile); a lost release leaves the claim, and
+// a retry is told request_in_progress until the lease ends. The fault
+// suite's failover row shows both (docs/RELIABILITY.md).
 //
 // The statements after the handler run on a context detached from the
 // request: a client hanging up must not leave its key claimed until the

@@ -86,17 +86,9 @@ type Store struct {
 // own: storing an answer the flow did not store (a refusal answered
 // before its transaction or after a rollback: 400 invalid_request, 409
 // out_of_stock), reading the key that refused it, releasing a claim a
-// committed phase left, and Sweep. Give it a pool from
-// postgres.AsyncCommitPool so that those commits do not wait for the WAL
-// flush: a stored refusal then costs no durable flush of its own, where
-// the flow's transaction that made it had nothing to commit. What a
-// database crash can lose is harmless to the data: a lost stored refusal
-// leaves the key absent, and a retry runs the flow again (it committed
-// nothing the first time; its own layers stand as for any request),
-// though it may now get another answer than the one that was sent; a
-// lost release leaves the claim until its lease ends; a lost sweep
-// deletes those keys on the next round. Any pool works; a normal one only
-// makes these statements durable, and slower.
+// committed phase left, and Sweep. Its commits decide what survives a
+// crash or a failover: package idempotency, "Commits", says what a pool
+// with synchronous_commit off (postgres.SecondPool) may lose.
 func NewStore(db *pgxpool.Pool, opts Options) *Store {
 	if opts.Lease <= 0 {
 		opts.Lease = DefaultLease

@@ -36,6 +36,14 @@ import (
 // itself (in milliseconds, or with a unit: "10s"), which wins.
 const IdleInTxTimeout = 5 * time.Second
 
+// ConnectTimeout bounds each connection attempt to one host, unless the
+// database URL sets connect_timeout itself. With a primary and its
+// standby in one URL (postgres://shop@pg-a:5432,pg-b:5432/shop?target_session_attrs=read-write),
+// pgx tries the hosts in order, each for this long: a host that is down
+// without refusing (a dead machine, a cut network) costs at most this
+// much of a request's deadline before the next one is tried.
+const ConnectTimeout = 2 * time.Second
+
 // Open connects a pool to url and checks that the server answers. Its
 // sessions end a transaction left idle for IdleInTxTimeout. The service
 // opens its pool with no option; opts are for tools that watch the pool.
@@ -50,6 +58,10 @@ func Open(ctx context.Context, url string, maxConns int32, opts ...Option) (*pgx
 	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(IdleInTxTimeout.Milliseconds(), 10)
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
+	}
+	dropOnReadOnly(cfg.ConnConfig)
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
@@ -67,13 +79,34 @@ func Open(ctx context.Context, url string, maxConns int32, opts ...Option) (*pgx
 	return pool, nil
 }
 
+// dropOnReadOnly closes a connection whose server refuses a write because
+// it is read-only (25006): a primary demoted to a standby keeps the
+// sessions it had, and the pool would otherwise hand them out again, each
+// request failing in turn. Closed, the connection leaves the pool when it
+// is released, and the next one is made to the host that accepts writes
+// now (target_session_attrs=read-write). pgx's own handler, which closes
+// on a FATAL error, still runs.
+func dropOnReadOnly(cfg *pgx.ConnConfig) {
+	next := cfg.OnPgError
+	cfg.OnPgError = func(conn *pgconn.PgConn, pgErr *pgconn.PgError) bool {
+		if pgErr.Code == sqlstateReadOnly {
+			return false
+		}
+		return next == nil || next(conn, pgErr)
+	}
+}
+
+// sqlstateReadOnly is read_only_sql_transaction: a write sent to a
+// standby, or to a primary being demoted.
+const sqlstateReadOnly = "25006"
+
 // Option changes the configuration Open builds the pool with.
 type Option func(*pgxpool.Config)
 
 // WithTracer has pgx report to t every statement the pool's connections
 // run, and every batch and connection too when t also implements
 // pgx.BatchTracer and pgx.ConnectTracer (pgx checks each on its own).
-// `shop bench strategies` counts round trips with it. AsyncCommitPool
+// `shop bench strategies` counts round trips with it. SecondPool
 // copies the pool's configuration, so a pool derived from this one
 // reports to t as well.
 func WithTracer(t pgx.QueryTracer) Option {
@@ -241,8 +274,9 @@ func SQLState(err error) string {
 // (53300 too many connections), it is shutting down or starting up
 // (57P01–57P03), it ended this session (25P03: the session sat idle in a
 // transaction past IdleInTxTimeout, so its process was stopped and the
-// transaction rolled back; 57P05: idle past idle_session_timeout), or the
-// connection broke (class 08). The same request may
+// transaction rolled back; 57P05: idle past idle_session_timeout), it is
+// read-only (25006: a standby, or a primary being demoted, during a
+// failover), or the connection broke (class 08). The same request may
 // succeed later, so the HTTP edge answers 503 with Retry-After, not 500.
 // A pool that waits for a free connection until the request's deadline
 // ends with context.DeadlineExceeded, which the edge already answers 503.
@@ -266,30 +300,32 @@ func Unavailable(err error) bool {
 	case strings.HasPrefix(code, "08"):
 		return true
 	case code == "53300", code == "57P01", code == "57P02", code == "57P03",
-		code == "25P03", code == "57P05":
+		code == "25P03", code == "57P05", code == sqlstateReadOnly:
 		return true
 	}
 	return false
 }
 
-// AsyncCommitPool returns a second pool on pool's database whose sessions
-// run with synchronous_commit off: a commit returns before its WAL reaches
-// disk. It is for bookkeeping writes whose loss in a crash is harmless (see
-// package idempotency), so that they cost one round trip and no fsync wait,
-// and only the business transaction of a request waits for durability. The
-// commit is still atomic and at once visible to every other session.
-// The caller must Close it.
-func AsyncCommitPool(ctx context.Context, pool *pgxpool.Pool, maxConns int32) (*pgxpool.Pool, error) {
+// SecondPool returns a second pool on pool's database, configured as pool
+// is, of at most maxConns connections: statements that must not wait
+// behind the flows for a connection (the idempotency store's) get their
+// own. With asyncCommit its sessions run with synchronous_commit off: a
+// commit returns before its WAL reaches disk, or a synchronous standby,
+// and a crash or a failover may lose it. The commit is still atomic and
+// at once visible to every other session. The caller must Close it.
+func SecondPool(ctx context.Context, pool *pgxpool.Pool, maxConns int32, asyncCommit bool) (*pgxpool.Pool, error) {
 	cfg := pool.Config() // a copy
-	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	if asyncCommit {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	async, err := pgxpool.NewWithConfig(ctx, cfg)
+	second, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open async-commit pool: %w", err)
+		return nil, fmt.Errorf("open second pool: %w", err)
 	}
-	return async, nil
+	return second, nil
 }
 
 // Constraint is one refusal of the schema that a flow leans on (layer 4):

@@ -398,7 +398,7 @@ func (c *statementCounter) seen() []string {
 }
 
 // WithTracer reports every statement of the pool to the tracer, and of a
-// pool AsyncCommitPool derives from it (the service's bookkeeping pool);
+// pool SecondPool derives from it (the service's bookkeeping pool);
 // without it, Open sets no tracer at all, as the service runs.
 func TestOpen_WithTracer(t *testing.T) {
 	t.Parallel()
@@ -419,9 +419,9 @@ func TestOpen_WithTracer(t *testing.T) {
 		t.Fatalf("Open = %v", err)
 	}
 	defer pool.Close()
-	async, err := postgres.AsyncCommitPool(ctx, pool, 2)
+	async, err := postgres.SecondPool(ctx, pool, 2, true)
 	if err != nil {
-		t.Fatalf("AsyncCommitPool: %v", err)
+		t.Fatalf("SecondPool: %v", err)
 	}
 	defer async.Close()
 	if err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
@@ -531,15 +531,28 @@ func showSynchronousCommit(t *testing.T, pool *pgxpool.Pool) string {
 	return v
 }
 
-// The async pool skips the fsync wait; the pool it was made from must keep
-// waiting for it, including on connections it opens afterwards.
-func TestAsyncCommitPool(t *testing.T) {
+// A second pool is configured as the first; with asyncCommit it skips the
+// wait for the WAL flush, and the pool it was made from keeps waiting for
+// it, including on connections it opens afterwards.
+func TestSecondPool(t *testing.T) {
 	t.Parallel()
 	pool := mustScratch(t)
 	ctx := context.Background()
-	async, err := postgres.AsyncCommitPool(ctx, pool, 2)
+	durable, err := postgres.SecondPool(ctx, pool, 3, false)
 	if err != nil {
-		t.Fatalf("AsyncCommitPool: %v", err)
+		t.Fatalf("SecondPool: %v", err)
+	}
+	defer durable.Close()
+	if got := showSynchronousCommit(t, durable); got != "on" {
+		t.Errorf("second pool without asyncCommit: synchronous_commit = %s, want on", got)
+	}
+	if got := durable.Config().ConnConfig.ConnectTimeout; got != postgres.ConnectTimeout {
+		t.Errorf("second pool: connect timeout %s, want %s as the first's", got, postgres.ConnectTimeout)
+	}
+
+	async, err := postgres.SecondPool(ctx, pool, 2, true)
+	if err != nil {
+		t.Fatalf("SecondPool: %v", err)
 	}
 	defer async.Close()
 	if got := async.Config().MaxConns; got != 2 {
@@ -562,6 +575,53 @@ func TestAsyncCommitPool(t *testing.T) {
 	}
 	if n := countRows(t, pool, "things"); n != 1 {
 		t.Errorf("things has %d rows seen from the original pool, want 1", n)
+	}
+}
+
+// A URL naming two hosts reaches the one that answers: the first refuses
+// every connection (a primary that died), the second is the server. Each
+// host's attempt is bounded by ConnectTimeout unless the URL says
+// otherwise.
+func TestOpen_MultiHost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dead, err := neturl.Parse(testenv.UnreachableDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := neturl.Parse(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := *live
+	both.Host = dead.Host + "," + live.Host
+	q := both.Query()
+	q.Set("target_session_attrs", "read-write")
+	both.RawQuery = q.Encode()
+	pool, err := postgres.Open(ctx, both.String(), 2)
+	if err != nil {
+		t.Fatalf("Open(%s) = %v", both.Redacted(), err)
+	}
+	defer pool.Close()
+	if got := pool.Config().ConnConfig.ConnectTimeout; got != postgres.ConnectTimeout {
+		t.Errorf("connect timeout %s, want %s", got, postgres.ConnectTimeout)
+	}
+	if err := postgres.InTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT 1")
+		return err
+	}); err != nil {
+		t.Errorf("a transaction through the second host: %v", err)
+	}
+
+	q.Set("connect_timeout", "7")
+	both.RawQuery = q.Encode()
+	own, err := postgres.Open(ctx, both.String(), 1)
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	defer own.Close()
+	if got := own.Config().ConnConfig.ConnectTimeout; got != 7*time.Second {
+		t.Errorf("connect_timeout=7 in the URL: %s, want 7s", got)
 	}
 }
 
@@ -601,6 +661,30 @@ func TestUnavailable(t *testing.T) {
 		_, err = pool.Exec(ctx, "SELECT 1")
 		if !postgres.Unavailable(err) {
 			t.Errorf("Unavailable(%v) = false, want true", err)
+		}
+	})
+	t.Run("ReadOnly", func(t *testing.T) {
+		// A write to a server that turned read-only (a primary being
+		// demoted) is unavailability, and the pool drops the session:
+		// the next connection goes to the host that accepts writes.
+		pool := mustScratch(t)
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, "SET default_transaction_read_only = on"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, "INSERT INTO things (id) VALUES (1)")
+		if got := postgres.SQLState(err); got != "25006" {
+			t.Fatalf("a write on a read-only session: %v (SQLSTATE %q), want 25006", err, got)
+		}
+		if !postgres.Unavailable(fmt.Errorf("create order: %w", err)) {
+			t.Errorf("Unavailable(%v) = false, want true", err)
+		}
+		if !conn.Conn().IsClosed() {
+			t.Error("the read-only session is still open; the pool would hand it out again")
 		}
 	})
 	t.Run("Terminated", func(t *testing.T) {
