@@ -44,10 +44,13 @@ func ablationRows(name string) ([]string, error) {
 }
 
 func faultRows(name string) ([]string, error) {
-	if name != faults.Block {
-		return nil, fmt.Errorf("the fault suite writes only %s", faults.Block)
+	switch name {
+	case faults.Block:
+		return faults.Rows(), nil
+	case faults.FailoverBlock:
+		return faults.Failovers(), nil
 	}
-	return faults.Rows(), nil
+	return nil, fmt.Errorf("the fault suite writes only %s and %s", faults.Block, faults.FailoverBlock)
 }
 
 // requiredBlocks are the generated blocks each file must hold: deleting
@@ -55,7 +58,7 @@ func faultRows(name string) ([]string, error) {
 var requiredBlocks = map[string][]string{
 	"BENCHMARKS.md":  {"benchmarks/orders", "benchmarks/payments", "benchmarks/likes", "benchmarks/seats", "benchmarks/events"},
 	"STRATEGIES.md":  {"strategies/orders", "strategies/payments", "strategies/seats", "strategies/likes", "strategies/outside", "strategies/goals", "strategies/history"},
-	"RELIABILITY.md": {faults.Block},
+	"RELIABILITY.md": {faults.Block, faults.FailoverBlock},
 	"ABLATION.md":    ablationBlocks(),
 }
 

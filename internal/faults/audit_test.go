@@ -99,7 +99,13 @@ type audit struct {
 	tickets  int // seats booked over the run
 	liked    int
 	stuck    int // payments still processing after the settle wait
+	// Acknowledged writes not found: orders answered 201, orders whose
+	// payment was answered 201 and are not paid, bookings answered 201.
+	lostOrders, lostPaid, lostBookings int
 }
+
+// lost is every acknowledged write the audit did not find.
+func (a audit) lost() int { return a.lostOrders + a.lostPaid + a.lostBookings }
 
 // quiet is how long the shop's tables must stay unchanged before an
 // audit: longer than a request can wait for its lock (lock.DefaultWaitBudget,
@@ -177,6 +183,7 @@ func check(t *testing.T, c *cluster, w *workload, h *history) audit {
 	ackOrders, ackPaid := append([]string(nil), h.ackOrders...), append([]string(nil), h.ackPaid...)
 	h.mu.Unlock()
 	var missing, unpaid int
+	defer func() { a.lostOrders, a.lostPaid = missing, unpaid }()
 	if err := c.db.QueryRow(ctx, `SELECT count(*)::int FROM unnest($1::uuid[]) AS a(id)
 		WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = a.id)`, ackOrders).Scan(&missing); err != nil {
 		t.Fatalf("read acknowledged orders: %v", err)
@@ -213,6 +220,7 @@ func check(t *testing.T, c *cluster, w *workload, h *history) audit {
 	if mismatched != 0 {
 		problem("%d seats whose status disagrees with their ticket", mismatched)
 	}
+	a.lostBookings = lostBookings
 	if lostBookings != 0 {
 		problem("%d bookings answered 201 are not in the database", lostBookings)
 	}

@@ -68,6 +68,9 @@ type cluster struct {
 	bin      string
 	db       *pgxpool.Pool // direct, not through the proxy: the auditor's
 	dbURL    string
+	// replicaDB is the replicas' SHOP_DATABASE_URL: through the proxy
+	// pg, or (TestFailover) straight to a primary and its standby.
+	replicaDB string
 	toxics   *toxiproxy.ApiServer
 	pg       *toxiproxy.Proxy
 	redis    []*redisNode
@@ -94,6 +97,7 @@ type cluster struct {
 	// own; stale records those of scenario 4's paused replica, which
 	// staleDone waits for.
 	workload      *workload
+	history       *history // the answers of the scenario running, or run last
 	stale         *history
 	staleDone     *sync.WaitGroup
 	stalePausedAt time.Time
@@ -153,23 +157,40 @@ func freePort(t *testing.T) int {
 }
 
 // startCluster starts the Redis nodes, the gateway, the proxies and two
-// replicas in lockMode.
+// replicas in lockMode, on a fresh database of the test server, which the
+// replicas reach through a fault proxy.
 func startCluster(t *testing.T, lockMode string) *cluster {
+	t.Helper()
+	c := newCluster(t, lockMode)
+	c.dbURL = testenv.DatabaseURL(t)
+	c.db = testenv.PoolFor(t, c.dbURL)
+	pgHost, err := hostOf(c.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.pg = c.proxy("postgres", pgHost)
+	c.replicaDB = c.viaProxy()
+	c.startServices()
+	return c
+}
+
+// newCluster builds shop and starts the fault proxies' server: a cluster
+// with nothing running yet, and no database.
+func newCluster(t *testing.T, lockMode string) *cluster {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("the fault suite runs its own redis-server processes: %v", err)
 	}
 	c := &cluster{t: t, dir: t.TempDir(), lockMode: lockMode}
 	c.bin = buildShop(t, c.dir)
-	c.dbURL = testenv.DatabaseURL(t)
-	c.db = testenv.PoolFor(t, c.dbURL)
 	c.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	return c
+}
 
-	pgHost, err := hostOf(c.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.pg = c.proxy("postgres", pgHost)
+// startServices starts the Redis nodes, the gateway, the mailer, their
+// proxies and two replicas on c.replicaDB.
+func (c *cluster) startServices() {
+	t := c.t
 	for i := range 3 {
 		n := startRedis(t, c.dir, i)
 		c.redis = append(c.redis, n)
@@ -184,7 +205,6 @@ func startCluster(t *testing.T, lockMode string) *cluster {
 	for i := range 2 {
 		c.replicas = append(c.replicas, c.startReplica(i))
 	}
-	return c
 }
 
 // proxy starts a fault proxy to upstream on a free loopback port.
@@ -210,6 +230,9 @@ func (c *cluster) toxic(p *toxiproxy.Proxy, name, typ, stream string, attrs stri
 // heal removes every toxic from every proxy and starts any stopped one.
 func (c *cluster) heal() {
 	for _, p := range append([]*toxiproxy.Proxy{c.pg, c.gwPx, c.mailPx}, c.redisPx...) {
+		if p == nil {
+			continue // no proxy in front of PostgreSQL (TestFailover)
+		}
 		p.Toxics.ResetToxics(context.Background())
 		_ = p.Start() // a no-op error when it runs
 	}
@@ -293,7 +316,7 @@ func (c *cluster) replicaProcess(i int) *process {
 		env: append([]string{
 			"SHOP_HTTP_ADDR=127.0.0.1:" + strconv.Itoa(addr),
 			"SHOP_METRICS_ADDR=127.0.0.1:" + strconv.Itoa(metrics),
-			"SHOP_DATABASE_URL=" + c.viaProxy(),
+			"SHOP_DATABASE_URL=" + c.replicaDB,
 			"SHOP_REDIS_ADDRS=" + c.redisAddrs(),
 			"SHOP_GATEWAY_URL=http://" + c.gwPx.Listen,
 			"SHOP_MAILER_URL=http://" + c.mailPx.Listen,

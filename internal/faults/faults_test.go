@@ -194,6 +194,7 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	countersAt := snapshotCounters(c)
 
 	h := &history{}
+	c.history = h
 	c.route.Store(routeBoth)
 	defer c.route.Store(routeBoth)
 	cl := newClient(c.replicaURLs, h)

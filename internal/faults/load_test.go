@@ -86,6 +86,22 @@ type history struct {
 	ackOrders   []string
 	ackPaid     []string
 	ackBookings []string // bookings answered 201
+	// keyed are the requests sent with an Idempotency-Key whose answer
+	// was a final outcome, to be sent again (TestFailover's replays).
+	keyed []keyedRequest
+}
+
+// keyedRequest is a request with an Idempotency-Key and the answer it got.
+type keyedRequest struct {
+	flow, method, path, token, key string
+	body                           []byte
+	answer                         answer
+}
+
+func (h *history) keyedCopy() []keyedRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]keyedRequest(nil), h.keyed...)
 }
 
 func (h *history) add(a answer) {
@@ -192,6 +208,11 @@ func (c *client) do(ctx context.Context, flow, method, path, token, key string, 
 	r.flow, r.at, r.took = flow, time.Now(), time.Since(start)
 	if ctx.Err() == nil {
 		c.hist.add(r.answer)
+		if key != "" && r.useful() {
+			c.hist.mu.Lock()
+			c.hist.keyed = append(c.hist.keyed, keyedRequest{flow: flow, method: method, path: path, token: token, key: key, body: b, answer: r.answer})
+			c.hist.mu.Unlock()
+		}
 	}
 	return r
 }

@@ -57,10 +57,21 @@ func (r *report) write(t *testing.T, c *cluster, results []result, scenarios int
 		t.Errorf("report: %d of %d scenarios ran; %s is not written", len(results), scenarios, r.path)
 		return
 	}
-	b := docblock.Block{Name: Block, Command: Command, Commit: r.commit, Machine: r.machine, Body: r.body(c, results)}
+	var rows []string
 	for _, res := range results {
-		b.Rows = append(b.Rows, Scenario{Row: res.sc.row, Name: res.name}.Label())
+		rows = append(rows, Scenario{Row: res.sc.row, Name: res.name}.Label())
 	}
+	r.put(t, Block, rows, r.body(c, results))
+}
+
+// put writes body into the report's file as the generated block name,
+// with its rows: into the block of that name when the file has one, else
+// a file of its own.
+func (r *report) put(t *testing.T, name string, rows []string, body string) {
+	if r.path == "" {
+		return
+	}
+	b := docblock.Block{Name: name, Command: Command, Commit: r.commit, Machine: r.machine, Body: body, Rows: rows}
 	err := docblock.Update(r.path, b)
 	if errors.Is(err, os.ErrNotExist) {
 		var text string

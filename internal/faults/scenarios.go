@@ -44,6 +44,22 @@ func Scenarios() []Scenario {
 	}
 }
 
+// The failover's table in docs/RELIABILITY.md is the generated block
+// named FailoverBlock, written by TestFailover, which `make faults` runs
+// after TestFaults.
+const FailoverBlock = "faults/failover"
+
+// Failovers are the settings TestFailover fails PostgreSQL over under, in
+// order: the one the shop is meant to run with, then each dangerous one,
+// which the test requires to lose what the first keeps.
+func Failovers() []string {
+	return []string{
+		"synchronous standby",
+		"synchronous standby, SHOP_IDEMPOTENCY_ASYNC_COMMIT=true",
+		"asynchronous standby",
+	}
+}
+
 // Rows are the labels of Scenarios, the rows of the generated block.
 func Rows() []string {
 	var rows []string
