@@ -1,9 +1,8 @@
 package deploy_test
 
 // deploy/k8s renders with kubectl kustomize (base, overlays/example and
-// overlays/cloudnative-pg),
-// every object decodes strictly (k8s_objects_test.go), and the rendering
-// keeps what the service needs from it (checkK8s): probes on the routes
+// overlays/cloudnative-pg), every object decodes strictly
+// (k8s_objects_test.go), and the rendering keeps what the service needs from it (checkK8s): probes on the routes
 // the API registers and on its API port, container ports where the
 // configuration puts them, at least three API replicas, no `latest` or
 // untagged image, three separate Redis StatefulSets named by
