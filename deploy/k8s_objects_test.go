@@ -98,6 +98,13 @@ type podSpec struct {
 	Volumes    []struct {
 		Name     string    `yaml:"name"`
 		EmptyDir *struct{} `yaml:"emptyDir"`
+		Secret   *struct {
+			SecretName string `yaml:"secretName"`
+			Items      []struct {
+				Key  string `yaml:"key"`
+				Path string `yaml:"path"`
+			} `yaml:"items"`
+		} `yaml:"secret"`
 	} `yaml:"volumes"`
 }
 
@@ -111,20 +118,7 @@ type container struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
-	Env []struct {
-		Name      string `yaml:"name"`
-		Value     string `yaml:"value"`
-		ValueFrom *struct {
-			SecretKeyRef *struct {
-				Name string `yaml:"name"`
-				Key  string `yaml:"key"`
-			} `yaml:"secretKeyRef"`
-			ResourceFieldRef *struct {
-				ContainerName string `yaml:"containerName"`
-				Resource      string `yaml:"resource"`
-			} `yaml:"resourceFieldRef"`
-		} `yaml:"valueFrom"`
-	} `yaml:"env"`
+	Env       []envVar `yaml:"env"`
 	Resources struct {
 		Requests map[string]string `yaml:"requests"`
 		Limits   map[string]string `yaml:"limits"`
@@ -148,7 +142,23 @@ type container struct {
 	VolumeMounts []struct {
 		Name      string `yaml:"name"`
 		MountPath string `yaml:"mountPath"`
+		ReadOnly  bool   `yaml:"readOnly"`
 	} `yaml:"volumeMounts"`
+}
+
+type envVar struct {
+	Name      string `yaml:"name"`
+	Value     string `yaml:"value"`
+	ValueFrom *struct {
+		SecretKeyRef *struct {
+			Name string `yaml:"name"`
+			Key  string `yaml:"key"`
+		} `yaml:"secretKeyRef"`
+		ResourceFieldRef *struct {
+			ContainerName string `yaml:"containerName"`
+			Resource      string `yaml:"resource"`
+		} `yaml:"resourceFieldRef"`
+	} `yaml:"valueFrom"`
 }
 
 type probe struct {
@@ -276,11 +286,13 @@ type networkPolicy struct {
 				NamespaceSelector *labelSelector `yaml:"namespaceSelector"`
 				PodSelector       *labelSelector `yaml:"podSelector"`
 			} `yaml:"from"`
-			Ports []struct {
-				Port intOrString `yaml:"port"`
-			} `yaml:"ports"`
+			Ports []policyPort `yaml:"ports"`
 		} `yaml:"ingress"`
 	} `yaml:"spec"`
+}
+
+type policyPort struct {
+	Port intOrString `yaml:"port"`
 }
 
 type secret struct {
@@ -318,6 +330,36 @@ type ingress struct {
 	} `yaml:"spec"`
 }
 
+// cnpgCluster is a CloudNativePG Cluster (postgresql.cnpg.io/v1, as of
+// operator 1.30), only the fields the overlay uses: a field the operator
+// knows and this type does not fails the decoding, so a check never
+// passes on a setting it did not read.
+type cnpgCluster struct {
+	header `yaml:",inline"`
+	Spec   struct {
+		Instances  int    `yaml:"instances"`
+		ImageName  string `yaml:"imageName"`
+		PostgreSQL struct {
+			Parameters  map[string]string `yaml:"parameters"`
+			Synchronous *struct {
+				Method         string `yaml:"method"`
+				Number         int    `yaml:"number"`
+				DataDurability string `yaml:"dataDurability"`
+				FailoverQuorum bool   `yaml:"failoverQuorum"`
+			} `yaml:"synchronous"`
+		} `yaml:"postgresql"`
+		Bootstrap struct {
+			InitDB struct {
+				Database string `yaml:"database"`
+				Owner    string `yaml:"owner"`
+			} `yaml:"initdb"`
+		} `yaml:"bootstrap"`
+		Storage struct {
+			Size string `yaml:"size"`
+		} `yaml:"storage"`
+	} `yaml:"spec"`
+}
+
 // objects is one rendering, by kind.
 type objects struct {
 	deployments  []deployment
@@ -330,6 +372,7 @@ type objects struct {
 	secrets      []secret
 	namespaces   []namespace
 	ingresses    []ingress
+	clusters     []cnpgCluster
 }
 
 // decodeObjects decodes every document of a rendering strictly into its
@@ -415,6 +458,11 @@ func decodeObjects(rendered []byte) (objects, error) {
 			var o ingress
 			err = strict(&o)
 			objs.ingresses = append(objs.ingresses, o)
+		case "Cluster":
+			apiVersion = "postgresql.cnpg.io/v1"
+			var o cnpgCluster
+			err = strict(&o)
+			objs.clusters = append(objs.clusters, o)
 		default:
 			return objs, fmt.Errorf("%s: a kind this test does not know; add its type to k8s_objects_test.go", where)
 		}

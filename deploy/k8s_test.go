@@ -1,15 +1,16 @@
 package deploy_test
 
-// deploy/k8s renders with kubectl kustomize (base and overlays/example),
-// every object decodes strictly (k8s_objects_test.go), and the rendering
-// keeps what the service needs from it (checkK8s): probes on the routes
+// deploy/k8s renders with kubectl kustomize (base, overlays/example and
+// overlays/cloudnative-pg), every object decodes strictly
+// (k8s_objects_test.go), and the rendering keeps what the service needs from it (checkK8s): probes on the routes
 // the API registers and on its API port, container ports where the
 // configuration puts them, at least three API replicas, no `latest` or
 // untagged image, three separate Redis StatefulSets named by
 // SHOP_REDIS_ADDRS, a grace period that outlasts the drain, an autoscaler
 // that stays inside PostgreSQL's connection budget, metrics apart from the
-// API. TestK8s_ChecksCatchMistakes breaks each of these on purpose and
-// requires checkK8s to say so.
+// API; and, where the rendering runs PostgreSQL as a CloudNativePG
+// Cluster, what k8s_cnpg_test.go checks of it. TestK8s_ChecksCatchMistakes
+// breaks each of these on purpose and requires checkK8s to say so.
 //
 // kubectl (on this kind of machine; kustomize is built into it) is needed;
 // without it the tests are skipped, except in CI (CI=true).
@@ -36,7 +37,7 @@ import (
 )
 
 // k8sDirs are the kustomizations CI renders.
-var k8sDirs = []string{"k8s/base", "k8s/overlays/example"}
+var k8sDirs = []string{"k8s/base", "k8s/overlays/example", "k8s/overlays/cloudnative-pg"}
 
 // Paths the probes must use (the issue's contract; the API must register them).
 const (
@@ -93,74 +94,29 @@ func TestK8s_Render(t *testing.T) {
 	}
 }
 
-// Each mistake below, made in the rendered example overlay, must be found.
+// mistake is a change to a rendering that checkK8s must report.
+type mistake struct {
+	name    string
+	want    string // in one of the problems found
+	mistake func(o *objects)
+}
+
+// Each mistake below, made in the rendered example overlay, must be found;
+// and each of cnpgMistakes (k8s_cnpg_test.go) in the CloudNativePG one.
 func TestK8s_ChecksCatchMistakes(t *testing.T) {
 	routes := apiRoutes(t)
-	rendered := render(t, "k8s/overlays/example")
+	t.Run("example", func(t *testing.T) { catches(t, "k8s/overlays/example", routes, exampleMistakes) })
+	t.Run("cloudnative-pg", func(t *testing.T) { catches(t, "k8s/overlays/cloudnative-pg", routes, cnpgMistakes) })
+}
+
+// catches renders dir, requires checkK8s to find nothing wrong with it,
+// then makes each mistake in a fresh decoding and requires it found.
+func catches(t *testing.T, dir string, routes []string, mistakes []mistake) {
+	rendered := render(t, dir)
 	if p := checkK8s(mustDecode(t, rendered), routes, true); len(p) > 0 {
-		t.Fatalf("the example overlay is wrong before any mistake: %q", p)
+		t.Fatalf("%s is wrong before any mistake: %q", dir, p)
 	}
-	for _, m := range []struct {
-		name    string
-		want    string // in one of the problems found
-		mistake func(o *objects)
-	}{
-		{"two replicas", "replicas", func(o *objects) { o.deployments[0].Spec.Replicas = 2 }},
-		{"autoscaler down to two", "minReplicas", func(o *objects) { o.hpas[0].Spec.MinReplicas = 2 }},
-		{"autoscaler past the connection budget", "max_connections", func(o *objects) { o.hpas[0].Spec.MaxReplicas = 20 }},
-		{"readiness on /healthz", "readiness probe on /healthz, want /readyz", func(o *objects) { api(o).ReadinessProbe.HTTPGet.Path = "/healthz" }},
-		{"liveness on a route that does not exist", "liveness probe on /health,", func(o *objects) { api(o).LivenessProbe.HTTPGet.Path = "/health" }},
-		{"readiness on the metrics port", "readiness probe on port metrics", func(o *objects) { api(o).ReadinessProbe.HTTPGet.Port = intOrString{Str: "metrics"} }},
-		{"API port not the configured one", "port http is 8000", func(o *objects) { api(o).Ports[0].ContainerPort = 8000 }},
-		{"metrics port not the configured one", "port metrics is 9100", func(o *objects) { api(o).Ports[1].ContainerPort = 9100 }},
-		{"a latest tag", "latest", func(o *objects) { o.statefulSets[1].Spec.Template.Spec.Containers[0].Image = "redis:latest" }},
-		{"an untagged image", "tag", func(o *objects) { o.jobs[0].Spec.Template.Spec.Containers[0].Image = "registry.example.com/shop" }},
-		{"two Redis nodes", "SHOP_REDIS_ADDRS names 2 nodes", func(o *objects) { setEnv(api(o), "SHOP_REDIS_ADDRS", "redis-1:6379,redis-2:6379") }},
-		{"one Redis node named twice", "are the same StatefulSet", func(o *objects) { setEnv(api(o), "SHOP_REDIS_ADDRS", "redis-1:6379,redis-2:6379,redis-2:6379") }},
-		{"a Redis node that is no Service", "redis-9 is no Service", func(o *objects) { setEnv(api(o), "SHOP_REDIS_ADDRS", "redis-1:6379,redis-2:6379,redis-9:6379") }},
-		{"Redis as one StatefulSet of three", "3 replicas; a quorum node is one Redis", func(o *objects) {
-			for i := range o.statefulSets {
-				if o.statefulSets[i].Metadata.Name == "redis-2" {
-					o.statefulSets[i].Spec.Replicas = 3
-				}
-			}
-		}},
-		{"a grace period shorter than the drain", "terminationGracePeriodSeconds", func(o *objects) {
-			g := 15
-			o.deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds = &g
-		}},
-		{"a drain longer than the grace period", "terminationGracePeriodSeconds", func(o *objects) { setEnv(api(o), "SHOP_SHUTDOWN_DRAIN", "30s") }},
-		{"metrics on the API Service", "API port only, not metrics", func(o *objects) {
-			for i := range o.services {
-				if o.services[i].Metadata.Name == "shop-api" {
-					o.services[i].Spec.Ports[0].TargetPort = intOrString{Str: "metrics"}
-				}
-			}
-		}},
-		{"metrics open to everyone", "metrics port is open to everyone", func(o *objects) {
-			for i := range o.netpols {
-				if o.netpols[i].Metadata.Name == "shop-api" {
-					o.netpols[i].Spec.Ingress[1].From = nil
-				}
-			}
-		}},
-		{"a PodDisruptionBudget that selects nothing", "no PodDisruptionBudget", func(o *objects) {
-			o.pdbs[0].Spec.Selector.MatchLabels = map[string]string{"app.kubernetes.io/name": "shop"}
-		}},
-		{"no memory limit", "resources", func(o *objects) { delete(api(o).Resources.Limits, "memory") }},
-		{"a Secret that is not rendered", "Secret", func(o *objects) { o.secrets = nil }},
-		{"a configuration the service refuses", "refuses this configuration", func(o *objects) { setEnv(api(o), "SHOP_LOCK_MODE", "sometimes") }},
-		{"a key scheme the service refuses", "refuses this configuration", func(o *objects) { setEnv(api(o), "SHOP_KEY_SCHEME", "3") }},
-		{"a rollout that stops a replica first", "maxUnavailable", func(o *objects) {
-			o.deployments[0].Spec.Strategy.RollingUpdate.MaxUnavailable = intOrString{Int: 1}
-		}},
-		{"a rollout that replaces everything at once", "maxSurge", func(o *objects) {
-			o.deployments[0].Spec.Strategy.RollingUpdate.MaxSurge = intOrString{Str: "100%"}
-		}},
-		{"a rollout that recreates", "strategy Recreate", func(o *objects) { o.deployments[0].Spec.Strategy.Type = "Recreate" }},
-		{"no preStop sleep", "preStop sleep 0s", func(o *objects) { api(o).Lifecycle = nil }},
-		{"pods that migrate at start", "SHOP_MIGRATE", func(o *objects) { setEnv(api(o), "SHOP_MIGRATE", "true") }},
-	} {
+	for _, m := range mistakes {
 		t.Run(m.name, func(t *testing.T) {
 			objs := mustDecode(t, rendered)
 			m.mistake(&objs)
@@ -175,15 +131,79 @@ func TestK8s_ChecksCatchMistakes(t *testing.T) {
 	}
 }
 
+var exampleMistakes = []mistake{
+	{"two replicas", "replicas", func(o *objects) { o.deployments[0].Spec.Replicas = 2 }},
+	{"autoscaler down to two", "minReplicas", func(o *objects) { o.hpas[0].Spec.MinReplicas = 2 }},
+	{"autoscaler past the connection budget", "max_connections", func(o *objects) { o.hpas[0].Spec.MaxReplicas = 20 }},
+	{"readiness on /healthz", "readiness probe on /healthz, want /readyz", func(o *objects) { api(o).ReadinessProbe.HTTPGet.Path = "/healthz" }},
+	{"liveness on a route that does not exist", "liveness probe on /health,", func(o *objects) { api(o).LivenessProbe.HTTPGet.Path = "/health" }},
+	{"readiness on the metrics port", "readiness probe on port metrics", func(o *objects) { api(o).ReadinessProbe.HTTPGet.Port = intOrString{Str: "metrics"} }},
+	{"API port not the configured one", "port http is 8000", func(o *objects) { api(o).Ports[0].ContainerPort = 8000 }},
+	{"metrics port not the configured one", "port metrics is 9100", func(o *objects) { api(o).Ports[1].ContainerPort = 9100 }},
+	{"a latest tag", "latest", func(o *objects) { o.statefulSets[1].Spec.Template.Spec.Containers[0].Image = "redis:latest" }},
+	{"an untagged image", "tag", func(o *objects) { o.jobs[0].Spec.Template.Spec.Containers[0].Image = "registry.example.com/shop" }},
+	{"two Redis nodes", "SHOP_REDIS_ADDRS names 2 nodes", func(o *objects) { setEnv(api(o), "SHOP_REDIS_ADDRS", "redis-1:6379,redis-2:6379") }},
+	{"one Redis node named twice", "are the same StatefulSet", func(o *objects) { setEnv(api(o), "SHOP_REDIS_ADDRS", "redis-1:6379,redis-2:6379,redis-2:6379") }},
+	{"a Redis node that is no Service", "redis-9 is no Service", func(o *objects) { setEnv(api(o), "SHOP_REDIS_ADDRS", "redis-1:6379,redis-2:6379,redis-9:6379") }},
+	{"Redis as one StatefulSet of three", "3 replicas; a quorum node is one Redis", func(o *objects) {
+		for i := range o.statefulSets {
+			if o.statefulSets[i].Metadata.Name == "redis-2" {
+				o.statefulSets[i].Spec.Replicas = 3
+			}
+		}
+	}},
+	{"a grace period shorter than the drain", "terminationGracePeriodSeconds", func(o *objects) {
+		g := 15
+		o.deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds = &g
+	}},
+	{"a drain longer than the grace period", "terminationGracePeriodSeconds", func(o *objects) { setEnv(api(o), "SHOP_SHUTDOWN_DRAIN", "30s") }},
+	{"metrics on the API Service", "API port only, not metrics", func(o *objects) {
+		for i := range o.services {
+			if o.services[i].Metadata.Name == "shop-api" {
+				o.services[i].Spec.Ports[0].TargetPort = intOrString{Str: "metrics"}
+			}
+		}
+	}},
+	{"metrics open to everyone", "metrics port is open to everyone", func(o *objects) {
+		for i := range o.netpols {
+			if o.netpols[i].Metadata.Name == "shop-api" {
+				o.netpols[i].Spec.Ingress[1].From = nil
+			}
+		}
+	}},
+	{"a PodDisruptionBudget that selects nothing", "no PodDisruptionBudget", func(o *objects) {
+		o.pdbs[0].Spec.Selector.MatchLabels = map[string]string{"app.kubernetes.io/name": "shop"}
+	}},
+	{"no memory limit", "resources", func(o *objects) { delete(api(o).Resources.Limits, "memory") }},
+	{"a Secret that is not rendered", "Secret", func(o *objects) { o.secrets = nil }},
+	{"a configuration the service refuses", "refuses this configuration", func(o *objects) { setEnv(api(o), "SHOP_LOCK_MODE", "sometimes") }},
+	{"a key scheme the service refuses", "refuses this configuration", func(o *objects) { setEnv(api(o), "SHOP_KEY_SCHEME", "3") }},
+	{"a rollout that stops a replica first", "maxUnavailable", func(o *objects) {
+		o.deployments[0].Spec.Strategy.RollingUpdate.MaxUnavailable = intOrString{Int: 1}
+	}},
+	{"a rollout that replaces everything at once", "maxSurge", func(o *objects) {
+		o.deployments[0].Spec.Strategy.RollingUpdate.MaxSurge = intOrString{Str: "100%"}
+	}},
+	{"a rollout that recreates", "strategy Recreate", func(o *objects) { o.deployments[0].Spec.Strategy.Type = "Recreate" }},
+	{"no preStop sleep", "preStop sleep 0s", func(o *objects) { api(o).Lifecycle = nil }},
+	{"pods that migrate at start", "SHOP_MIGRATE", func(o *objects) { setEnv(api(o), "SHOP_MIGRATE", "true") }},
+}
+
 // The decoding is strict: a misspelt field, a kind the tests do not know
 // and a wrong API version are errors, where kubectl kustomize renders them.
 func TestK8s_StrictDecoding(t *testing.T) {
-	rendered := string(render(t, "k8s/overlays/example"))
-	for _, m := range []struct{ name, old, new, want string }{
-		{"a misspelt field", "readinessProbe:", "readinesProbe:", "field readinesProbe not found"},
-		{"an unknown kind", "kind: PodDisruptionBudget", "kind: PodDisruptionBudgets", "a kind this test does not know"},
-		{"an old API version", "apiVersion: autoscaling/v2", "apiVersion: autoscaling/v1", `want "autoscaling/v2"`},
+	rendered := map[string]string{}
+	for _, m := range []struct{ dir, name, old, new, want string }{
+		{"example", "a misspelt field", "readinessProbe:", "readinesProbe:", "field readinesProbe not found"},
+		{"example", "an unknown kind", "kind: PodDisruptionBudget", "kind: PodDisruptionBudgets", "a kind this test does not know"},
+		{"example", "an old API version", "apiVersion: autoscaling/v2", "apiVersion: autoscaling/v1", `want "autoscaling/v2"`},
+		{"cloudnative-pg", "a misspelt field of the Cluster", "dataDurability:", "dataDurabilty:", "field dataDurabilty not found"},
+		{"cloudnative-pg", "another API of the Cluster", "apiVersion: postgresql.cnpg.io/v1", "apiVersion: postgresql.cnpg.io/v2", `want "postgresql.cnpg.io/v1"`},
 	} {
+		if _, ok := rendered[m.dir]; !ok {
+			rendered[m.dir] = string(render(t, "k8s/overlays/"+m.dir))
+		}
+		rendered := rendered[m.dir]
 		t.Run(m.name, func(t *testing.T) {
 			if !strings.Contains(rendered, m.old) {
 				t.Fatalf("the rendering has no %q", m.old)
@@ -239,12 +259,16 @@ func checkK8s(o objects, routes []string, overlay bool) []string {
 					continue
 				}
 				ref := e.ValueFrom.SecretKeyRef
-				if s := findSecret(o, ref.Name); s == nil {
-					bad("%s: %s names Secret %s, which the overlay does not render", where, e.Name, ref.Name)
-				} else if _, ok := s.Data[ref.Key]; !ok {
+				if data := secretData(o, ref.Name); data == nil {
+					bad("%s: %s names Secret %s, which the overlay does not render and no operator of it writes", where, e.Name, ref.Name)
+				} else if _, ok := data[ref.Key]; !ok {
 					bad("%s: %s names key %s, which Secret %s lacks", where, e.Name, ref.Key, ref.Name)
 				}
 			}
+		}
+		_, unexpanded := containerEnv(o, c)
+		for _, u := range unexpanded {
+			bad("%s: %s", where, u)
 		}
 	})
 
@@ -263,7 +287,8 @@ func checkK8s(o objects, routes []string, overlay bool) []string {
 	}
 	pod := d.Spec.Template.Spec
 	c := &pod.Containers[0]
-	cfg, err := config.FromEnv(literalEnv(c))
+	env, _ := containerEnv(o, c)
+	cfg, err := config.FromEnv(func(name string) string { return env[name] })
 	if err != nil {
 		bad("Deployment shop-api: the service refuses this configuration: %v", err)
 		return problems
@@ -398,6 +423,16 @@ func checkK8s(o objects, routes []string, overlay bool) []string {
 			bad("HorizontalPodAutoscaler shop-api: %d replicas × %d connections + %d exceed max_connections %d",
 				hpa.Spec.MaxReplicas, perPod, connReserve, budget)
 		}
+		// Where the rendering runs the database too, the annotation is
+		// what it configures, not a figure to trust.
+		for _, cl := range o.clusters {
+			if mc, err := clusterMaxConnections(cl); err != nil {
+				bad("Cluster %s: %v", cl.Metadata.Name, err)
+			} else if mc != budget {
+				bad("HorizontalPodAutoscaler shop-api: annotation shop.example/postgres-max-connections %q, but Cluster %s has max_connections %d",
+					hpa.Metadata.Annotations["shop.example/postgres-max-connections"], cl.Metadata.Name, mc)
+			}
+		}
 	}
 	var pdbOK bool
 	for _, p := range o.pdbs {
@@ -437,7 +472,7 @@ func checkK8s(o objects, routes []string, overlay bool) []string {
 	if overlay && len(o.secrets) == 0 {
 		bad("the overlay renders no Secret")
 	}
-	return problems
+	return append(problems, checkCloudNativePG(o)...)
 }
 
 // apiRoutes lists the GET routes the API registers, from the service
@@ -491,19 +526,6 @@ func setEnv(c *container, name, value string) {
 	c.Env = append(c.Env, c.Env[0]) // a variable of the container's element type
 	e := &c.Env[len(c.Env)-1]
 	e.Name, e.Value, e.ValueFrom = name, value, nil
-}
-
-// literalEnv is getenv over a container's literal values (the Secret's
-// are not known here: the configuration's defaults stand in).
-func literalEnv(c *container) func(string) string {
-	return func(name string) string {
-		for _, e := range c.Env {
-			if e.Name == name && e.ValueFrom == nil {
-				return e.Value
-			}
-		}
-		return ""
-	}
 }
 
 func addrPort(addr string) int {
