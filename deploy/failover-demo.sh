@@ -90,7 +90,7 @@ stream() {
     t=$(( $(now_ms) - start ))
     id=
     if [ "$status" = 201 ]; then
-      id=$(grep -o '"id":"[0-9a-f-]*"' "$work/body" | head -n 1 | cut -d'"' -f4)
+      id=$(grep -o '"id":"[0-9a-f-]*"' "$work/body" | head -n 1 | cut -d'"' -f4 || true)
       ok=$((ok + 1))
       n=$((n + 1)) # the next order; any other answer retries this one's key
     elif [ "$status" = 503 ]; then
