@@ -105,7 +105,9 @@ stream() {
     fi
     [ "$status" = 201 ] || sleep 0.1
   done
-  printf '[demo  +%2ds] 201: %4d   503: %4d   other: %4d\n' "$second" "$ok" "$unavailable" "$other"
+  if [ $((ok + unavailable + other)) -gt 0 ]; then
+    printf '[demo  +%2ds] 201: %4d   503: %4d   other: %4d\n' "$second" "$ok" "$unavailable" "$other"
+  fi
 }
 say "placing orders through $api for ${duration}s (at most $max_orders); the primary is killed at +${kill_at}s"
 stream &
