@@ -11,7 +11,7 @@ FUZZTIME ?= 30s
 # writes the figures as Markdown.
 FAULTS_TIMEOUT ?= 20m
 
-.PHONY: faults linearizability ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up up-observability down logs load load-check
+.PHONY: faults linearizability ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up up-observability failover-demo down logs load load-check
 
 # .env (written by `make images`, ignored by git) names the images to use
 # instead of the official ones. docker compose reads it by itself; here its
@@ -169,6 +169,17 @@ up:
 # Prints Jaeger's address (docs/OPERATIONS.md, "Traces").
 up-observability:
 	COMPOSE="$(COMPOSE)" deploy/up.sh --observability
+
+# The shop through a PostgreSQL failover (deploy/failover-demo.sh): make up
+# with the ha profile (a synchronous standby; deploy/ha.env) as the compose
+# project shop-ha, orders placed through the balancer for a bounded while,
+# the primary's container killed mid-stream and the standby promoted
+# (deploy/failover.sh); then the answers (503, never 500) and a check that
+# every order answered 201 is on the new primary. It leaves the stack up
+# and prints how to take it down (docs/OPERATIONS.md, "PostgreSQL failover
+# in compose"). ARGS=--no-build uses the shop image as it is.
+failover-demo:
+	COMPOSE="$(COMPOSE)" deploy/failover-demo.sh $(ARGS)
 
 # ARGS=-v also removes the data volumes.
 down:

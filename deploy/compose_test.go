@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/shop-example/shop/internal/platform/config"
@@ -362,4 +365,240 @@ func scriptValue(t *testing.T, script, name string) string {
 		t.Fatalf("%s assigns no %s", script, name)
 	}
 	return string(m[1])
+}
+
+// The ha profile (make failover-demo): a synchronous standby, and the
+// settings of deploy/ha.env that make it one.
+
+// haEnv returns the settings of deploy/ha.env, as deploy/up.sh --ha and
+// deploy/failover.sh read them: KEY=value lines.
+func haEnv(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("ha.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)=(\S*)$`).FindStringSubmatch(line); m != nil {
+			env[m[1]] = m[2]
+		}
+	}
+	for _, k := range []string{"SHOP_PG_SYNC_STANDBY", "SHOP_COMPOSE_DATABASE_URL"} {
+		if env[k] == "" {
+			t.Fatalf("ha.env sets no %s", k)
+		}
+	}
+	return env
+}
+
+// haComposed renders docker-compose.yml as deploy/up.sh --ha starts it.
+func haComposed(t *testing.T) composed {
+	t.Helper()
+	env := []string{"COMPOSE_PROFILES=ha"}
+	for k, v := range haEnv(t) {
+		env = append(env, k+"="+v)
+	}
+	return composeConfig(t, env...)
+}
+
+// setting returns the value of a server setting a postgres command sets
+// with -c name=value, and whether it sets it.
+func setting(command []string, name string) (string, bool) {
+	for i := 0; i+1 < len(command); i++ {
+		if v, ok := strings.CutPrefix(command[i+1], name+"="); command[i] == "-c" && ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// syncStandbyNames returns the standby names a synchronous_standby_names
+// value lists: "a", "a, b", "FIRST 1 (a)", "ANY 2 (a, b)".
+func syncStandbyNames(v string) []string {
+	if open, close := strings.Index(v, "("), strings.LastIndex(v, ")"); open >= 0 && close > open {
+		v = v[open+1 : close]
+	}
+	var names []string
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.Trim(strings.TrimSpace(n), `"`); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// conninfo returns the keywords of a libpq key=value connection string
+// without quoted values (primary_conninfo).
+func conninfo(s string) map[string]string {
+	kv := map[string]string{}
+	for _, f := range strings.Fields(s) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			kv[k] = v
+		}
+	}
+	return kv
+}
+
+// databaseURLs returns each service's SHOP_DATABASE_URL, failing when
+// fewer services have one than run the binary against the database.
+func databaseURLs(t *testing.T, c composed) map[string]string {
+	t.Helper()
+	urls := map[string]string{}
+	for name, s := range c.Services {
+		if u, ok := s.Environment["SHOP_DATABASE_URL"]; ok {
+			urls[name] = u
+		}
+	}
+	for _, name := range []string{"api-1", "api-2", "migrate", "seed"} {
+		if _, ok := urls[name]; !ok {
+			t.Fatalf("%s has no SHOP_DATABASE_URL: the scan is broken", name)
+		}
+	}
+	return urls
+}
+
+// dbHosts parses a database URL as the shop does (its configuration, then
+// pgx) and returns the hosts pgx tries, in order, and whether it accepts
+// only a server that takes writes.
+func dbHosts(t *testing.T, service, raw string) ([]string, bool) {
+	t.Helper()
+	if _, err := config.FromEnv(func(k string) string {
+		if k == "SHOP_DATABASE_URL" {
+			return raw
+		}
+		return ""
+	}); err != nil {
+		t.Fatalf("%s: the shop refuses SHOP_DATABASE_URL %q: %v", service, raw, err)
+	}
+	cfg, err := pgconn.ParseConfig(raw)
+	if err != nil {
+		t.Fatalf("%s: pgx refuses SHOP_DATABASE_URL %q: %v", service, raw, err)
+	}
+	hosts := []string{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
+	for _, f := range cfg.Fallbacks {
+		hosts = append(hosts, net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))))
+	}
+	readWrite := cfg.ValidateConnect != nil &&
+		reflect.ValueOf(cfg.ValidateConnect).Pointer() == reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsReadWrite).Pointer()
+	return hosts, readWrite
+}
+
+// TestCompose_HAOffByDefault: without the ha profile and deploy/ha.env,
+// compose runs what it ran before the profile existed: the standby only
+// in the profile, a primary whose commits wait for no standby (a name
+// there with no standby streaming would hang every commit), and every
+// service on the primary alone.
+func TestCompose_HAOffByDefault(t *testing.T) {
+	c := composeConfig(t)
+	if s, ok := c.Services["postgres-standby"]; ok && !slices.Equal(s.Profiles, []string{"ha"}) {
+		t.Errorf("postgres-standby: profiles %q, want only ha", s.Profiles)
+	}
+	primary := c.Services["postgres"]
+	if len(primary.Profiles) != 0 {
+		t.Errorf("postgres: profiles %q, want none", primary.Profiles)
+	}
+	if v, _ := setting(primary.Command, "synchronous_standby_names"); v != "" {
+		t.Errorf("postgres: synchronous_standby_names %q without the ha profile: every commit would wait for a standby that is not there", v)
+	}
+	for name, raw := range databaseURLs(t, c) {
+		hosts, readWrite := dbHosts(t, name, raw)
+		if !slices.Equal(hosts, []string{"postgres:5432"}) || readWrite {
+			t.Errorf("%s: SHOP_DATABASE_URL %q tries %q (only a writable server: %v), want the primary alone", name, raw, hosts, readWrite)
+		}
+	}
+}
+
+// TestCompose_HAProfile: with the ha profile and deploy/ha.env (deploy/up.sh
+// --ha), the standby runs the primary's image on a volume of its own,
+// copies and streams from the primary under the name the primary's
+// synchronous_standby_names waits for, with the role the primary's
+// first-start script creates and lets replicate; every service that
+// connects to the database tries the primary, then the standby, and
+// takes only the one that accepts writes.
+func TestCompose_HAProfile(t *testing.T) {
+	c := haComposed(t)
+	primary, standby := c.Services["postgres"], c.Services["postgres-standby"]
+	if standby.Image == "" || standby.Image != primary.Image {
+		t.Errorf("postgres-standby: image %q, want the primary's %q", standby.Image, primary.Image)
+	}
+	custom := composeConfig(t, "COMPOSE_PROFILES=ha", "POSTGRES_IMAGE=shop-local/postgres:t").Services
+	if custom["postgres-standby"].Image != "shop-local/postgres:t" {
+		t.Errorf("postgres-standby: image %q with POSTGRES_IMAGE=shop-local/postgres:t", custom["postgres-standby"].Image)
+	}
+
+	// The standby's name is the one the primary waits for.
+	sync, _ := setting(primary.Command, "synchronous_standby_names")
+	names := syncStandbyNames(sync)
+	raw, ok := setting(standby.Command, "primary_conninfo")
+	if !ok {
+		t.Fatalf("postgres-standby: command %q sets no primary_conninfo", standby.Command)
+	}
+	ci := conninfo(raw)
+	if len(names) == 0 || !slices.Contains(names, ci["application_name"]) {
+		t.Errorf("postgres: synchronous_standby_names %q does not name the standby's application_name %q", sync, ci["application_name"])
+	}
+	if _, ok := c.Services[ci["host"]]; ci["host"] != "postgres" || !ok {
+		t.Errorf("postgres-standby: primary_conninfo host %q, want the primary's service, postgres", ci["host"])
+	}
+	if slot, _ := setting(standby.Command, "primary_slot_name"); slot == "" || slot != standby.Environment["SHOP_PG_SLOT"] {
+		t.Errorf("postgres-standby: primary_slot_name %q, the slot standby.sh creates %q", slot, standby.Environment["SHOP_PG_SLOT"])
+	}
+	// The primary's first start, whose temporary server no standby can
+	// reach, must not wait for one on its commits.
+	if !strings.Contains(primary.Environment["PGOPTIONS"], "synchronous_commit=local") {
+		t.Errorf("postgres: PGOPTIONS %q: the image's first-start scripts would wait for the standby", primary.Environment["PGOPTIONS"])
+	}
+
+	// The role: created, allowed to replicate, with the standby's password.
+	script, err := os.ReadFile("postgres/replication.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`CREATE ROLE ` + regexp.QuoteMeta(ci["user"]) + ` WITH LOGIN REPLICATION\b`).Match(script) {
+		t.Errorf("postgres/replication.sh creates no replication role %q (the standby's user)", ci["user"])
+	}
+	if !regexp.MustCompile(`host replication ` + regexp.QuoteMeta(ci["user"]) + ` all `).Match(script) {
+		t.Errorf("postgres/replication.sh adds no pg_hba line for replication by %q", ci["user"])
+	}
+	pw := primary.Environment["SHOP_PG_REPLICATION_PASSWORD"]
+	if pw == "" || pw != ci["password"] || pw != standby.Environment["SHOP_PG_REPLICATION_PASSWORD"] {
+		t.Errorf("replication password: the primary's %q, the standby's %q, its primary_conninfo's %q", pw, standby.Environment["SHOP_PG_REPLICATION_PASSWORD"], ci["password"])
+	}
+	raws := rawCompose(t).Services
+	if !slices.Contains(raws["postgres"].Volumes, "./deploy/postgres/replication.sh:/docker-entrypoint-initdb.d/replication.sh:ro") {
+		t.Errorf("postgres: volumes %q do not mount postgres/replication.sh among the first-start scripts", raws["postgres"].Volumes)
+	}
+	data := func(vols []string) string {
+		for _, v := range vols {
+			if name, ok := strings.CutSuffix(v, ":/var/lib/postgresql/data"); ok {
+				return name
+			}
+		}
+		return ""
+	}
+	if p, s := data(raws["postgres"].Volumes), data(raws["postgres-standby"].Volumes); s == "" || s == p {
+		t.Errorf("postgres-standby: data volume %q, want one of its own (the primary's: %q)", s, p)
+	}
+
+	for name, raw := range databaseURLs(t, c) {
+		hosts, readWrite := dbHosts(t, name, raw)
+		if !slices.Equal(hosts, []string{"postgres:5432", "postgres-standby:5432"}) || !readWrite {
+			t.Errorf("%s: SHOP_DATABASE_URL %q tries %q (only a writable server: %v), want the primary, then the standby, read-write only", name, raw, hosts, readWrite)
+		}
+	}
+}
+
+func TestCompose_SyncStandbyNames(t *testing.T) {
+	for in, want := range map[string][]string{
+		"standby":           {"standby"},
+		"FIRST 1 (standby)": {"standby"},
+		`ANY 2 ("s1", s2)`:  {"s1", "s2"},
+		"":                  nil,
+		"standby, other":    {"standby", "other"},
+	} {
+		if got := syncStandbyNames(in); !slices.Equal(got, want) {
+			t.Errorf("syncStandbyNames(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -16,8 +16,9 @@
 #      saying every 5 s which services are not ready, until compose is done
 #      and /readyz answers 200.
 #
-#   deploy/up.sh [--dry-run] [--no-build] [--observability]
-#                                   (make up; make up-observability)
+#   deploy/up.sh [--dry-run] [--no-build] [--observability] [--ha]
+#                                   (make up; make up-observability;
+#                                    make failover-demo)
 #
 # --dry-run says what steps 1-3 would do and does none of them; --no-build
 # skips step 2 when the shop image exists. --observability adds the
@@ -26,7 +27,11 @@
 # Jaeger's Go module by deploy/images/build.sh jaeger, 3 to 8 minutes the
 # first time), with the replicas, the gateway and the mailer sending their
 # spans to Jaeger (SHOP_OTLP_ENDPOINT, default http://jaeger:4318), and
-# prints Jaeger's address. Times are counted from the start of the script.
+# prints Jaeger's address. --ha adds the ha profile with the settings of
+# deploy/ha.env: a synchronous standby of PostgreSQL, the primary waiting
+# for it on every commit, and every service's database URL naming both
+# servers (docs/OPERATIONS.md, "PostgreSQL failover in compose"). Times are
+# counted from the start of the script.
 #
 # COMPOSE is the compose command (`docker compose` or `docker-compose`);
 # SHOP_PORT, SHOP_GATEWAY_PORT, SHOP_PROMETHEUS_PORT and SHOP_JAEGER_PORT
@@ -39,12 +44,14 @@ cd "$(dirname "$0")/.."
 dry_run=false
 build=true
 observability=false
+ha=false
 for a in "$@"; do
   case "$a" in
     --dry-run) dry_run=true ;;
     --no-build) build=false ;;
     --observability) observability=true ;;
-    *) echo "usage: $0 [--dry-run] [--no-build] [--observability]" >&2; exit 2 ;;
+    --ha) ha=true ;;
+    *) echo "usage: $0 [--dry-run] [--no-build] [--observability] [--ha]" >&2; exit 2 ;;
   esac
 done
 
@@ -167,6 +174,11 @@ if $observability; then
   export SHOP_OTLP_ENDPOINT="${SHOP_OTLP_ENDPOINT:-http://jaeger:4318}"
   run_env="COMPOSE_PROFILES=$COMPOSE_PROFILES SHOP_OTLP_ENDPOINT=$SHOP_OTLP_ENDPOINT "
 fi
+if $ha; then
+  export COMPOSE_PROFILES="${COMPOSE_PROFILES:+$COMPOSE_PROFILES,}ha"
+  load_env deploy/ha.env
+  run_env="COMPOSE_PROFILES=$COMPOSE_PROFILES ${SHOP_OTLP_ENDPOINT:+SHOP_OTLP_ENDPOINT=$SHOP_OTLP_ENDPOINT }(and deploy/ha.env) "
+fi
 if $dry_run; then
   say "would run: $run_env$COMPOSE up -d, then wait for $url to answer 200"
   exit 0
@@ -226,6 +238,12 @@ if $observability; then
   traces        Jaeger on http://localhost:${SHOP_JAEGER_PORT:-16686}   (every replica, the gateway and the mailer send
                 their spans to $SHOP_OTLP_ENDPOINT; a trace: http://localhost:${SHOP_JAEGER_PORT:-16686}/trace/<trace_id>)
   exemplars     Prometheus on http://localhost:${SHOP_PROMETHEUS_PORT:-9091} keeps the latency's trace ids (docs/OPERATIONS.md, "Traces")
+MSG
+fi
+if $ha; then
+  cat <<MSG
+  PostgreSQL    the primary (postgres) and its synchronous standby (postgres-standby); every
+                service connects to whichever accepts writes; deploy/failover.sh promotes the standby
 MSG
 fi
 if [ -n "$token" ]; then

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,6 +33,7 @@ exit 0
 case "$1" in
 up)
   echo "COMPOSE_PROFILES=${COMPOSE_PROFILES:-} SHOP_OTLP_ENDPOINT=${SHOP_OTLP_ENDPOINT:-}" >"$FAKE_DIR/up-env"
+  echo "SHOP_PG_SYNC_STANDBY=${SHOP_PG_SYNC_STANDBY:-} SHOP_COMPOSE_DATABASE_URL=${SHOP_COMPOSE_DATABASE_URL:-}" >"$FAKE_DIR/up-ha-env"
   echo "Creating shop_postgres_1 ... done"
   sleep "${FAKE_UP_SECONDS:-0}"
   [ -n "${FAKE_UP_FAIL:-}" ] && { echo "ERROR: for api-1  Container is unhealthy"; exit 1; }
@@ -78,6 +80,11 @@ func runUpWithDir(t *testing.T, check func(dir string), env []string, args ...st
 		"PROMETHEUS_IMAGE=prom:t", "JAEGER_IMAGE=jaeger:t",
 		"SHOP_IMAGE=shop:t", "SHOP_UP_TIMEOUT=60",
 		"COMPOSE_PROFILES=", "SHOP_OTLP_ENDPOINT=", "SHOP_JAEGER_PORT=", "SHOP_PROMETHEUS_PORT=")
+	// Unset rather than empty: deploy/ha.env fills only what the shell
+	// has not set.
+	cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool {
+		return strings.HasPrefix(kv, "SHOP_PG_SYNC_STANDBY=") || strings.HasPrefix(kv, "SHOP_COMPOSE_DATABASE_URL=")
+	})
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if check != nil {
@@ -193,5 +200,38 @@ func TestUp_Observability(t *testing.T) {
 	}
 	if !strings.Contains(out, "Jaeger on http://localhost:16686") {
 		t.Errorf("up.sh --observability does not say where Jaeger is:\n%s", out)
+	}
+}
+
+// TestUp_HA: make failover-demo (--ha) starts compose with the ha profile
+// and every setting of deploy/ha.env, and says so; make up starts it with
+// neither.
+func TestUp_HA(t *testing.T) {
+	ha := haEnv(t)
+	wantHA := "SHOP_PG_SYNC_STANDBY=" + ha["SHOP_PG_SYNC_STANDBY"] + " SHOP_COMPOSE_DATABASE_URL=" + ha["SHOP_COMPOSE_DATABASE_URL"]
+	for _, tc := range []struct {
+		args          []string
+		profiles, env string
+	}{
+		{[]string{"--no-build", "--ha"}, "COMPOSE_PROFILES=ha SHOP_OTLP_ENDPOINT=", wantHA},
+		{[]string{"--no-build"}, "COMPOSE_PROFILES= SHOP_OTLP_ENDPOINT=", "SHOP_PG_SYNC_STANDBY= SHOP_COMPOSE_DATABASE_URL="},
+	} {
+		out, err := runUpWithDir(t, func(dir string) {
+			for file, want := range map[string]string{"up-env": tc.profiles, "up-ha-env": tc.env} {
+				b, err := os.ReadFile(filepath.Join(dir, file))
+				if err != nil {
+					t.Fatalf("compose was not started: %v", err)
+				}
+				if got := strings.TrimSpace(string(b)); got != want {
+					t.Errorf("up.sh %q: compose up ran with %q, want %q", tc.args, got, want)
+				}
+			}
+		}, []string{"FAKE_IMAGES=all"}, tc.args...)
+		if err != nil {
+			t.Fatalf("up.sh %q: %v\n%s", tc.args, err, out)
+		}
+		if says := strings.Contains(out, "synchronous standby"); says != slices.Contains(tc.args, "--ha") {
+			t.Errorf("up.sh %q names the standby: %v:\n%s", tc.args, says, out)
+		}
 	}
 }
