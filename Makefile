@@ -7,7 +7,8 @@ FUZZTIME ?= 30s
 
 # The fault suite (internal/faults, docs/RELIABILITY.md): every flow under
 # Redis loss, a paused lock holder, gateway and database faults and replica
-# crashes. SHOP_FAULTS_SIZE=large for longer phases; SHOP_FAULTS_REPORT=file
+# crashes (TestFaults), then PostgreSQL failed over to its standby
+# (TestFailover: the server's programs, Debian's postgresql-15). SHOP_FAULTS_SIZE=large for longer phases; SHOP_FAULTS_REPORT=file
 # writes the figures as Markdown.
 FAULTS_TIMEOUT ?= 20m
 
@@ -54,7 +55,7 @@ ablation:
 	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -p 1 -timeout 20m -run '^TestAblation_' ./internal/app/ ./internal/likes/ ./internal/seats/
 
 faults:
-	$(GO) test -tags faults -count=1 -timeout $(FAULTS_TIMEOUT) -v -run '^TestFaults$$' ./internal/faults/
+	$(GO) test -tags faults -count=1 -timeout $(FAULTS_TIMEOUT) -v -run '^(TestFaults|TestFailover)$$' ./internal/faults/
 
 # The seat map's linearizability check at its larger size (64 clients,
 # thousands of operations); `make test` runs it small.
