@@ -63,26 +63,26 @@ const lease = 8 * time.Second
 
 // cluster is everything a scenario runs against.
 type cluster struct {
-	t        *testing.T
-	dir      string
-	bin      string
-	db       *pgxpool.Pool // direct, not through the proxy: the auditor's
-	dbURL    string
+	t     *testing.T
+	dir   string
+	bin   string
+	db    *pgxpool.Pool // direct, not through the proxy: the auditor's
+	dbURL string
 	// replicaDB is the replicas' SHOP_DATABASE_URL: through the proxy
 	// pg, or (TestFailover) straight to a primary and its standby.
 	replicaDB string
-	toxics   *toxiproxy.ApiServer
-	pg       *toxiproxy.Proxy
-	redis    []*redisNode
-	redisPx  []*toxiproxy.Proxy
-	gw       *process
-	gwAddr   string
-	gwPx     *toxiproxy.Proxy
-	mailer   *process
-	mailAddr string
-	mailPx   *toxiproxy.Proxy
-	replicas []*process
-	lockMode string
+	toxics    *toxiproxy.ApiServer
+	pg        *toxiproxy.Proxy
+	redis     []*redisNode
+	redisPx   []*toxiproxy.Proxy
+	gw        *process
+	gwAddr    string
+	gwPx      *toxiproxy.Proxy
+	mailer    *process
+	mailAddr  string
+	mailPx    *toxiproxy.Proxy
+	replicas  []*process
+	lockMode  string
 	// extraEnv overrides replicaTimings for the scenario running now;
 	// replicaEnv, one replica's, overrides both (scenario 9 moves replica
 	// 0 to another key scheme).
