@@ -17,6 +17,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/auth"
 	"github.com/shop-example/shop/internal/platform/httpx"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/problem"
 	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
@@ -144,13 +145,23 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 	prev, stored, err := s.storeAnswer(c, rec, resp)
 	switch {
 	case err != nil:
-		// The answer goes out unstored: the key is free (or still this
-		// request's claim, until its lease ends), and a retry runs the
-		// flow again, whose own layers return the same result.
+		// The answer could not be recorded (the database unreachable, or
+		// failing over to its standby), so it is not sent: a retry with
+		// the key would not get it back, and the client must be able to
+		// trust that it would. The client is told to try again instead.
+		// Nothing this answer reports was committed (a flow that commits
+		// stores its answer in its own transaction), and a claim a
+		// committed phase left is freed, so the retry runs the flow
+		// again, whose own layers make it safe.
 		s.result(rec, resultError)
-		s.logger.ErrorContext(c.Request().Context(), "idempotency answer not stored",
-			"request_id", httpx.RequestID(c), "key", rec.key, "err", err)
-		return held.flush(res)
+		s.logger.ErrorContext(c.Request().Context(), "idempotency answer not stored; answered 503",
+			"request_id", httpx.RequestID(c), "key", rec.key, "status", resp.status, "err", err)
+		if rec.claimed {
+			s.free(c, rec, "")
+		}
+		unwrite(res)
+		return &problem.Error{Code: problem.Unavailable, RetryAfter: time.Second,
+			Detail: "the answer could not be recorded; send the request again with the same Idempotency-Key"}
 	case stored:
 		if !rec.claimed {
 			s.outcome(rec, outcomeClaimed) // claimed and completed in that one statement

@@ -136,9 +136,11 @@
 // slow, its pool full, a connection cut) is tried once more in the
 // background after the answer has gone out; the owner token fences that
 // late try like the first, and Store.Wait lets a stopping replica wait for
-// it. A refusal that fails to be stored is sent unstored: its key stays
-// absent (or this request's claim until the lease ends), and a retry runs
-// the flow again.
+// it. An answer that fails to be stored is not sent, since a retry with
+// the key would not get it back: the request is answered 503 unavailable
+// with Retry-After instead, its claim is freed, and a retry runs the flow
+// again, which committed nothing the first time
+// (TestAtomic_UnstoredAnswerNotSent).
 //
 // Keys are kept for Options.Retention (at least 24 h) and then deleted by
 // Sweep, which any number of replicas may run at once.

@@ -25,7 +25,7 @@ const (
 	resultStored     = "stored"      // the answer is stored for replay
 	resultReleased   = "released"    // not stored (5xx or transient); the key is free again
 	resultStaleOwner = "stale_owner" // another request held or completed the key; nothing written
-	resultError      = "error"       // the database refused: the answer went out unstored, or the claim waits for its lease
+	resultError      = "error"       // the database refused: 503 instead of an answer it could not store, or the claim waits for its lease
 )
 
 // counters are the package's own Prometheus collectors. A nil *counters

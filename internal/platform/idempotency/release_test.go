@@ -128,3 +128,23 @@ func TestStore_WaitAwaitsSecondTries(t *testing.T) {
 		t.Fatalf("after Wait: keys %v, want k1 released", rows)
 	}
 }
+
+// TestAtomic_UnstoredAnswerNotSent: an answer the store cannot record
+// (here its statement's deadline is a nanosecond, as when the database
+// is failing over) is not sent, since a retry with the key would not get
+// it back: the client is told 503 with Retry-After, and nothing of the
+// key is left to refuse that retry.
+func TestAtomic_UnstoredAnswerNotSent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{finishTimeout: time.Nanosecond})
+	got := h.mustSend(t, request{key: "k1", act: "out_of_stock"})
+	if got.status != http.StatusServiceUnavailable || got.code() != "unavailable" || got.header.Get("Retry-After") == "" {
+		t.Fatalf("got %d %s (Retry-After %q), want 503 unavailable with Retry-After", got.status, got.body, got.header.Get("Retry-After"))
+	}
+	if rows := h.rows(t); len(rows) != 0 {
+		t.Errorf("keys %v, want none: the refusal was not recorded, and its claim rolled back", rows)
+	}
+	if got := counter(t, h, "shop_idempotency_results_total", "result", resultError); got != 1 {
+		t.Errorf("results{error} = %v, want 1", got)
+	}
+}

@@ -29,8 +29,8 @@ const (
 	// an answer the flow did not store in its transaction (a refusal), and
 	// releasing a claim a committed phase left. The answer is sent once it
 	// returns, so this is part of every answer's time
-	// (config.AnswerMargin). A refusal not stored in time is sent unstored
-	// (a retry runs the flow again); a release that does not make it in
+	// (config.AnswerMargin). A refusal not stored in time is not sent: 503
+	// instead, and a retry runs the flow again; a release that does not make it in
 	// time is tried once more after the answer has gone out, and only if
 	// that fails too does the key stay claimed until its lease ends: safe,
 	// only slower for a retry.
