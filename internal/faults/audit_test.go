@@ -183,7 +183,6 @@ func check(t *testing.T, c *cluster, w *workload, h *history) audit {
 	ackOrders, ackPaid := append([]string(nil), h.ackOrders...), append([]string(nil), h.ackPaid...)
 	h.mu.Unlock()
 	var missing, unpaid int
-	defer func() { a.lostOrders, a.lostPaid = missing, unpaid }()
 	if err := c.db.QueryRow(ctx, `SELECT count(*)::int FROM unnest($1::uuid[]) AS a(id)
 		WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = a.id)`, ackOrders).Scan(&missing); err != nil {
 		t.Fatalf("read acknowledged orders: %v", err)
@@ -192,6 +191,7 @@ func check(t *testing.T, c *cluster, w *workload, h *history) audit {
 		WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = a.id AND o.status IN ('paid', 'fulfilled'))`, ackPaid).Scan(&unpaid); err != nil {
 		t.Fatalf("read acknowledged payments: %v", err)
 	}
+	a.lostOrders, a.lostPaid = missing, unpaid
 	if missing != 0 {
 		problem("%d orders answered 201 are not in the database", missing)
 	}

@@ -298,7 +298,7 @@ func replayKeys(t *testing.T, c *cluster, keyed []keyedRequest, killAt, from, to
 						tally.other++
 					}
 					if !(same && r.replayed) && len(tally.examples) < 3 {
-						tally.examples = append(tally.examples, fmt.Sprintf("%s %s first %s %s after the kill, again %s%s",
+						tally.examples = append(tally.examples, fmt.Sprintf("%s %s first %s at %s from the kill, again %s%s",
 							k.method, k.flow, k.answer.key(), k.answer.at.Sub(killAt).Round(time.Millisecond), r.key(), rowsOf(c, k.path, killAt)))
 					}
 					mu.Unlock()

@@ -333,6 +333,7 @@ func (w *workload) payStormAs(ctx context.Context, c *client, rng *rand.Rand, fl
 	token := w.token(rng)
 	r := c.do(ctx, flowPayOrder, "POST", "/v1/orders", token, crand.Text(),
 		map[string]any{"items": []map[string]any{{"sku": w.payerSKU, "quantity": 1}}})
+	c.hist.ack(&c.hist.ackOrders, r)
 	if r.status != http.StatusCreated {
 		if r.status == 0 || r.status >= 500 || r.code == "resource_busy" {
 			pause(ctx, 100*time.Millisecond)
