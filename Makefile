@@ -7,8 +7,9 @@ FUZZTIME ?= 30s
 
 # The fault suite (internal/faults, docs/RELIABILITY.md): every flow under
 # Redis loss, a paused lock holder, gateway and database faults and replica
-# crashes (TestFaults), then PostgreSQL failed over to its standby
-# (TestFailover: the server's programs, Debian's postgresql-15). SHOP_FAULTS_SIZE=large for longer phases; SHOP_FAULTS_REPORT=file
+# crashes (TestFaults), and PostgreSQL failed over to its standby
+# (TestFailover: the server's programs, Debian's postgresql-15).
+# SHOP_FAULTS_SIZE=large for longer phases; SHOP_FAULTS_REPORT=file
 # writes the figures as Markdown.
 FAULTS_TIMEOUT ?= 20m
 

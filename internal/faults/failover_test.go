@@ -196,15 +196,21 @@ func runFailover(t *testing.T, bin string, sz size, setting string) failoverResu
 	if setting == Failovers()[1] {
 		env = []string{"SHOP_IDEMPOTENCY_ASYNC_COMMIT=true"}
 	}
+	t0 := time.Now()
+	step := func(what string) { t.Logf("%s after %s", what, time.Since(t0).Round(100*time.Millisecond)) }
 	c := newCluster(t, "degrade")
 	c.extraEnv = env
+	step("shop built")
 	pair := startPair(t, c, bin, syncStandby)
+	step("primary and standby up")
 	c.dbURL = pair.url()
 	c.db = testenv.PoolFor(t, c.dbURL)
 	c.replicaDB = c.dbURL
 	c.startServices()
+	step("replicas up")
 	w := setUp(t, c, sz.users, sz.posts, sz.flashStock)
 	w.clients, w.payClicks = sz.clients, 3
+	step("servers, replicas and the fixture up")
 
 	fr := failoverResult{setting: setting}
 	if err := c.db.QueryRow(context.Background(), `SHOW server_version`).Scan(&fr.version); err != nil {
@@ -227,6 +233,7 @@ func runFailover(t *testing.T, bin string, sz size, setting string) failoverResu
 			return func() {}
 		}}
 	fr.result = runScenario(t, c, w, sz, sc)
+	step("the workload and the audits done")
 	answers := c.history.snapshot()
 	var first503, last503 time.Time
 	for _, a := range answers {
@@ -247,6 +254,7 @@ func runFailover(t *testing.T, bin string, sz size, setting string) failoverResu
 	before := effectsNow(t, c)
 	fr.replays = replayKeys(t, c, c.history.keyedCopy(), fr.killAt, fr.killAt.Add(-3*time.Second), fr.killAt.Add(sz.during))
 	fr.effects = effectsChanged(before, effectsNow(t, c))
+	step("the replays done")
 	return fr
 }
 
@@ -531,7 +539,7 @@ func startPair(t *testing.T, c *cluster, bin string, sync bool) *pgPair {
 	c.toxic(p.repl, "lag", "latency", "downstream", fmt.Sprintf(`{"latency":%d}`, replicationLag.Milliseconds()))
 	p.standby = &pgNode{name: "standby", dir: filepath.Join(root, "standby"), port: freePort(t)}
 	p.run(t, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(p.primary.port), "-U", "shop",
-		"-D", p.standby.dir, "-X", "stream", "--no-sync")
+		"-D", p.standby.dir, "-X", "stream", "--checkpoint=fast", "--no-sync")
 	host, port, _ := strings.Cut(p.repl.Listen, ":")
 	p.write(t, filepath.Join(p.standby.dir, "standby.signal"), "")
 	p.write(t, filepath.Join(p.standby.dir, "postgresql.auto.conf"),

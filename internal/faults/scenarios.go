@@ -46,7 +46,7 @@ func Scenarios() []Scenario {
 
 // The failover's table in docs/RELIABILITY.md is the generated block
 // named FailoverBlock, written by TestFailover, which `make faults` runs
-// after TestFaults.
+// beside TestFaults.
 const FailoverBlock = "faults/failover"
 
 // Failovers are the settings TestFailover fails PostgreSQL over under, in
