@@ -44,12 +44,9 @@ now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
 # Step 1: the stack, and the standby streaming synchronously.
 deploy/up.sh --ha "$@"
-export COMPOSE_PROFILES="${COMPOSE_PROFILES:+$COMPOSE_PROFILES,}ha"
-while IFS= read -r line; do
-  [[ "$line" =~ ^[A-Za-z_][A-Za-z0-9_]*=[^[:space:]]*$ ]] || continue
-  key=${line%%=*}
-  [ -n "${!key+set}" ] || export "$line"
-done <deploy/ha.env
+# shellcheck source=deploy/env.sh
+. deploy/env.sh
+use_ha
 
 # shellcheck disable=SC2086 # COMPOSE is a command and its subcommand
 psql_on() { $COMPOSE exec -T "$1" psql -U shop -d shop -v ON_ERROR_STOP=1 -At "${@:2}"; }

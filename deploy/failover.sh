@@ -31,12 +31,9 @@ say() { printf '[failover] %s\n' "$*" >&2; }
 
 # The ha profile, so compose knows the standby, with deploy/ha.env's
 # settings where the shell has none (as deploy/up.sh --ha reads them).
-export COMPOSE_PROFILES="${COMPOSE_PROFILES:+$COMPOSE_PROFILES,}ha"
-while IFS= read -r line; do
-  [[ "$line" =~ ^[A-Za-z_][A-Za-z0-9_]*=[^[:space:]]*$ ]] || continue
-  key=${line%%=*}
-  [ -n "${!key+set}" ] || export "$line"
-done <deploy/ha.env
+# shellcheck source=deploy/env.sh
+. deploy/env.sh
+use_ha
 
 # shellcheck disable=SC2086 # COMPOSE is a command and its subcommand
 if [ -z "$($COMPOSE ps -q postgres-standby 2>/dev/null)" ]; then

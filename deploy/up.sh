@@ -64,20 +64,8 @@ timeout=${SHOP_UP_TIMEOUT:-600}
 pull_timeout=${SHOP_UP_PULL_TIMEOUT:-60}
 say() { printf '[up %3ds] %s\n' "$SECONDS" "$*" >&2; }
 
-# load_env exports the KEY=value lines of file whose key the shell has not
-# set (as compose and the Makefile read .env: the shell wins), or every
-# line with "override".
-load_env() {
-  local file=$1 mode=${2:-} line key
-  [ -f "$file" ] || return 0
-  while IFS= read -r line; do
-    [[ "$line" =~ ^[A-Za-z_][A-Za-z0-9_]*=[^[:space:]]*$ ]] || continue
-    key=${line%%=*}
-    if [ "$mode" = override ] || [ -z "${!key+set}" ]; then
-      export "$line"
-    fi
-  done <"$file"
-}
+# shellcheck source=deploy/env.sh
+. deploy/env.sh # load_env, use_ha
 
 # The base images, as docker-compose.yml and the Dockerfile default them,
 # and the observability profile's.
@@ -175,8 +163,7 @@ if $observability; then
   run_env="COMPOSE_PROFILES=$COMPOSE_PROFILES SHOP_OTLP_ENDPOINT=$SHOP_OTLP_ENDPOINT "
 fi
 if $ha; then
-  export COMPOSE_PROFILES="${COMPOSE_PROFILES:+$COMPOSE_PROFILES,}ha"
-  load_env deploy/ha.env
+  use_ha
   run_env="COMPOSE_PROFILES=$COMPOSE_PROFILES ${SHOP_OTLP_ENDPOINT:+SHOP_OTLP_ENDPOINT=$SHOP_OTLP_ENDPOINT }(and deploy/ha.env) "
 fi
 if $dry_run; then
