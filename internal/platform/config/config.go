@@ -580,6 +580,8 @@ func (c Config) LogValue() slog.Value {
 		),
 		slog.Bool("tracing", c.Tracing.Export),
 		slog.Bool("migrate", c.Migrate),
+		// Said at start: it gives up what a replay after a failover gets.
+		slog.Bool("idempotency_async_commit", c.IdempotencyAsyncCommit),
 		slog.Bool("demo", c.Demo),
 		slog.String("replica_name", c.ReplicaName),
 		slog.String("lab_target", c.LabTarget),
