@@ -387,12 +387,7 @@ func effectsChanged(before, after map[string]int) string {
 // failoverBody is the block of docs/RELIABILITY.md TestFailover writes.
 func failoverBody(sz size, results []failoverResult) string {
 	var b strings.Builder
-	var version string
-	for _, r := range results {
-		if r.audit.books.Paid > 0 || version == "" {
-			version = r.version
-		}
-	}
+	version := results[0].version // every run's servers are the same programs
 	fmt.Fprintf(&b, "Each run: %d clients per flow; %s before, %s during, %s after the kill; the WAL held back %s on its way to the standby; "+
 		"the standby promoted %s after the primary's SIGKILL. PostgreSQL %s, two servers of the test's own.\n\n",
 		sz.clients, sz.before, sz.during, sz.after, replicationLag, promoteAfter, version)
