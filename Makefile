@@ -5,7 +5,7 @@ BIN     ?= bin/shop
 PKGS    ?= ./...
 FUZZTIME ?= 30s
 
-# The fault suite (internal/faults, docs/RELIABILITY.md): every flow under
+# The fault suite (harness/faults, docs/RELIABILITY.md): every flow under
 # Redis loss, a paused lock holder, gateway and database faults and replica
 # crashes (TestFaults), and PostgreSQL failed over to its standby
 # (TestFailover: the server's programs, Debian's postgresql-15).
@@ -56,7 +56,7 @@ ablation:
 	SHOP_UPDATE_DOCS=1 $(GO) test -race -count=1 -p 1 -timeout 20m -run '^TestAblation_' ./internal/app/ ./internal/likes/ ./internal/seats/
 
 faults:
-	$(GO) test -tags faults -count=1 -timeout $(FAULTS_TIMEOUT) -v -run '^(TestFaults|TestFailover)$$' ./internal/faults/
+	$(GO) test -tags faults -count=1 -timeout $(FAULTS_TIMEOUT) -v -run '^(TestFaults|TestFailover)$$' ./harness/faults/
 
 # The seat map's linearizability check at its larger size (64 clients,
 # thousands of operations); `make test` runs it small.
@@ -80,7 +80,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags e2e ./e2e/
-	$(GO) vet -tags faults ./internal/faults/
+	$(GO) vet -tags faults ./harness/faults/
 	$(GO) vet -tags browser ./web/
 
 fmt:
@@ -136,7 +136,7 @@ load: build
 # The k6 scripts checked without k6 (also part of `make test`): each runs
 # with a few VUs against two replicas, the gateway, PostgreSQL and Redis.
 load-check:
-	$(GO) test -race -count=1 -timeout 10m ./internal/k6compat/
+	$(GO) test -race -count=1 -timeout 10m ./harness/k6compat/
 
 # Local stand-ins for every image compose and the tests need, built from
 # Debian packages, for a Docker engine that cannot pull (docs/CONTAINERS.md,

@@ -18,10 +18,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shop-example/shop/internal/ablation"
-	"github.com/shop-example/shop/internal/bench"
-	"github.com/shop-example/shop/internal/faults"
-	"github.com/shop-example/shop/internal/platform/docblock"
+	"github.com/shop-example/shop/harness/ablation"
+	"github.com/shop-example/shop/harness/bench"
+	"github.com/shop-example/shop/harness/docblock"
+	"github.com/shop-example/shop/harness/faults"
 )
 
 // blockRows maps the prefix of a generated block's name to what returns

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shop-example/shop/internal/platform/docblock"
+	"github.com/shop-example/shop/harness/docblock"
 )
 
 // figureFiles are the documents whose measured figures must all stand in

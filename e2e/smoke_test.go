@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shop-example/shop/internal/books"
+	"github.com/shop-example/shop/harness/books"
 	"github.com/shop-example/shop/internal/platform/contract"
 )
 

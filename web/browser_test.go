@@ -21,7 +21,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/shop-example/shop/internal/app/apptest"
+	"github.com/shop-example/shop/harness/apptest"
 )
 
 // The pages in real Chromium (Debian's package) against a real stack:

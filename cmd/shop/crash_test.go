@@ -19,9 +19,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	cardgateway "github.com/shop-example/shop/internal/gateway"
-	"github.com/shop-example/shop/internal/gateway/gatewaytest"
-	"github.com/shop-example/shop/internal/platform/testenv"
+	cardgateway "github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/gateway/gatewaytest"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 // childEnv, when set, makes the test binary run as `shop` with the

@@ -25,9 +25,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/bench"
-	"github.com/shop-example/shop/internal/load"
+	"github.com/shop-example/shop/harness/bench"
+	"github.com/shop-example/shop/harness/load"
+	"github.com/shop-example/shop/harness/standin"
 )
 
 const usage = `usage: shop <command>
@@ -92,9 +92,9 @@ func run(ctx context.Context, args []string, logger *slog.Logger) error {
 	case "load":
 		return load.Run(ctx, args[1:], os.Stdout, os.Stderr)
 	case "gateway":
-		return provider(ctx, logger, app.ServeGateway)
+		return provider(ctx, logger, standin.Gateway)
 	case "mailer":
-		return provider(ctx, logger, app.ServeMailer)
+		return provider(ctx, logger, standin.Mailer)
 	case "health":
 		return health(ctx, args[1:])
 	case "help", "-h", "--help":

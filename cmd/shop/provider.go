@@ -9,8 +9,8 @@ import (
 	"github.com/shop-example/shop/internal/platform/config"
 )
 
-// provider runs a stand-in provider, `shop gateway` (app.ServeGateway) or
-// `shop mailer` (app.ServeMailer), on the settings from the environment
+// provider runs a stand-in provider, `shop gateway` (standin.Gateway) or
+// `shop mailer` (standin.Mailer), on the settings from the environment
 // until SIGINT or SIGTERM.
 func provider(ctx context.Context, logger *slog.Logger, serve func(context.Context, config.Config, *slog.Logger) error) error {
 	cfg, err := config.FromEnv(os.Getenv)

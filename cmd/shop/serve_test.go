@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 // `shop serve` answers the API on SHOP_HTTP_ADDR and the metrics on

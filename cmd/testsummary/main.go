@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/shop-example/shop/internal/platform/testsummary"
+	"github.com/shop-example/shop/harness/testsummary"
 )
 
 func main() {

@@ -6,16 +6,16 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/shop-example/shop/internal/ablation"
+	"github.com/shop-example/shop/harness/ablation"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/books"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/books"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // The ablation matrices (package ablation has their rows): each flow's

@@ -21,8 +21,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/docs"
+	"github.com/shop-example/shop/harness/lab"
 	"github.com/shop-example/shop/internal/inventory"
-	"github.com/shop-example/shop/internal/lab"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
@@ -436,7 +436,7 @@ func (a *App) Close() {
 	a.bookkeeping.Close()
 	a.limits.close()
 	a.events.close()
-	ctx, cancel := context.WithTimeout(context.Background(), tracingFlush)
+	ctx, cancel := context.WithTimeout(context.Background(), tracing.FlushTimeout)
 	defer cancel()
 	_ = a.tracing.Shutdown(ctx) // the spans not exported by now are lost, as with a crash
 }

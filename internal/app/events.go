@@ -12,11 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/shop-example/shop/internal/mailer"
 	"github.com/shop-example/shop/internal/notify"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/mail"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/redisx"
@@ -77,7 +77,7 @@ func newEvents(cfg config.Config, deps Deps, orderSvc *orders.Service, m *metric
 	})
 	if cfg.MailerURL != "" {
 		mail, err := notify.New(notify.Config{
-			DB: deps.Pool, Sender: mailSender{mailer.NewClient(cfg.MailerURL, cfg.MailerTimeout, nil)},
+			DB: deps.Pool, Sender: mailSender{mail.NewClient(cfg.MailerURL, cfg.MailerTimeout, nil)},
 			Metrics: m, Now: deps.Now, Layers: deps.Events.Consumers,
 		})
 		if err != nil {
@@ -148,11 +148,11 @@ func (ev *events) publishAfterCommit(lost func() bool) echo.MiddlewareFunc {
 }
 
 // mailSender is the mail provider's client as the mail consumer calls it.
-type mailSender struct{ c *mailer.Client }
+type mailSender struct{ c *mail.Client }
 
 func (s mailSender) Send(ctx context.Context, key string, m notify.Mail) error {
-	_, err := s.c.Send(ctx, key, mailer.Request{Reference: m.Reference, Kind: m.Kind, To: m.To, Subject: m.Subject, Text: m.Text})
-	if errors.Is(err, mailer.ErrRejected) {
+	_, err := s.c.Send(ctx, key, mail.Request{Reference: m.Reference, Kind: m.Kind, To: m.To, Subject: m.Subject, Text: m.Text})
+	if errors.Is(err, mail.ErrRejected) {
 		return fmt.Errorf("%w: %w", err, outbox.ErrPermanent)
 	}
 	return err

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/ablation"
+	"github.com/shop-example/shop/harness/ablation"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/notify"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // The ablation matrices of the events after the commit (package ablation:

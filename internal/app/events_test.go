@@ -10,12 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/gateway"
-	"github.com/shop-example/shop/internal/mailer"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/mailer"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/notify"
 	"github.com/shop-example/shop/internal/platform/outbox"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // eventVars make the relay and the consumers quick enough for a test: the

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/shop-example/shop/internal/app/apptest"
+	"github.com/shop-example/shop/harness/apptest"
 )
 
 // Every 201 names what it created in Location (the harness checks each

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/app/apptest"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/redisx"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)

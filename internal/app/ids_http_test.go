@@ -8,9 +8,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/gateway"
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 // spellings are other ways of writing the UUID id that uuid.Parse and

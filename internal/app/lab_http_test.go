@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/lab"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/lab"
 )
 
 // TestLab_DemoOnly: without SHOP_DEMO the lab's routes are 404, whatever

@@ -7,9 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/mailer"
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/mailer"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 // consumed is the series of a consumer's deliveries of order.paid that

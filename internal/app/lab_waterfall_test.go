@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/lab"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/lab"
 )
 
 // TestLab_Waterfall: after a race, the lab draws its waterfall from the

@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shop-example/shop/internal/lab"
-	"github.com/shop-example/shop/internal/mailer"
+	"github.com/shop-example/shop/harness/lab"
+	"github.com/shop-example/shop/harness/mailer"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/outbox"
 )

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shop-example/shop/internal/lab"
+	"github.com/shop-example/shop/harness/lab"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestLayer4_CataloguesMatchTheSchema checks every flow's catalogue of

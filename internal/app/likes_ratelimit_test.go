@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 // TestRateLimit_Likes: likes and unlikes count against a per-user bucket

@@ -4,10 +4,10 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/gateway"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // lostCommitCase is one write whose commit reaches PostgreSQL and whose

@@ -3,7 +3,7 @@ package app_test
 import (
 	"testing"
 
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shop-example/shop/internal/app/apptest"
+	"github.com/shop-example/shop/harness/apptest"
 	"github.com/shop-example/shop/internal/platform/contract"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/gateway"
 )
 
 // TestPayments_AtomicPhases: a payment's Idempotency-Key is written by

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/gateway"
-	"github.com/shop-example/shop/internal/gateway/gatewaytest"
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/gateway/gatewaytest"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 // paymentJSON is a payment as API.md shows it.

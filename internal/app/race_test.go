@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 // TestOrders_FlashSale races 400 buyers, each a distinct user with a distinct

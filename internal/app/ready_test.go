@@ -8,13 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/gateway/gatewaytest"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/gateway"
-	"github.com/shop-example/shop/internal/gateway/gatewaytest"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/redisx"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // linkedReplica is one replica whose PostgreSQL and Redis nodes are

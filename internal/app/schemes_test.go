@@ -13,8 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
@@ -22,7 +23,6 @@ import (
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/platform/testenv"
 	"github.com/shop-example/shop/internal/seats"
 )
 

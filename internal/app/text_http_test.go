@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shop-example/shop/internal/app/apptest"
+	"github.com/shop-example/shop/harness/apptest"
 )
 
 // controls are control characters (C0, DEL, C1) as JSON escapes; none may

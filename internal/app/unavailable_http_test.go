@@ -9,11 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/redisx"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // replicaOn is one replica of the service on the database at dbURL, whose

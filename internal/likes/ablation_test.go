@@ -9,12 +9,12 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/shop-example/shop/internal/ablation"
+	"github.com/shop-example/shop/harness/ablation"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/layers"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestAblation_Like is the like flow's ablation matrix (docs/ABLATION.md):

@@ -4,10 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/problem"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // The layers taken off one by one and together are raced over two

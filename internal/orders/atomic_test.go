@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/auth"
@@ -26,7 +27,6 @@ import (
 	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestCreate_CopiesDoNotStallThePool: POST /v1/orders under

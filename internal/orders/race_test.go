@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/layers"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // The layers of create and cancel, taken off one by one and together, are

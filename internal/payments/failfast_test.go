@@ -8,12 +8,12 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // failFastClicks is how many clicks, each with a key of its own, pay one

@@ -8,9 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shop-example/shop/internal/books"
-	"github.com/shop-example/shop/internal/gateway"
-	"github.com/shop-example/shop/internal/gateway/gatewaytest"
+	"github.com/shop-example/shop/harness/books"
+	"github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/gateway/gatewaytest"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
@@ -19,7 +20,6 @@ import (
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/redisx"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

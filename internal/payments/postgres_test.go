@@ -10,10 +10,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestStore_SettleOnce is layer 3 with layer 2 behind it: settlers that read the same

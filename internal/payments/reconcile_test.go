@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/harness/gateway"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"

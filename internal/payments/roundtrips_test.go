@@ -7,12 +7,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestPay_FiveRoundTrips: a payment of a payable order costs five round

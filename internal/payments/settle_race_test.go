@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/gateway"
+	"github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // settlerPayments is how many payments each case settles: enough to hit

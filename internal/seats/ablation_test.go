@@ -6,11 +6,11 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/shop-example/shop/internal/ablation"
+	"github.com/shop-example/shop/harness/ablation"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
-	"github.com/shop-example/shop/internal/platform/testenv"
 	"github.com/shop-example/shop/internal/seats"
 )
 

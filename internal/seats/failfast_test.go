@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/shop-example/shop/harness/apptest"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
 )
 

@@ -7,8 +7,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/shop-example/shop/internal/app/apptest"
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/harness/apptest"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/app/apptest"
+	"github.com/shop-example/shop/harness/apptest"
 )
 
 // TestSeats_Flow walks the contract: an event and its counts, a hold, a

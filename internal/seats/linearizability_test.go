@@ -13,11 +13,11 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/shop-example/shop/internal/ablation"
+	"github.com/shop-example/shop/harness/ablation"
+	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/app/apptest"
 	"github.com/shop-example/shop/internal/platform/layers"
-	"github.com/shop-example/shop/internal/platform/testenv"
 	"github.com/shop-example/shop/internal/seats"
 	"github.com/shop-example/shop/internal/seats/seatcheck"
 )

@@ -11,9 +11,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/platform/httpx"
 	"github.com/shop-example/shop/internal/platform/metrics"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 const testAdminToken = "adm_0123456789abcdef"

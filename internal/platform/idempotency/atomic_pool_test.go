@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // TestAtomic_DuplicatesDoNotStallThePool: the flow's pool has 8

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 const atomicPath = "/v1/atomic/1"

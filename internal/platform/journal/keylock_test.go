@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shop-example/shop/internal/platform/barrier"
+	"github.com/shop-example/shop/harness/barrier"
 	"github.com/shop-example/shop/internal/platform/journal"
 )
 

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // A Locker with its own wait budget gives up after that budget on a key

@@ -12,9 +12,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/redisx"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/problem"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 func TestLocker_MutualExclusion(t *testing.T) {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/platform/keyscheme"
 	"github.com/shop-example/shop/internal/platform/problem"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 // mixed is replicas of two key schemes taking turns at one lock.

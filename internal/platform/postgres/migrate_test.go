@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/platform/testenv"
 	"github.com/shop-example/shop/migrations"
 )
 

@@ -285,7 +285,7 @@ func SQLState(err error) string {
 // (a proxy or the network between cut it, or the host died), has no
 // SQLSTATE: pgx reports the socket's error (an EOF, a reset) and then
 // "conn closed" to the transaction still holding it. Those are
-// unavailability too (the fault suite's row 7, internal/faults).
+// unavailability too (the fault suite's row 7, harness/faults).
 func Unavailable(err error) bool {
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) {

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/platform/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/shop-example/shop/internal/platform/testenv"
+	"github.com/shop-example/shop/harness/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -43,6 +44,9 @@ import (
 
 // Scope is the instrumentation scope of the shop's own spans.
 const Scope = "github.com/shop-example/shop"
+
+// FlushTimeout bounds the export of the spans left when a process stops.
+const FlushTimeout = 5 * time.Second
 
 // Propagator carries a trace across processes: the W3C traceparent
 // header to the card processor and the mail provider, and the same field

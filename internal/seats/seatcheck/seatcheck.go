@@ -2,7 +2,7 @@
 // porcupine checks recorded histories of holds, confirms, releases and
 // seat-map reads against: the linearizability check of the seats flow,
 // shared by the race tests (internal/seats) and the fault suite
-// (internal/faults).
+// (harness/faults).
 //
 // The state of one event is its seat map: per seat, 0 (available), the
 // number k of the hold holding it, or k|Booked. A history is checked per

@@ -1,0 +1,221 @@
+package bench
+
+// `shop bench history -doc docs/STRATEGIES.md` follows the goal from run
+// to run. Each run of `shop bench strategies -doc` replaces its flows'
+// blocks, so the figures of the runs before survive only in the file's git
+// history. This command measures nothing: it reads the goal lines of every
+// version of the file (the one on disk first, as `make bench` has just
+// written it), and writes one column per measured commit, the last
+// historyRuns of them, into the history block. No figure in it is typed by
+// hand: each is a goal line as a run of `shop bench strategies` wrote it,
+// and its column names that run's commit and load.
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/shop-example/shop/harness/docblock"
+)
+
+// historyBlock is the generated block of docs/STRATEGIES.md holding the
+// goal of every cell in each of the last runs ("Run to run").
+const historyBlock = "strategies/history"
+
+// historyRuns is how many measured commits the history block shows.
+const historyRuns = 6
+
+// goalLineRE reads a goal line of a strategies/<flow> block: the case,
+// the layered rate, the fastest correct strategy and its rate (" through
+// HTTP" since the baselines are served as the layered flow is; in process
+// before), the ratio, the layered p99 and the verdict.
+var goalLineRE = regexp.MustCompile(`^(hot|spread): layered ([0-9.]+)/s / (.+?)( through HTTP)? ([0-9.]+)/s = ([0-9.]+), layered p99 ([0-9.]+ ?[µm]?s): goal \(.*\) (NOT MET|MET)$`)
+
+// goalRun is one measured commit's goal lines, as its blocks hold them.
+type goalRun struct {
+	commit  string            // the commit the run measured
+	machine string            // its blocks' machine
+	http    bool              // its baselines were served through HTTP
+	cells   map[string]string // "orders/hot" → "0.90, 52.1 ms" (bold when the goal was met)
+}
+
+// goalRuns reads the goal lines out of versions of the file, newest first,
+// and returns one run per measured commit, oldest first. A flow whose
+// block an older version holds at a commit already seen is not read again:
+// the newest version of a block is the one the command last wrote.
+func goalRuns(versions []string) []goalRun {
+	var runs []*goalRun
+	byCommit := map[string]*goalRun{}
+	for _, doc := range versions {
+		blocks, err := docblock.Parse(doc)
+		if err != nil {
+			continue // a version with a broken marker tells nothing
+		}
+		for _, b := range blocks {
+			flow, ok := strings.CutPrefix(b.Name, "strategies/")
+			if !ok || !slices.ContainsFunc(strategyFlows(), func(f flowSpec) bool { return f.name == flow }) {
+				continue
+			}
+			run := byCommit[b.Commit]
+			if run == nil {
+				run = &goalRun{commit: b.Commit, machine: b.Machine, cells: map[string]string{}}
+				byCommit[b.Commit] = run
+				runs = append(runs, run)
+			}
+			for _, line := range strings.Split(b.Body, "\n") {
+				m := goalLineRE.FindStringSubmatch(strings.TrimSpace(line))
+				if m == nil {
+					continue
+				}
+				cell := flow + "/" + m[1]
+				if _, seen := run.cells[cell]; seen {
+					continue
+				}
+				v := m[6] + ", " + m[7]
+				if m[8] == "MET" {
+					v = "**" + v + "**"
+				}
+				run.cells[cell] = v
+				run.http = run.http || m[4] != ""
+			}
+		}
+	}
+	out := make([]goalRun, 0, len(runs))
+	for i := len(runs) - 1; i >= 0; i-- {
+		if len(runs[i].cells) > 0 {
+			out = append(out, *runs[i])
+		}
+	}
+	return out
+}
+
+// goalCells are the rows of the goals and history blocks, "flow/case".
+func goalCells() []string {
+	var names []string
+	for _, f := range strategyFlows() {
+		names = append(names, f.name+"/"+hot, f.name+"/"+spread)
+	}
+	return names
+}
+
+// historyTable is the history block's body: a row per cell, a column per
+// run (the last historyRuns), each the layered flow against the fastest
+// correct strategy of that run and the layered p99.
+func historyTable(runs []goalRun, dates map[string]string) string {
+	if len(runs) > historyRuns {
+		runs = runs[len(runs)-historyRuns:]
+	}
+	var b strings.Builder
+	fmt.Fprint(&b, "| cell |")
+	for _, r := range runs {
+		basis := "in process"
+		if r.http {
+			basis = "through HTTP"
+		}
+		load := "load ?"
+		if _, l, ok := (docblock.Block{Machine: r.machine}).StartLoad(); ok {
+			load = fmt.Sprintf("load %.2f", l)
+		}
+		if strings.Contains(r.machine, docblock.LoadedMarker) {
+			load += ", " + docblock.LoadedMarker
+		}
+		date := dates[r.commit]
+		if date != "" {
+			date += ", "
+		}
+		fmt.Fprintf(&b, " %s (%s%s, %s) |", shortCommit(r.commit), date, basis, load)
+	}
+	fmt.Fprint(&b, "\n|---|")
+	for range runs {
+		fmt.Fprint(&b, "---:|")
+	}
+	fmt.Fprintln(&b)
+	for _, cell := range goalCells() {
+		fmt.Fprintf(&b, "| %s |", cell)
+		for _, r := range runs {
+			v := r.cells[cell]
+			if v == "" {
+				v = "—"
+			}
+			fmt.Fprintf(&b, " %s |", v)
+		}
+		fmt.Fprintln(&b)
+	}
+	fmt.Fprintf(&b, "\nEach cell: the layered flow ÷ the fastest strategy with no anomaly in that run, and the layered p99; bold where the goal (ratio >= %.1f, p99 < %s) was met. "+
+		"Before the baselines were served through HTTP, the ratio was taken against them in process.\n", goalStrategyRatio, goalP99)
+	return b.String()
+}
+
+func shortCommit(c string) string {
+	if len(c) > 7 {
+		return c[:7]
+	}
+	return c
+}
+
+// benchHistory is `shop bench history -doc FILE`.
+func benchHistory(args []string) error {
+	fs := flag.NewFlagSet("shop bench history", flag.ContinueOnError)
+	path := fs.String("doc", "", "the Markdown file whose strategies blocks to follow through its git history, and to write the history block into (docs/STRATEGIES.md)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return ErrUsage
+	}
+	if *path == "" || fs.NArg() > 0 {
+		return fmt.Errorf("%w: shop bench history -doc FILE", ErrUsage)
+	}
+	// The commit the block is written at, refused on a tree whose code is
+	// not committed, as a measuring bench's.
+	d, err := newDocTarget(*path, append([]string{"history"}, args...), docblock.Box{})
+	if err != nil {
+		return err
+	}
+	b, err := readHistory(*path)
+	if err != nil {
+		return err
+	}
+	b.Command, b.Commit = d.command, d.commit
+	b.Machine = "no machine: collected from the runs of each column, each measured on its own"
+	return docblock.Update(*path, b)
+}
+
+// readHistory is the history block of the file at path, read from it as
+// it is and from every version of it in git.
+func readHistory(path string) (docblock.Block, error) {
+	dir, file := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	current, err := os.ReadFile(path)
+	if err != nil {
+		return docblock.Block{}, err
+	}
+	versions := []string{string(current)}
+	log, err := exec.Command("git", "-C", dir, "log", "--format=%H", "--", file).Output()
+	if err != nil {
+		return docblock.Block{}, fmt.Errorf("history of %s: git log: %w", path, err)
+	}
+	for _, c := range strings.Fields(string(log)) {
+		v, err := exec.Command("git", "-C", dir, "show", c+":./"+file).Output()
+		if err != nil {
+			continue // the file was renamed or deleted at c
+		}
+		versions = append(versions, string(v))
+	}
+	runs := goalRuns(versions)
+	dates := map[string]string{}
+	for _, r := range runs {
+		if out, err := exec.Command("git", "-C", dir, "show", "-s", "--format=%cs", r.commit).Output(); err == nil {
+			dates[r.commit] = strings.TrimSpace(string(out))
+		}
+	}
+	return docblock.Block{Name: historyBlock, Rows: goalCells(), Body: historyTable(runs, dates)}, nil
+}
