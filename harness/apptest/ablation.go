@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/shop-example/shop/harness/ablation"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
@@ -14,14 +15,16 @@ import (
 // constraints (by name, from the flows' catalogues) dropped from the
 // test's database (a row with the
 // constraints off and nothing to drop fails: its switch would switch
-// nothing). deps carries what else the flow's row needs (NaiveStock, a
-// Logger). The lock runs in strict mode: a row with the lock on measures
+// nothing). The flows run on the row's variants (harness/variants.For),
+// which tell the row's probe when they take their layer off; deps
+// carries what else the row needs (a Logger). The lock runs in strict mode: a row with the lock on measures
 // the lock, not its absence when a loaded machine's Redis answers late and
 // degrade mode runs the work unlocked (a refusal is retried by the
 // clients).
 func NewAblation(t *testing.T, row ablation.Row, deps app.Deps, dropped ...string) *Env {
 	t.Helper()
 	deps.Layers = row.Layers
+	deps.Variants = variants.For(row.Layers, row.Variant, row.Layers.Probe())
 	e := NewWith(t, 2, map[string]string{"SHOP_LOCK_MODE": "strict"}, deps)
 	if !row.Layers.On(layers.Constraint) {
 		e.Drop(t, dropped...)

@@ -205,7 +205,7 @@ func build(t testing.TB, s spec) *Env {
 		clients := redisx.Clients(c.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
 		a, err := app.New(c, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
-			Layers: switches.Layers, NaiveStock: switches.NaiveStock, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
+			Layers: switches.Layers, Variants: switches.Variants, Sandbox: switches.Sandbox, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
 			SpanProcessor: switches.SpanProcessor})
 		if err != nil {
 			t.Fatalf("app.New: %v", err)

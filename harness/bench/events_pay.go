@@ -14,7 +14,6 @@ import (
 
 	gw "github.com/shop-example/shop/harness/gateway"
 	"github.com/shop-example/shop/internal/orders"
-	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
@@ -48,27 +47,28 @@ func (p payer) pay(ctx context.Context, id string) error {
 		return err
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if err := o.BeginPayment(now); err != nil {
-		return err
-	}
-	if err := o.Pay(now); err != nil {
-		return err
-	}
 	paymentID, err := uuid.NewV7()
 	if err != nil {
 		return err
 	}
-	moved := false
-	return postgres.InTxBatched(ctx, p.pool, func(b *pgx.Batch) {
-		b.Queue(sqlRawInsertPayment, paymentID, id, o.TotalCents, gw.MethodOK, "ch_"+paymentID.String(), now)
-		_ = orders.QueueWrite(b, o, layers.Set{}, &moved) // every layer on, and paid returns no stock
-	}, func(pgx.Tx) (*pgx.Batch, error) {
-		if moved {
-			return nil, errMovedMeanwhile
+	// The order begins its payment and is paid, in one move written at
+	// the version read, with its order.paid.
+	paid := func(o *orders.Order) (bool, error) {
+		if _, err := orders.BeginPayment(o.UserID, now)(o); err != nil {
+			return false, err
 		}
-		last := &pgx.Batch{}
-		return last, orders.QueueAnnounce(ctx, last, o)
-	})
+		return orders.Pay(now)(o)
+	}
+	first := &pgx.Batch{}
+	first.Queue(sqlRawInsertPayment, paymentID, id, o.TotalCents, gw.MethodOK, "ch_"+paymentID.String(), now)
+	if _, _, err := p.orders.QueueMove(ctx, first, o, paid); err != nil {
+		return err
+	}
+	err = orders.WriteError(postgres.InTxSend(ctx, p.pool, first, &pgx.Batch{}))
+	if errors.Is(err, orders.ErrVersionConflict) {
+		return errMovedMeanwhile
+	}
+	return err
 }
 
 // failure names err for the report.

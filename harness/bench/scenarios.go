@@ -164,7 +164,7 @@ type rawFlow struct {
 }
 
 // order is the baseline: the order store's own statements for a one-line
-// order (inventory.TakeStock's conditional decrement and orders.Insert) in
+// order (inventory.Store.Take's conditional decrement and orders.Store.Insert) in
 // one transaction, and nothing else.
 func (f rawFlow) order(ctx context.Context, client int, sku string) string {
 	id, err := uuid.NewV7()
@@ -174,12 +174,12 @@ func (f rawFlow) order(ctx context.Context, client int, sku string) string {
 	now := time.Now().UTC()
 	err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		lines := []inventory.Line{{SKU: sku, Quantity: 1}}
-		prices, err := inventory.TakeStock(ctx, tx, lines, inventory.TakeConditional)
+		prices, err := inventory.NewStore(f.pool, nil).Take(ctx, tx, lines)
 		if err != nil {
 			return err
 		}
 		// The order id doubles as the request key: every order is new.
-		return orders.Insert(ctx, tx, orders.Order{ID: id.String(), UserID: f.users[client], RequestKey: id.String(),
+		return orders.NewStore(f.pool).Insert(ctx, tx, orders.Order{ID: id.String(), UserID: f.users[client], RequestKey: id.String(),
 			Status: orders.StatusPendingPayment, TotalCents: prices[sku], Version: 1, CreatedAt: now, ExpiresAt: now.Add(15 * time.Minute),
 			Items: []orders.Item{{SKU: sku, Quantity: 1, UnitPriceCents: prices[sku]}}})
 	})

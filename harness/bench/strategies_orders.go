@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/postgres"
@@ -67,10 +68,10 @@ func ordersFlow() flowSpec {
 		anomaly:  "units oversold: units the orders hold that the stock never counted (lost updates of stock_available)",
 		inFlight: "orders the clients were told were placed beyond the units the stock counted",
 		strategies: map[string]strategy{
-			"naive": {how: "read the stock, check in Go, write the difference (inventory.TakeReadCheckWrite)",
-				cell: txn(takeWith(inventory.TakeReadCheckWrite))},
-			"unique only": {how: "unconditional decrement; the CHECK (stock_available >= 0) is the only guard (inventory.TakeUnconditional)",
-				cell: txn(takeWith(inventory.TakeUnconditional))},
+			"naive": {how: "read the stock, check in Go, write the difference (variants.ReadCheckWriteStock)",
+				cell: txn(takeWith(variants.ReadCheckWriteStock{}))},
+			"unique only": {how: "unconditional decrement; the CHECK (stock_available >= 0) is the only guard (variants.UnconditionalStock)",
+				cell: txn(takeWith(variants.UnconditionalStock{Stock: &inventory.Store{}}))},
 			"optimistic": {how: "read stock and version, write only if the version is unchanged; up to 5 attempts",
 				cell: stockCell(func(a *arena) orderFunc { return a.placeOrderOptimistic })},
 			"row lock": {how: "SELECT … FOR UPDATE, check in Go, write",
@@ -80,17 +81,17 @@ func ordersFlow() flowSpec {
 					if _, err := tx.Exec(ctx, sqlAdvisoryLock, "sku:"+sku); err != nil {
 						return 0, err
 					}
-					return takeWith(inventory.TakeReadCheckWrite)(ctx, tx, sku)
+					return takeWith(variants.ReadCheckWriteStock{})(ctx, tx, sku)
 				})},
 			"redsync only": {how: "the naive transaction inside a Redlock on the SKU over the three nodes",
 				cell: stockCell(func(a *arena) orderFunc {
-					naive := a.placeOrder(takeWith(inventory.TakeReadCheckWrite))
+					naive := a.placeOrder(takeWith(variants.ReadCheckWriteStock{}))
 					return func(ctx context.Context, client int, sku string) string {
 						return underLock(ctx, a, "sku:"+sku, func(ctx context.Context) string { return naive(ctx, client, sku) })
 					}
 				})},
-			"conditional": {how: "one conditional UPDATE … WHERE stock_available >= 1 (inventory.TakeConditional; the raw baseline of bench orders)",
-				cell: txn(takeWith(inventory.TakeConditional))},
+			"conditional": {how: "one conditional UPDATE … WHERE stock_available >= 1 (inventory.Store.Take; the raw baseline of bench orders)",
+				cell: txn(takeWith(&inventory.Store{}))},
 			"layered": {how: "POST /v1/orders through the service: auth, idempotency claim, conditional decrement, constraints",
 				cell: stockCell(func(a *arena) orderFunc { return a.svc.order })},
 		},
@@ -140,10 +141,11 @@ func auditStock(ctx context.Context, a *arena, skus []string, placed map[string]
 
 func abs(n int) int { return max(n, -n) }
 
-// takeWith is inventory.TakeStock of one unit, the stores' own statements.
-func takeWith(how inventory.Take) func(ctx context.Context, tx pgx.Tx, sku string) (int64, error) {
+// takeWith is stock's Take of one unit: the store's own statements, or a
+// variant's (harness/variants).
+func takeWith(stock orders.Stock) func(ctx context.Context, tx pgx.Tx, sku string) (int64, error) {
 	return func(ctx context.Context, tx pgx.Tx, sku string) (int64, error) {
-		prices, err := inventory.TakeStock(ctx, tx, []inventory.Line{{SKU: sku, Quantity: 1}}, how)
+		prices, err := stock.Take(ctx, tx, []inventory.Line{{SKU: sku, Quantity: 1}})
 		return prices[sku], err
 	}
 }
@@ -214,7 +216,7 @@ func (a *arena) insertOrder(ctx context.Context, tx pgx.Tx, client int, sku stri
 		return err
 	}
 	now := time.Now().UTC()
-	return orders.Insert(ctx, tx, orders.Order{ID: id.String(), UserID: a.users[client], RequestKey: id.String(),
+	return orders.NewStore(a.pool).Insert(ctx, tx, orders.Order{ID: id.String(), UserID: a.users[client], RequestKey: id.String(),
 		Status: orders.StatusPendingPayment, TotalCents: price, Version: 1, CreatedAt: now, ExpiresAt: now.Add(15 * time.Minute),
 		Items: []orders.Item{{SKU: sku, Quantity: 1, UnitPriceCents: price}}})
 }

@@ -44,12 +44,7 @@ func TestAblation_CreateOrder(t *testing.T) {
 		Progress:     fmt.Sprintf("units sold, of %d in stock", stock),
 		ProgressWant: stock,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
-		naive := inventory.TakeUnconditional
-		if row.Variant == "read-check-write" {
-			naive = inventory.TakeReadCheckWrite
-		}
-		e := apptest.NewAblation(t, row, app.Deps{NaiveStock: naive},
-			createDrops...)
+		e := apptest.NewAblation(t, row, app.Deps{}, createDrops...)
 		apptest.MustCreateProduct(t, e.R(0), "ABL-HOT", 1000, stock)
 		users := testenv.Users(t, e.DB, buyers)
 		e.Warm(t, 32)

@@ -57,9 +57,14 @@ type Deps struct {
 	// (layers.Off), the idempotency layer included: its routes are then
 	// registered without the middleware.
 	Layers layers.Set
-	// NaiveStock is how stock is taken with layer 3 off
-	// (orders.Config.NaiveStock); layer tests only.
-	NaiveStock inventory.Take
+	// Variants take layers off the flows that run on them, for the
+	// ablation tests and the race lab's sandboxes; the zero value, what
+	// production runs, takes none off.
+	Variants Variants
+	// Sandbox makes the variants of a race lab's sandbox with a set's
+	// layers off (harness/variants.For); nil leaves the sandboxes every
+	// layer.
+	Sandbox func(layers.Set) Variants
 	// LikeShards is how many counter rows a new post's like count is
 	// spread over; 0 means likes.DefaultShards. The bench sets 1 for its
 	// single-row baseline.
@@ -160,21 +165,20 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	users := auth.NewStore(deps.Pool)
 	authn := auth.NewMiddleware(users, cfg.AdminToken)
 
-	orderSvc, err := orders.NewService(orders.Config{
-		Store:      orders.NewStore(deps.Pool),
-		Locker:     locker,
-		Metrics:    m,
-		Logger:     deps.Logger,
-		OrderTTL:   cfg.OrderTTL,
-		Now:        deps.Now,
-		Layers:     deps.Layers,
-		NaiveStock: deps.NaiveStock,
-	})
+	orderCfg := orders.Config{
+		DB:       deps.Pool,
+		Locker:   locker,
+		Metrics:  m,
+		Logger:   deps.Logger,
+		OrderTTL: cfg.OrderTTL,
+		Now:      deps.Now,
+	}
+	orderSvc, err := orders.NewService(deps.Variants.orders(orderCfg))
 	if err != nil {
 		bookkeeping.Close()
 		return nil, err
 	}
-	paySvc, err := newPayments(cfg, deps, orderSvc, locker, m)
+	paySvc, err := newPayments(cfg, deps, locker, m)
 	if err != nil {
 		bookkeeping.Close()
 		return nil, err
@@ -195,7 +199,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		return nil, err
 	}
 
-	ev, err := newEvents(cfg, deps, orderSvc, m, replica, tp)
+	ev, err := newEvents(cfg, deps, orderCfg, m, replica, tp)
 	if err != nil {
 		limit.close()
 		bookkeeping.Close()
@@ -231,23 +235,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 
 	// Layer 0 on the routes that take an Idempotency-Key: Atomic, the
 	// flow claims and completes the key in its own transaction.
-	// The layer is asked at each request, where it acts, so that a layer
-	// test's probe sees the requests that ran without it (layers.Probe).
-	layer0 := func(guard echo.MiddlewareFunc) echo.MiddlewareFunc {
-		if deps.Layers.Same(layers.Set{}) {
-			return guard
-		}
-		return func(next echo.HandlerFunc) echo.HandlerFunc {
-			guarded := guard(next)
-			return func(c echo.Context) error {
-				if deps.Layers.On(layers.Idempotency) {
-					return guarded(c)
-				}
-				return next(c)
-			}
-		}
-	}
-	atomicFor := func(flow string) echo.MiddlewareFunc { return layer0(idem.Atomic(flow)) }
+	atomicFor := func(flow string) echo.MiddlewareFunc { return deps.Variants.keys(idem.Atomic(flow)) }
 	v1 := e.Group("/v1")
 	auth.Register(v1, users, authn, limit.register)
 	// The admin's routes carry no limit: one trusted operator's token,
@@ -353,7 +341,7 @@ func (a *App) MetricsHandler() http.Handler {
 
 // newPayments builds the pay flow on the gateway at cfg.GatewayURL, its
 // lock waiters bounded by payments.LockTries.
-func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker *lock.Locker, m *metrics.Metrics) (*payments.Service, error) {
+func newPayments(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*payments.Service, error) {
 	const attempts = 2
 	gw, err := payments.NewGateway(cfg.GatewayURL, payments.GatewayOptions{Timeout: cfg.GatewayTimeout, Attempts: attempts})
 	if err != nil {
@@ -363,9 +351,8 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 	if err != nil {
 		return nil, err
 	}
-	return payments.NewService(payments.Config{
-		Store:   payments.NewStore(deps.Pool),
-		Orders:  orderSvc,
+	return payments.NewService(deps.Variants.payments(payments.Config{
+		DB:      deps.Pool,
 		Gateway: gw,
 		Locker:  payLocker,
 		Metrics: m,
@@ -376,8 +363,7 @@ func newPayments(cfg config.Config, deps Deps, orderSvc *orders.Service, locker 
 		// after its charge answers 202 processing, never a timeout.
 		Budget:         cfg.PaymentBudget,
 		ReconcileAfter: cfg.ReconcileAfter,
-		Layers:         deps.Layers,
-	})
+	}))
 }
 
 // likeReconcileInterval is how often each replica checks the like counts

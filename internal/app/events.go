@@ -24,10 +24,12 @@ import (
 
 // EventDeps are the settings of the events that only tests change.
 type EventDeps struct {
-	// Consumers are the defences on in the consumers (the fulfilment and
-	// the mail); the ablation test takes the inbox (layers.Idempotency)
-	// off. The zero value is all on.
-	Consumers layers.Set
+	// Consumers are the variants the consumers (the fulfilment and the
+	// mail) run on, apart from the API's: the ablation test takes layers
+	// off the consumers only. The zero value takes none off.
+	Consumers Variants
+	// ConsumerLayers are the defences on in the mail consumer.
+	ConsumerLayers layers.Set
 	// PublishAfterCommit takes the outbox off: a request's events are
 	// published to their streams once its answer is written, as a flow
 	// that publishes after its commit does (outbox.Deferred). Lost, when
@@ -57,7 +59,7 @@ const consumersPerStream = 4
 // newEvents builds the relay on the events' Redis node (SHOP_EVENTS_REDIS,
 // by default the first lock node) and the consumers: the fulfilment
 // always, the mail when SHOP_MAILER_URL names a provider.
-func newEvents(cfg config.Config, deps Deps, orderSvc *orders.Service, m *metrics.Metrics, replica string, tp trace.TracerProvider) (*events, error) {
+func newEvents(cfg config.Config, deps Deps, orderCfg orders.Config, m *metrics.Metrics, replica string, tp trace.TracerProvider) (*events, error) {
 	addr := cfg.Events.Redis
 	if addr == "" && len(deps.Redis) > 0 {
 		addr = deps.Redis[0].Options().Addr
@@ -70,7 +72,10 @@ func newEvents(cfg config.Config, deps Deps, orderSvc *orders.Service, m *metric
 		return nil, err
 	}
 	ev := &events{rdb: redisx.ClientWithin(addr, 3*time.Second), metrics: om, replica: replica, logger: deps.Logger}
-	fulfilment := orderSvc.WithLayers(deps.Events.Consumers)
+	fulfilment, err := orders.NewService(deps.Events.Consumers.orders(orderCfg))
+	if err != nil {
+		return nil, err
+	}
 	ev.consumers = append(ev.consumers, outbox.Consumer{
 		Name: orders.ConsumerFulfilment, Events: []string{outbox.OrderPaid},
 		Handle: fulfilment.Fulfil, Concurrency: consumersPerStream,
@@ -78,7 +83,7 @@ func newEvents(cfg config.Config, deps Deps, orderSvc *orders.Service, m *metric
 	if cfg.MailerURL != "" {
 		mail, err := notify.New(notify.Config{
 			DB: deps.Pool, Sender: mailSender{mail.NewClient(cfg.MailerURL, cfg.MailerTimeout, nil)},
-			Metrics: m, Now: deps.Now, Layers: deps.Events.Consumers,
+			Metrics: m, Now: deps.Now, Layers: deps.Events.ConsumerLayers,
 		})
 		if err != nil {
 			_ = ev.rdb.Close()

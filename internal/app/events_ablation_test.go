@@ -13,6 +13,7 @@ import (
 	"github.com/shop-example/shop/harness/ablation"
 	"github.com/shop-example/shop/harness/apptest"
 	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/notify"
 	"github.com/shop-example/shop/internal/orders"
@@ -38,7 +39,7 @@ func TestAblation_FulfilOrder(t *testing.T) {
 		ProgressWant: n,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
 		e := apptest.NewWith(t, 2, map[string]string{"SHOP_LOCK_MODE": "strict"},
-			app.Deps{Events: app.EventDeps{Consumers: row.Layers}})
+			app.Deps{Events: app.EventDeps{Consumers: variants.For(row.Layers, "", probe), ConsumerLayers: row.Layers}})
 		if !row.Layers.On(layers.Constraint) {
 			e.Drop(t, orders.ConstraintFulfilledOnce)
 		}
@@ -66,7 +67,7 @@ func TestAblation_MailReceipt(t *testing.T) {
 		Progress:     fmt.Sprintf("paid orders with their receipt, of %d", n),
 		ProgressWant: n,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
-		deps := app.Deps{Events: app.EventDeps{Consumers: row.Layers}}
+		deps := app.Deps{Events: app.EventDeps{Consumers: variants.For(row.Layers, "", probe), ConsumerLayers: row.Layers}}
 		var publishes atomic.Int64
 		if row.Variant == ablation.PublishAfterCommit {
 			deps.Events.PublishAfterCommit = true

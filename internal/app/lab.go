@@ -205,8 +205,12 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ 
 	if err != nil {
 		return lab.Target{}, nil, err
 	}
+	var v Variants
+	if s.a.deps.Sandbox != nil {
+		v = s.a.deps.Sandbox(set)
+	}
 	sb, err := New(cfg, Deps{Pool: pool, Redis: s.a.deps.Redis, Logger: s.a.deps.Logger, Now: s.a.deps.Now,
-		Layers: set, NaiveStock: inventory.TakeReadCheckWrite, Events: EventDeps{Consumers: set},
+		Layers: set, Variants: v, Events: EventDeps{Consumers: v, ConsumerLayers: set},
 		KeepSpans: lab.Traced, SpanProcessors: []sdktrace.SpanProcessor{recorder}})
 	if err != nil {
 		return lab.Target{}, nil, err

@@ -58,26 +58,13 @@ const (
 	sqlTakeStock = `UPDATE products SET stock_available = stock_available - $2
 		WHERE sku = $1 AND stock_available >= $2 RETURNING price_cents`
 
-	// The same without the condition. Only the layer tests use it, to show
-	// the CHECK constraint alone still refuses an oversell.
-	sqlTakeStockUnconditional = `UPDATE products SET stock_available = stock_available - $2
-		WHERE sku = $1 RETURNING price_cents`
-
-	// Read, check in Go, write back: the naive code the conditional
-	// decrement replaces. Two buyers who read the same stock both write
-	// their own difference, and one sale is lost from the count (a lost
-	// update) without the count ever going below zero. Only the layer
-	// tests use it.
-	sqlReadStock  = `SELECT stock_available, price_cents FROM products WHERE sku = $1`
-	sqlWriteStock = `UPDATE products SET stock_available = $2 WHERE sku = $1`
-
 	sqlReturnStock = `UPDATE products SET stock_available = stock_available + $2 WHERE sku = $1`
 
 	sqlStockOf = `SELECT sku, stock_available FROM products WHERE sku = ANY($1)`
 )
 
 // Store keeps products in PostgreSQL. Each exported method is one
-// transaction (or one statement); TakeStock and ReturnStock run inside a
+// transaction (or one statement); Take and QueueReturn run inside a
 // caller's transaction so an order and its stock change commit together.
 type Store struct {
 	db  *pgxpool.Pool
@@ -194,40 +181,19 @@ func (s *Store) Restock(ctx context.Context, sku string, quantity int, rec *idem
 	return p, nil
 }
 
-// Take is how TakeStock changes a product's stock.
-type Take uint8
-
-// The ways of taking stock. The zero value is the service's.
-const (
-	// TakeConditional is the atomic conditional decrement: the check and
-	// the change in one statement (layer 3 for a counter).
-	TakeConditional Take = iota
-	// TakeUnconditional decrements without the check: only the CHECK
-	// constraint refuses an oversell. Layer tests only.
-	TakeUnconditional
-	// TakeReadCheckWrite reads, checks in Go and writes the difference
-	// back: the race the conditional decrement exists to prevent. Layer
-	// tests only.
-	TakeReadCheckWrite
-)
-
-// TakeStock takes every line from stock inside tx, all or nothing, and
-// returns the unit price of each SKU. Lines are taken in SKU order, so two
-// orders sharing SKUs lock the rows in the same order and cannot deadlock.
-// All statements go in one round trip. A product with too little fails
-// the whole order with ErrOutOfStock, naming every short line.
-func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, how Take) (map[string]int64, error) {
-	sorted := bySKU(lines)
-	if how == TakeReadCheckWrite {
-		return readCheckWrite(ctx, tx, sorted)
-	}
-	query := sqlTakeStock
-	if how == TakeUnconditional {
-		query = sqlTakeStockUnconditional
-	}
+// Take takes every line from stock inside tx, all or nothing, and
+// returns the unit price of each SKU: the conditional decrement of each
+// product's row, the check and the change in one statement (layer 3 for a
+// counter), with CHECK (stock_available >= 0) behind it (layer 4). Lines
+// are taken in SKU order, so two orders sharing SKUs lock the rows in the
+// same order and cannot deadlock; all statements go in one round trip. A
+// product with too little fails the whole order with out_of_stock, naming
+// the first short line; one the CHECK refused wraps ErrStockConstraint.
+func (s *Store) Take(ctx context.Context, tx pgx.Tx, lines []Line) (map[string]int64, error) {
+	sorted := BySKU(lines)
 	batch := &pgx.Batch{}
 	for _, l := range sorted {
-		batch.Queue(query, l.SKU, l.Quantity)
+		batch.Queue(sqlTakeStock, l.SKU, l.Quantity)
 	}
 	results := tx.SendBatch(ctx, batch)
 	prices := make(map[string]int64, len(sorted))
@@ -239,9 +205,8 @@ func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, how Take) (map[stri
 		case errors.Is(err, pgx.ErrNoRows):
 			short = append(short, l)
 		case postgres.ConstraintViolated(err) == ConstraintStockNonNegative:
-			// Layer 4: the CHECK refused what the condition should have.
 			_ = results.Close()
-			return nil, stockConstraint(l)
+			return nil, StockConstraint(l)
 		case err != nil:
 			_ = results.Close()
 			return nil, fmt.Errorf("take stock of %s: %w", l.SKU, err)
@@ -253,69 +218,52 @@ func TakeStock(ctx context.Context, tx pgx.Tx, lines []Line, how Take) (map[stri
 		return nil, fmt.Errorf("take stock: %w", err)
 	}
 	if len(short) > 0 {
-		return nil, shortfall(ctx, tx, short)
+		return nil, Shortfall(ctx, tx, short)
 	}
 	return prices, nil
 }
 
-// readCheckWrite is TakeStock as naive code writes it (TakeReadCheckWrite).
-func readCheckWrite(ctx context.Context, tx pgx.Tx, sorted []Line) (map[string]int64, error) {
-	prices := make(map[string]int64, len(sorted))
-	var short []Line
-	for _, l := range sorted {
-		var stock int
-		var price int64
-		if err := tx.QueryRow(ctx, sqlReadStock, l.SKU).Scan(&stock, &price); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("read stock of %s: %w", l.SKU, err)
-		}
-		if stock < l.Quantity {
-			short = append(short, l)
-			continue
-		}
-		_, err := tx.Exec(ctx, sqlWriteStock, l.SKU, stock-l.Quantity)
-		if postgres.ConstraintViolated(err) == ConstraintStockNonNegative {
-			return nil, stockConstraint(l)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("write stock of %s: %w", l.SKU, err)
-		}
-		prices[l.SKU] = price
-	}
-	if len(short) > 0 {
-		return nil, shortfall(ctx, tx, short)
-	}
-	return prices, nil
-}
-
-func stockConstraint(l Line) error {
+// StockConstraint is the error of a line whose decrement
+// products_stock_nonnegative refused: out_of_stock to the client,
+// ErrStockConstraint to errors.Is.
+func StockConstraint(l Line) error {
 	return fmt.Errorf("%w: %w", problem.Errorf(problem.OutOfStock,
 		"%s: not enough stock for %d", l.SKU, l.Quantity), ErrStockConstraint)
 }
 
-// ReturnStock puts every line back on the shelf inside tx, in SKU order.
-func ReturnStock(ctx context.Context, tx pgx.Tx, lines []Line) error {
-	sorted := bySKU(lines)
-	batch := &pgx.Batch{}
-	for _, l := range sorted {
-		batch.Queue(sqlReturnStock, l.SKU, l.Quantity)
+// QueueReturn queues in b the return of every line to the shelf, in SKU
+// order, to travel with the rest of the transaction's round trip.
+func QueueReturn(b *pgx.Batch, lines []Line) {
+	for _, l := range merged(lines) {
+		b.Queue(sqlReturnStock, l.SKU, l.Quantity)
 	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return fmt.Errorf("return stock: %w", err)
-	}
-	return nil
 }
 
-// bySKU returns a copy of lines in SKU order: the one order in which every
+// merged is lines with one line per SKU, in SKU order: what several
+// orders give back together.
+func merged(lines []Line) []Line {
+	var out []Line
+	for _, l := range BySKU(lines) {
+		if n := len(out); n > 0 && out[n-1].SKU == l.SKU {
+			out[n-1].Quantity += l.Quantity
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// BySKU returns a copy of lines in SKU order: the one order in which every
 // transaction locks product rows, so no two of them can deadlock.
-func bySKU(lines []Line) []Line {
+func BySKU(lines []Line) []Line {
 	sorted := slices.Clone(lines)
 	slices.SortFunc(sorted, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
 	return sorted
 }
 
-// shortfall explains why lines could not be taken: an unknown SKU is
+// Shortfall explains why lines could not be taken: an unknown SKU is
 // not_found, otherwise the first line short of stock is out_of_stock.
-func shortfall(ctx context.Context, tx pgx.Tx, short []Line) error {
+func Shortfall(ctx context.Context, tx pgx.Tx, short []Line) error {
 	skus := make([]string, len(short))
 	for i, l := range short {
 		skus[i] = l.SKU

@@ -215,7 +215,7 @@ func newAtomicServer(t *testing.T, poolSize int32, others int, tracer pgx.QueryT
 
 	m := metrics.New()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := orders.NewService(orders.Config{Store: orders.NewStore(svcPool), Locker: countingLocker{&s.locks},
+	svc, err := orders.NewService(orders.Config{DB: svcPool, Locker: countingLocker{&s.locks},
 		Metrics: m, Logger: logger, OrderTTL: 15 * time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shop-example/shop/internal/platform/jobs"
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 // expiryBatch is how many orders one expiry transaction handles.
@@ -17,10 +20,15 @@ const expiryBatch = 100
 const jobExpire = "expire_orders"
 
 // ExpireDue expires every pending order whose time is up and returns how
-// many it expired. Every replica runs it; FOR UPDATE SKIP LOCKED splits the
-// due orders between concurrent runs, the version bump makes a racing
-// cancel lose cleanly, and stock_releases admits one release per order.
-// An order being paid is not pending, and waits for its payment.
+// many it expired. Every replica runs it:
+//
+//	1 lock          none: FOR UPDATE SKIP LOCKED splits the due orders
+//	                between concurrent runs (sqlDueOrders)
+//	2 state         Expire: pending and past its time; an order being
+//	                paid waits for its payment
+//	3 version       Store.Update's write: a cancel that raced the job
+//	                and committed first makes the batch roll back
+//	4 constraint    stock_releases_pkey: one release per order
 //
 // A run that reached the end of the due orders is recorded as the job's
 // success (shop_job_last_success_timestamp_seconds): one that failed, or
@@ -29,10 +37,20 @@ const jobExpire = "expire_orders"
 func (s *Service) ExpireDue(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := s.store.ExpireDue(ctx, s.layers, s.now().UTC().Truncate(time.Microsecond), expiryBatch)
-		if errors.Is(err, ErrAlreadyReleased) {
-			// Only reachable if a release slipped past the status check:
-			// the whole batch rolled back; count it and try the next run.
+		var n int
+		err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+			var err error
+			n, err = s.orders.ExpireDue(ctx, tx, s.stamp(), expiryBatch, Expire(s.stamp()))
+			return err
+		})
+		switch {
+		case errors.Is(err, ErrVersionConflict):
+			// A cancel moved one of the batch first: the next run reads it.
+			s.expire.Stopped(ctx, layers.Version)
+			return total, nil
+		case errors.Is(err, ErrAlreadyReleased):
+			// Only reachable if a release slipped past the rule: the whole
+			// batch rolled back; counted, and tried on the next run.
 			s.expire.Stopped(ctx, layers.Constraint)
 			return total, nil
 		}

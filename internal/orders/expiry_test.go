@@ -18,7 +18,7 @@ func TestExpiry_RecordsSuccess(t *testing.T) {
 	f := newFixture(t)
 	m := metrics.New()
 	svc, err := orders.NewService(orders.Config{
-		Store: orders.NewStore(f.pool), Locker: f.redis(), Metrics: m,
+		DB: f.pool, Locker: f.redis(), Metrics: m,
 		OrderTTL: 15 * time.Minute, Now: f.clock.Now,
 	})
 	if err != nil {

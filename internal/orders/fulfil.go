@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,22 +20,14 @@ import (
 //	0 idempotency   the inbox: the event's row (consumer, event id), read
 //	                before the lock and written in the move's transaction
 //	1 lock          order:{id}, as a cancel takes it
-//	2 state         Order.Fulfil: paid → fulfilled
-//	3 version       UpdateTx: sqlUpdateStatus
+//	2 state         Fulfil: paid → fulfilled
+//	3 version       Store.Update: sqlUpdateStatus
 //	4 constraint    fulfilments_pkey: one fulfilment per order
 const (
 	// ConsumerFulfilment is the consumer's group and its name in the inbox.
 	ConsumerFulfilment = "fulfilment"
 	flowFulfil         = "fulfil_order"
-	// ConstraintFulfilledOnce admits one fulfilment per order.
-	ConstraintFulfilledOnce = "fulfilments_pkey"
 )
-
-// ErrAlreadyFulfilled means the order was shipped before (the
-// fulfilments primary key said so).
-var ErrAlreadyFulfilled = errors.New("order already fulfilled")
-
-const sqlInsertFulfilment = `INSERT INTO fulfilments (order_id, event_id, fulfilled_at) VALUES ($1, $2, $3)`
 
 // Fulfil acts on one delivery of order.paid: the order is fulfilled once,
 // whatever the copies of the event and however they race.
@@ -50,32 +41,42 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 	}
 	// Layer 0: a copy of an event already acted on is dropped before it
 	// waits for any lock; the transaction's own inbox row is the proof.
-	if s.fulfil.On(layers.Idempotency) {
-		seen, err := outbox.Seen(ctx, s.store.db, ConsumerFulfilment, e)
-		if err != nil || seen {
-			if seen {
-				s.fulfil.Stopped(ctx, layers.Idempotency)
-			}
-			return outbox.Duplicate, err
-		}
+	seen, err := s.inbox.Seen(ctx, ConsumerFulfilment, e)
+	if err != nil {
+		return outbox.Processed, err
+	}
+	if seen {
+		s.fulfil.Stopped(ctx, layers.Idempotency)
+		return outbox.Duplicate, nil
 	}
 	outcome := outbox.Processed
 	// Layer 1: the order's lock, the one a cancel takes.
-	err := s.fulfil.Lock(ctx, "order:"+id, func(ctx context.Context) error {
+	err = s.fulfil.Lock(ctx, "order:"+id, func(ctx context.Context) error {
 		return s.fulfil.Retry(ctx, func(int) error {
-			var err error
-			outcome, err = s.store.Fulfil(ctx, id, e, s.layers, s.now().UTC().Truncate(time.Microsecond), func(o *Order) (bool, error) {
-				now := s.now().UTC().Truncate(time.Microsecond)
-				// Layer 2: only a paid order ships.
-				if !s.layers.On(layers.State) {
-					o.Status, o.UpdatedAt = StatusFulfilled, now
-					return true, nil
+			now := s.stamp()
+			err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+				// Layer 0: the event's inbox row, in the move's transaction:
+				// a copy that raced this one here waits for its commit and
+				// then finds the row.
+				fresh, err := s.inbox.Record(ctx, tx, ConsumerFulfilment, e, now)
+				if err != nil || !fresh {
+					outcome = outbox.Duplicate
+					return err
 				}
-				changed, err := o.Fulfil(now)
-				if err != nil || !changed {
-					s.fulfil.Stopped(ctx, layers.State)
+				// Layer 2: only a paid order ships; layer 3: at the version
+				// read. An order that cannot ship (not paid, or shipped) is
+				// left as it is, and the event recorded as skipped.
+				o, moved, err := s.orders.Update(ctx, tx, id, Fulfil(now))
+				if errors.Is(err, ErrInvalidState) || (err == nil && !moved) {
+					outcome = outbox.Skipped
+					return nil
 				}
-				return changed, nil
+				if err != nil {
+					return err
+				}
+				// Layer 4: fulfilments_pkey, one shipment per order.
+				outcome = outbox.Processed
+				return s.orders.Fulfilled(ctx, tx, o.ID, e.ID, now)
 			})
 			switch {
 			case errors.Is(err, ErrVersionConflict):
@@ -84,9 +85,10 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 				s.fulfil.Stopped(ctx, layers.Constraint)
 				outcome = outbox.Duplicate
 				return nil
-			}
-			if outcome == outbox.Duplicate {
+			case err == nil && outcome == outbox.Duplicate:
 				s.fulfil.Stopped(ctx, layers.Idempotency)
+			case err == nil && outcome == outbox.Skipped:
+				s.fulfil.Stopped(ctx, layers.State)
 			}
 			return err
 		})
@@ -95,49 +97,4 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 		return outbox.Failed, fmt.Errorf("order.paid of %s: %w: %w", id, err, outbox.ErrPermanent)
 	}
 	return outcome, err
-}
-
-// Fulfil records e in the fulfilment consumer's inbox (layer 0, unless on
-// has it off), lets change apply the rule to the order, and writes the
-// move at the version read with the order's one fulfilment row, in one
-// transaction. It returns Duplicate when the inbox held e already,
-// Skipped when change wrote nothing (recorded all the same), and
-// ErrAlreadyFulfilled when the order has its fulfilment.
-func (s *Store) Fulfil(ctx context.Context, id string, e outbox.Event, on layers.Set, now time.Time,
-	change func(*Order) (bool, error)) (outbox.Outcome, error) {
-	outcome := outbox.Processed
-	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		if on.On(layers.Idempotency) {
-			fresh, err := outbox.Record(ctx, tx, ConsumerFulfilment, e, now)
-			if err != nil {
-				return err
-			}
-			if !fresh {
-				outcome = outbox.Duplicate
-				return nil
-			}
-		}
-		written := false
-		o, err := UpdateTx(ctx, tx, id, on, func(o *Order) (bool, error) {
-			write, err := change(o)
-			written = write
-			return write, err
-		})
-		if err != nil {
-			return err
-		}
-		if !written {
-			outcome = outbox.Skipped
-			return nil
-		}
-		_, err = tx.Exec(ctx, sqlInsertFulfilment, o.ID, e.ID, now)
-		if postgres.ConstraintViolated(err) == ConstraintFulfilledOnce {
-			return ErrAlreadyFulfilled
-		}
-		return err
-	})
-	if err != nil {
-		return outbox.Processed, err
-	}
-	return outcome, nil
 }

@@ -43,13 +43,13 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// service builds an order service with the layers on, locking over the
+// service builds an order service with every layer on, locking over the
 // test's Redis nodes.
-func (f *fixture) service(t *testing.T, on layers.Set) *orders.Service {
+func (f *fixture) service(t *testing.T) *orders.Service {
 	t.Helper()
 	svc, err := orders.NewService(orders.Config{
-		Store: orders.NewStore(f.pool), Locker: f.redis(), Metrics: metrics.New(),
-		OrderTTL: 15 * time.Minute, Now: f.clock.Now, Layers: on,
+		DB: f.pool, Locker: f.redis(), Metrics: metrics.New(),
+		OrderTTL: 15 * time.Minute, Now: f.clock.Now,
 	})
 	if err != nil {
 		t.Fatalf("NewService: %v", err)

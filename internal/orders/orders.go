@@ -2,6 +2,7 @@ package orders
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shop-example/shop/internal/inventory"
@@ -31,6 +32,9 @@ const (
 	StatusCancelled      Status = "cancelled"
 	StatusExpired        Status = "expired"
 )
+
+// Statuses are every state of an order, in the order of its life.
+var Statuses = []Status{StatusPendingPayment, StatusPaying, StatusPaid, StatusFulfilled, StatusCancelled, StatusExpired}
 
 // Item is one line of an order, priced when the order was placed.
 type Item struct {
@@ -66,8 +70,14 @@ const (
 var (
 	ErrNotFound     = problem.New(problem.NotFound, "no such order")
 	ErrInvalidState = problem.New(problem.InvalidState, "the order is not in a state that allows this")
+	// ErrPaymentInFlight means the order is being paid by another payment.
+	ErrPaymentInFlight = problem.New(problem.ResourceBusy, "a payment of this order is in flight")
+	// ErrKeyReused means the request's Idempotency-Key placed an order of
+	// other items: the same key sent with another request.
+	ErrKeyReused = problem.New(problem.IdempotencyReused,
+		"this Idempotency-Key was used for an order of other items; send a new key for a new request")
 	// ErrVersionConflict means another writer changed the order between
-	// read and write. It never reaches a client: the service re-reads.
+	// read and write. It never reaches a client: the flow reads again.
 	ErrVersionConflict = fmt.Errorf("order changed since it was read")
 	// ErrDuplicateRequest means the user already placed an order with this
 	// request key (the unique constraint said so).
@@ -75,6 +85,9 @@ var (
 	// ErrAlreadyReleased means the order's stock was already returned (the
 	// stock_releases primary key said so).
 	ErrAlreadyReleased = fmt.Errorf("order's stock already returned")
+	// ErrAlreadyFulfilled means the order was shipped before (the
+	// fulfilments primary key said so).
+	ErrAlreadyFulfilled = fmt.Errorf("order already fulfilled")
 )
 
 // ValidateLines checks an order request: 1–20 lines, known SKU format,
@@ -111,95 +124,135 @@ func (o *Order) Lines() []inventory.Line {
 	return lines
 }
 
-// Cancel moves a pending order, or one being paid, to cancelled.
-// Cancelling a cancelled order changes nothing and is not an error
-// (changed is false); a paid or expired order cannot be cancelled. A cancel
-// does not wait for a payment in flight: it wins on the order row, and the
-// charge, if it goes through, finds the order cancelled and is refunded.
-func (o *Order) Cancel(now time.Time) (changed bool, err error) {
-	switch o.Status {
-	case StatusPendingPayment, StatusPaying:
-		o.Status, o.UpdatedAt = StatusCancelled, now
-		return true, nil
-	case StatusCancelled:
-		return false, nil
-	default:
+// Holds reports whether the order holds exactly lines, in any order: a
+// request sent again with its key asks for what the order placed.
+func (o *Order) Holds(lines []inventory.Line) bool {
+	mine := o.Lines()
+	if len(mine) != len(lines) {
+		return false
+	}
+	for _, l := range lines {
+		if !slices.Contains(mine, l) {
+			return false
+		}
+	}
+	return true
+}
+
+// A Change is one move of the order's state machine, layer 2: given the
+// order as it was read, it says whether the move is allowed, makes it,
+// and reports whether the order moved. A change that is refused returns
+// an error and leaves the order as it was; one with nothing to do (a
+// cancel of a cancelled order) returns false.
+//
+// A change is pure: Store.Update applies it to the order read in the
+// flow's transaction, and writes the order only if it moved, at the
+// version read (layer 3).
+type Change func(o *Order) (moved bool, err error)
+
+// Cancel is userID's cancel: a pending order, or one being paid, moves to
+// cancelled. A cancelled order is left as it is (no error); a paid or
+// expired one cannot be cancelled, and another user's does not exist for
+// userID. A cancel does not wait for a payment in flight: it wins on the
+// order row, and the charge, if it goes through, finds the order
+// cancelled and is refunded.
+func Cancel(userID string, now time.Time) Change {
+	return func(o *Order) (bool, error) {
+		if o.UserID != userID {
+			return false, ErrNotFound
+		}
+		switch o.Status {
+		case StatusPendingPayment, StatusPaying:
+			o.Status, o.UpdatedAt = StatusCancelled, now
+			return true, nil
+		case StatusCancelled:
+			return false, nil
+		}
 		return false, problem.Errorf(problem.InvalidState, "order is %s and cannot be cancelled", o.Status)
 	}
 }
 
-// ErrPaymentInFlight means the order is being paid by another payment.
-var ErrPaymentInFlight = problem.New(problem.ResourceBusy, "a payment of this order is in flight")
-
-// BeginPayment moves a pending order to paying, when a payment of it may
-// begin now: it must be pending (ErrPaymentInFlight if another payment is
-// in flight), not past its expiry time, and have something to charge.
-func (o *Order) BeginPayment(now time.Time) error {
-	switch o.Status {
-	case StatusPendingPayment:
-	case StatusPaying:
-		return ErrPaymentInFlight
-	default:
-		return problem.Errorf(problem.InvalidState, "order is %s and cannot be paid", o.Status)
-	}
-	if o.TotalCents <= 0 {
-		return problem.New(problem.InvalidState, "order's total is 0: there is nothing to charge")
-	}
-	if !now.Before(o.ExpiresAt) {
-		return problem.Errorf(problem.InvalidState, "order expired at %s and cannot be paid", o.ExpiresAt.UTC().Format(time.RFC3339))
-	}
-	o.Status, o.UpdatedAt = StatusPaying, now
-	return nil
-}
-
-// Pay moves an order being paid to paid, once its charge has succeeded.
-// The expiry time is not checked again: a payment that began in time may
-// settle late, and the expiry job never expires an order being paid.
-func (o *Order) Pay(now time.Time) error {
-	if o.Status != StatusPaying {
-		return problem.Errorf(problem.InvalidState, "order is %s and cannot be paid", o.Status)
-	}
-	o.Status, o.UpdatedAt = StatusPaid, now
-	return nil
-}
-
-// PaymentEnded moves an order being paid back to pending when its payment
-// ended without a charge (declined, or refused as invalid): it can be paid
-// again. An order that moved on meanwhile (cancelled) stays as it is
-// (changed is false).
-func (o *Order) PaymentEnded(now time.Time) (changed bool) {
-	if o.Status != StatusPaying {
-		return false
-	}
-	o.Status, o.UpdatedAt = StatusPendingPayment, now
-	return true
-}
-
-// Expire moves a pending order whose time is up to expired. The expiry job
-// applies the same rule in SQL (sqlExpireDue), to a batch of orders at once;
-// this is the rule stated for one order. An order being paid does not
-// expire: its payment began in time.
-func (o *Order) Expire(now time.Time) error {
-	if o.Status != StatusPendingPayment {
-		return problem.Errorf(problem.InvalidState, "order is %s and cannot expire", o.Status)
-	}
-	if now.Before(o.ExpiresAt) {
-		return problem.Errorf(problem.InvalidState, "order does not expire before %s", o.ExpiresAt.Format(time.RFC3339))
-	}
-	o.Status, o.UpdatedAt = StatusExpired, now
-	return nil
-}
-
-// Fulfil moves a paid order to fulfilled. A fulfilled order is left as it
-// is (changed is false); any other cannot be shipped.
-func (o *Order) Fulfil(now time.Time) (changed bool, err error) {
-	switch o.Status {
-	case StatusPaid:
-		o.Status, o.UpdatedAt = StatusFulfilled, now
+// BeginPayment is the move of userID's order when a payment of it
+// begins: a pending order within its time, with something to charge,
+// moves to paying. An order already paying answers ErrPaymentInFlight.
+func BeginPayment(userID string, now time.Time) Change {
+	return func(o *Order) (bool, error) {
+		if o.UserID != userID {
+			return false, ErrNotFound
+		}
+		switch o.Status {
+		case StatusPendingPayment:
+		case StatusPaying:
+			return false, ErrPaymentInFlight
+		default:
+			return false, problem.Errorf(problem.InvalidState, "order is %s and cannot be paid", o.Status)
+		}
+		if o.TotalCents <= 0 {
+			return false, problem.New(problem.InvalidState, "order's total is 0: there is nothing to charge")
+		}
+		if !now.Before(o.ExpiresAt) {
+			return false, problem.Errorf(problem.InvalidState, "order expired at %s and cannot be paid", o.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+		o.Status, o.UpdatedAt = StatusPaying, now
 		return true, nil
-	case StatusFulfilled:
-		return false, nil
-	default:
+	}
+}
+
+// Pay is the move of an order being paid once its charge has gone
+// through: paying → paid. The expiry time is not asked again: a payment
+// that began in time may settle late, and the expiry job never expires
+// an order being paid.
+func Pay(now time.Time) Change {
+	return func(o *Order) (bool, error) {
+		if o.Status != StatusPaying {
+			return false, problem.Errorf(problem.InvalidState, "order is %s and cannot be paid", o.Status)
+		}
+		o.Status, o.UpdatedAt = StatusPaid, now
+		return true, nil
+	}
+}
+
+// PaymentEnded is the move of an order whose payment ended without a
+// charge (declined, or refused as invalid): paying → pending_payment, so
+// it can be paid again. An order that moved on meanwhile (cancelled)
+// stays as it is.
+func PaymentEnded(now time.Time) Change {
+	return func(o *Order) (bool, error) {
+		if o.Status != StatusPaying {
+			return false, nil
+		}
+		o.Status, o.UpdatedAt = StatusPendingPayment, now
+		return true, nil
+	}
+}
+
+// Expire is the expiry job's move: a pending order whose time is up
+// moves to expired. An order being paid does not expire: its payment
+// began in time, and it settles the order either way.
+func Expire(now time.Time) Change {
+	return func(o *Order) (bool, error) {
+		if o.Status != StatusPendingPayment {
+			return false, problem.Errorf(problem.InvalidState, "order is %s and cannot expire", o.Status)
+		}
+		if now.Before(o.ExpiresAt) {
+			return false, problem.Errorf(problem.InvalidState, "order does not expire before %s", o.ExpiresAt.Format(time.RFC3339))
+		}
+		o.Status, o.UpdatedAt = StatusExpired, now
+		return true, nil
+	}
+}
+
+// Fulfil is the fulfilment's move: a paid order ships, paid → fulfilled.
+// A fulfilled order is left as it is; any other cannot ship.
+func Fulfil(now time.Time) Change {
+	return func(o *Order) (bool, error) {
+		switch o.Status {
+		case StatusPaid:
+			o.Status, o.UpdatedAt = StatusFulfilled, now
+			return true, nil
+		case StatusFulfilled:
+			return false, nil
+		}
 		return false, problem.Errorf(problem.InvalidState, "order is %s and cannot be fulfilled", o.Status)
 	}
 }

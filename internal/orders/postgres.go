@@ -13,19 +13,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/inventory"
-	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/keyset"
-	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 // The constraints that back the order flows' rules, layer 4
-// (migrations/000003_orders.up.sql); the stock's own is
-// inventory.ConstraintStockNonNegative.
+// (migrations/000003_orders.up.sql, 000012_outbox.up.sql); the stock's
+// own is inventory.ConstraintStockNonNegative.
 const (
 	ConstraintUserRequestKey = "orders_user_request_key" // one order per (user, request key)
 	ConstraintReleasedOnce   = "stock_releases_pkey"     // stock comes back once per order
+	ConstraintFulfilledOnce  = "fulfilments_pkey"        // an order ships once
 )
 
 // Constraints is the catalogue of layer 4 of the order flows, as the race
@@ -43,6 +42,8 @@ const orderSelect = `SELECT o.id, o.user_id, o.request_key, o.status, o.total_ce
 	FROM orders o JOIN order_items i ON i.order_id = o.id `
 
 const (
+	// Layer 4: orders_user_request_key refuses a second order of one
+	// (user, request key).
 	sqlInsertOrder = `WITH o AS (
 			INSERT INTO orders (id, user_id, request_key, status, total_cents, version, created_at, updated_at, expires_at)
 			VALUES ($1, $2, $3, 'pending_payment', $4, 1, $5, $5, $6)
@@ -56,105 +57,55 @@ const (
 	sqlListOrdersForUser = orderSelect + `WHERE o.user_id = $1 AND (o.created_at, o.id) < ($2, $3)
 		GROUP BY o.id ORDER BY o.created_at DESC, o.id DESC LIMIT $4`
 
+	// The orders due to expire, claimed with SKIP LOCKED: jobs in several
+	// replicas each take different rows instead of queueing behind each
+	// other, and a row a user is cancelling right now is left for the
+	// next run. Only pending orders are looked at (Expire is the rule
+	// that decides): an order being paid waits for its payment.
+	sqlDueOrders = `WITH due AS (
+			SELECT id FROM orders
+			WHERE status = 'pending_payment' AND expires_at <= $1
+			ORDER BY expires_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED)
+		` + orderSelect + `WHERE o.id IN (SELECT id FROM due) GROUP BY o.id`
+
 	// Layer 3: the version check. Zero rows means someone else moved the
-	// order since we read it.
+	// order since it was read.
 	sqlUpdateStatus = `UPDATE orders SET status = $3, version = version + 1, updated_at = $4
 		WHERE id = $1 AND version = $2`
-
-	// The same without the version check, as a naive implementation would
-	// write it. Only the layer tests use it.
-	sqlUpdateStatusUnversioned = `UPDATE orders SET status = $2, version = version + 1, updated_at = $3
-		WHERE id = $1`
 
 	// Layer 4: a second release of the same order violates the primary key.
 	sqlInsertRelease = `INSERT INTO stock_releases (order_id, reason, released_at) VALUES ($1, $2, $3)`
 
-	// Expiry claims due orders with SKIP LOCKED: jobs in several replicas
-	// each take different rows instead of queueing behind each other, and a
-	// row a user is cancelling right now is simply left for the next run.
-	// Layer 2 is the status the job may expire: pending_payment only, never
-	// paying, whose payment began in time and settles it either way.
-	// Without it ($3 false, layer tests only) every unpaid order past its
-	// time expires, the in-flight one too.
-	sqlExpireDue = `WITH due AS (
-			SELECT id FROM orders
-			WHERE (status = 'pending_payment' OR (NOT $3 AND status = 'paying')) AND expires_at <= $1
-			ORDER BY expires_at
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED)
-		UPDATE orders o SET status = 'expired', version = o.version + 1, updated_at = $1
-		FROM due WHERE o.id = due.id
-		RETURNING o.id`
-
-	sqlInsertReleases = `INSERT INTO stock_releases (order_id, reason, released_at)
-		SELECT unnest($1::uuid[]), 'expired', $2`
-
-	sqlItemsOfOrders = `SELECT sku, sum(quantity)::integer FROM order_items
-		WHERE order_id = ANY($1) GROUP BY sku ORDER BY sku`
+	// Layer 4: a second fulfilment of the same order violates the primary key.
+	sqlInsertFulfilment = `INSERT INTO fulfilments (order_id, event_id, fulfilled_at) VALUES ($1, $2, $3)`
 )
 
-// Store keeps orders in PostgreSQL. Each exported method is one transaction.
+// Store keeps orders in PostgreSQL. The flows own their transactions:
+// each method that writes takes the flow's transaction, so that an order,
+// its stock and the rows of other packages change together.
 type Store struct {
 	db *pgxpool.Pool
 }
 
-// NewStore returns a store over db.
+// NewStore returns a store over db, for the reads made outside any
+// transaction.
 func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
 
-// Create reserves the stock of every line and inserts the order, in one
-// transaction: all lines or none. It fills in items and total from the
-// prices read while taking the stock, the way take says (the service's is
-// inventory.TakeConditional). With rec (layer 0) the transaction claims
-// the request's idempotency key first and completes it last with the
-// order's answer (idempotency.Record), so the order and the record commit
-// together: three round trips and one commit in all (postgres.InTxBatched).
-//
-//	BEGIN + claim               a copy of the request is refused here,
-//	                            before it takes any product's row lock
-//	take stock                  every line (inventory.TakeStock); the
-//	                            insert needs the prices it returns
-//	insert + complete + COMMIT  so the rows taken are held for one round
-//	                            trip and the commit
-func (s *Store) Create(ctx context.Context, o Order, lines []inventory.Line, take inventory.Take, rec *idempotency.Record) (Order, error) {
-	err := postgres.InTxBatched(ctx, s.db, rec.QueueClaim, func(tx pgx.Tx) (*pgx.Batch, error) {
-		prices, err := inventory.TakeStock(ctx, tx, lines, take)
-		if err != nil {
-			return nil, err
-		}
-		o.Items, o.TotalCents = priceItems(lines, prices)
-		last := &pgx.Batch{}
-		queueInsert(last, o)
-		return last, rec.QueueComplete(last, created(o))
-	})
-	if err != nil {
-		return Order{}, insertError(err)
-	}
-	return o, nil
+// Insert writes a pending order with its items, in one statement. It
+// returns ErrDuplicateRequest when the user already placed an order with
+// o.RequestKey (orders_user_request_key).
+func (s *Store) Insert(ctx context.Context, tx pgx.Tx, o Order) error {
+	b := &pgx.Batch{}
+	QueueInsert(b, o)
+	return insertError(tx.SendBatch(ctx, b).Close())
 }
 
-// Insert writes a pending order with its items inside tx, in one
-// statement, without touching stock: Create's insert, which the benchmark
-// baselines run too. It returns ErrDuplicateRequest when the user already
-// placed an order with o.RequestKey.
-func Insert(ctx context.Context, tx pgx.Tx, o Order) error {
-	n := len(o.Items)
-	skus, qtys, unit := make([]string, n), make([]int32, n), make([]int64, n)
-	for i, it := range o.Items {
-		skus[i], qtys[i], unit[i] = it.SKU, int32(it.Quantity), it.UnitPriceCents
-	}
-	_, err := tx.Exec(ctx, sqlInsertOrder, o.ID, o.UserID, o.RequestKey, o.TotalCents,
-		o.CreatedAt, o.ExpiresAt, skus, qtys, unit)
-	switch err := insertError(err); {
-	case errors.Is(err, ErrDuplicateRequest):
-		return err
-	case err != nil:
-		return fmt.Errorf("insert order: %w", err)
-	}
-	return nil
-}
-
-// queueInsert queues Insert's statement.
-func queueInsert(b *pgx.Batch, o Order) {
+// QueueInsert queues Insert's statement in b, to travel with the
+// statements of the same round trip; Insert's errors come back from the
+// batch (insertError maps them).
+func QueueInsert(b *pgx.Batch, o Order) {
 	n := len(o.Items)
 	skus, qtys, unit := make([]string, n), make([]int32, n), make([]int64, n)
 	for i, it := range o.Items {
@@ -166,22 +117,18 @@ func queueInsert(b *pgx.Batch, o Order) {
 // insertError translates an error of the insert: orders_user_request_key
 // means the request placed its order before.
 func insertError(err error) error {
-	if postgres.ConstraintViolated(err) == ConstraintUserRequestKey {
+	switch {
+	case postgres.ConstraintViolated(err) == ConstraintUserRequestKey:
 		return ErrDuplicateRequest
+	case err != nil:
+		return fmt.Errorf("insert order: %w", err)
 	}
-	return err
+	return nil
 }
 
 // Get returns an order, whoever owns it.
 func (s *Store) Get(ctx context.Context, id string) (Order, error) {
-	o, err := scanOrder(s.db.QueryRow(ctx, sqlGetOrder, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Order{}, ErrNotFound
-	}
-	if err != nil {
-		return Order{}, fmt.Errorf("get order %s: %w", id, err)
-	}
-	return o, nil
+	return getOrder(ctx, s.db, id)
 }
 
 // ByRequestKey returns the order a user placed with a request key.
@@ -215,118 +162,155 @@ func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]O
 	return page, next, nil
 }
 
-// Update reads the order, lets change apply a domain rule to it, and, when
-// change says so, writes the new status back if the order is still at the
-// version read, in one transaction (see UpdateTx). It returns
-// ErrVersionConflict when another writer got there first; the caller
-// re-reads and decides again.
-func (s *Store) Update(ctx context.Context, id string, on layers.Set, change func(*Order) (write bool, err error)) (Order, error) {
-	var o Order
-	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		var err error
-		o, err = UpdateTx(ctx, tx, id, on, change)
-		return err
-	})
+// Update reads order id in tx, applies change to it (layer 2), and, when
+// the order moved, writes it at the version read (layer 3) with what the
+// move brings, in one round trip:
+//
+//   - into cancelled or expired, the order's stock is returned, recorded
+//     once under stock_releases_pkey (layer 4);
+//   - into paid, cancelled or expired, the move is announced in the
+//     outbox (order.paid, order.cancelled, order.expired), to commit with
+//     it or not at all.
+//
+// It returns the order as written, or as read when it did not move, and
+// whether it moved. An
+// order that moved since it was read gives ErrVersionConflict, and a
+// second release ErrAlreadyReleased; either way tx must roll back, and
+// the flow reads again and decides on the order as it is then.
+func (s *Store) Update(ctx context.Context, tx pgx.Tx, id string, change Change) (Order, bool, error) {
+	o, err := getOrder(ctx, tx, id)
 	if err != nil {
-		return Order{}, err
+		return Order{}, false, err
 	}
-	return o, nil
-}
-
-// UpdateTx is Update inside the caller's transaction, for flows that move
-// an order together with rows of their own (a payment beginning or
-// settling). Moving into cancelled or expired returns the stock in the
-// same transaction, recorded once in stock_releases. The write is checked
-// against the version read (layer 3) unless on has Version off.
-func UpdateTx(ctx context.Context, tx pgx.Tx, id string, on layers.Set, change func(*Order) (write bool, err error)) (Order, error) {
-	o, err := scanOrder(tx.QueryRow(ctx, sqlGetOrder, id))
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return Order{}, ErrNotFound
-		}
-		return Order{}, fmt.Errorf("read order %s: %w", id, err)
+	moved, err := change(&o)
+	if err != nil || !moved {
+		return o, false, err
 	}
-	write, err := change(&o)
-	if err != nil || !write {
-		return o, err
-	}
-	var tag pgconn.CommandTag
-	if on.On(layers.Version) {
-		tag, err = tx.Exec(ctx, sqlUpdateStatus, o.ID, o.Version, o.Status, o.UpdatedAt)
-	} else {
-		tag, err = tx.Exec(ctx, sqlUpdateStatusUnversioned, o.ID, o.Status, o.UpdatedAt)
-	}
-	if err != nil {
-		return Order{}, fmt.Errorf("update order %s: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return Order{}, ErrVersionConflict
+	if err := s.write(ctx, tx, o); err != nil {
+		return Order{}, false, err
 	}
 	o.Version++
-	if o.Status.ReleasesStock() {
-		_, err = tx.Exec(ctx, sqlInsertRelease, o.ID, string(o.Status), o.UpdatedAt)
-		if postgres.ConstraintViolated(err) == ConstraintReleasedOnce {
-			return Order{}, ErrAlreadyReleased
-		}
-		if err != nil {
-			return Order{}, fmt.Errorf("record release of %s: %w", id, err)
-		}
-		if err := inventory.ReturnStock(ctx, tx, o.Lines()); err != nil {
-			return Order{}, err
-		}
-	}
-	// The move's event, last: it commits with the move or not at all. A
-	// second event of one move (outbox_one_per_event) means the order made
-	// this move before: the caller reads it again and decides.
-	e, announce, err := movedEvent(o)
-	if err != nil || !announce {
-		return o, err
-	}
-	err = outbox.Write(ctx, tx, e)
-	if postgres.ConstraintViolated(err) == outbox.ConstraintOnePerEvent {
-		return Order{}, ErrVersionConflict
-	}
-	if err != nil {
-		return Order{}, err
-	}
-	return o, nil
+	return o, true, nil
 }
 
-// QueueWrite queues in b the write of o's new status, checked against the
-// version o was read at (layer 3): for a flow that read the order before
-// its transaction and applied its rule to that copy, so that the write
-// travels with the transaction's other statements instead of a read and a
-// write of their own. Once b's results are read, *moved says whether the
-// order had moved since it was read (zero rows): the caller then reads it
-// in the transaction and decides again (UpdateTx). Without the version
-// check (on has Version off) a copy read earlier proves nothing, so it
-// returns ErrVersionConflict at once and the caller takes that path.
-// Moves that return stock (cancelled, expired) go through UpdateTx only.
-func QueueWrite(b *pgx.Batch, o Order, on layers.Set, moved *bool) error {
-	if !on.On(layers.Version) {
-		return ErrVersionConflict
+// ExpireDue claims up to limit pending orders whose time is up (SKIP
+// LOCKED), applies change to each (the flow's Expire), and writes those
+// that moved, each at the version read, returning their stock, in two
+// round trips. It returns how many moved.
+func (s *Store) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int, change Change) (int, error) {
+	rows, err := tx.Query(ctx, sqlDueOrders, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("read due orders: %w", err)
 	}
-	if o.Status.ReleasesStock() {
-		return fmt.Errorf("queue the write of order %s: %s returns stock", o.ID, o.Status)
+	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Order, error) { return scanOrder(r) })
+	if err != nil {
+		return 0, fmt.Errorf("read due orders: %w", err)
 	}
-	b.Queue(sqlUpdateStatus, o.ID, o.Version, o.Status, o.UpdatedAt).Exec(func(tag pgconn.CommandTag) error {
-		*moved = tag.RowsAffected() == 0
-		return nil
-	})
+	var expired []Order
+	for _, o := range due {
+		if moved, err := change(&o); err == nil && moved {
+			expired = append(expired, o)
+		}
+	}
+	return len(expired), s.write(ctx, tx, expired...)
+}
+
+// Fulfilled records the order's one fulfilment, made by the event
+// eventID (fulfilments_pkey, layer 4): ErrAlreadyFulfilled when it
+// shipped before.
+func (s *Store) Fulfilled(ctx context.Context, tx pgx.Tx, orderID, eventID string, now time.Time) error {
+	_, err := tx.Exec(ctx, sqlInsertFulfilment, orderID, eventID, now)
+	switch {
+	case postgres.ConstraintViolated(err) == ConstraintFulfilledOnce:
+		return ErrAlreadyFulfilled
+	case err != nil:
+		return fmt.Errorf("record fulfilment of %s: %w", orderID, err)
+	}
 	return nil
 }
 
-// QueueAnnounce queues in b the event of o's move into its status, if
-// that move is announced (paid is; see movedEvent): for a caller whose
-// QueueWrite of o was seen to take effect (moved false). It goes into a
-// later batch than the write's, never the same one: a write that matched
-// no row must not announce a move it did not make.
-func QueueAnnounce(ctx context.Context, b *pgx.Batch, o Order) error {
-	e, ok, err := movedEvent(o)
-	if err != nil || !ok {
-		return err
+// QueueMove applies change to known, the order as the flow read it before
+// its transaction, and queues in b the order's write at that version
+// (layer 3) with what the move brings, as Update does: for a flow that
+// sends the write with its other statements in one round trip. Nothing
+// is queued when change refuses or finds nothing to do. Once b is sent,
+// a write that matched no row fails it with ErrVersionConflict, and
+// WriteError translates the rest of what PostgreSQL answered; either way
+// the transaction rolls back, and the flow reads the order again.
+func (s *Store) QueueMove(ctx context.Context, b *pgx.Batch, known Order, change Change) (Order, bool, error) {
+	o := known
+	moved, err := change(&o)
+	if err != nil || !moved {
+		return known, false, err
 	}
-	return outbox.Queue(ctx, b, e)
+	returned, err := queueWrite(ctx, b, o)
+	if err != nil {
+		return Order{}, false, err
+	}
+	inventory.QueueReturn(b, returned)
+	o.Version++
+	return o, true, nil
+}
+
+// write writes each moved order at the version it was read at, and what
+// its move brings, in one round trip.
+func (s *Store) write(ctx context.Context, tx pgx.Tx, moved ...Order) error {
+	if len(moved) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	var returned []inventory.Line
+	for _, o := range moved {
+		lines, err := queueWrite(ctx, b, o)
+		if err != nil {
+			return err
+		}
+		returned = append(returned, lines...)
+	}
+	// Every product row in SKU order, whichever orders it comes back from:
+	// the one order every transaction locks them in.
+	inventory.QueueReturn(b, returned)
+	return WriteError(tx.SendBatch(ctx, b).Close())
+}
+
+// queueWrite queues in b the write of a moved order at the version it was
+// read at, and what its move brings (Update): into cancelled or expired,
+// its release, and it returns the lines whose stock the caller queues
+// back; into paid, cancelled or expired, its event. A write that matched
+// no row fails the batch, and the transaction rolls back.
+func queueWrite(ctx context.Context, b *pgx.Batch, o Order) ([]inventory.Line, error) {
+	b.Queue(sqlUpdateStatus, o.ID, o.Version, o.Status, o.UpdatedAt).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() == 0 {
+			return ErrVersionConflict
+		}
+		return nil
+	})
+	var returned []inventory.Line
+	if o.Status.ReleasesStock() {
+		b.Queue(sqlInsertRelease, o.ID, string(o.Status), o.UpdatedAt)
+		returned = o.Lines()
+	}
+	e, announce, err := movedEvent(o)
+	if err != nil || !announce {
+		return returned, err
+	}
+	return returned, outbox.Queue(ctx, b, e)
+}
+
+// WriteError translates what PostgreSQL answered the writes of moved
+// orders: a second release of an order's stock is ErrAlreadyReleased, and
+// a second event of one move (outbox_one_per_event) means the order made
+// this move before, a version conflict.
+func WriteError(err error) error {
+	switch {
+	case err == nil, errors.Is(err, ErrVersionConflict):
+		return err
+	case postgres.ConstraintViolated(err) == ConstraintReleasedOnce:
+		return ErrAlreadyReleased
+	case postgres.ConstraintViolated(err) == outbox.ConstraintOnePerEvent:
+		return ErrVersionConflict
+	}
+	return fmt.Errorf("write orders: %w", err)
 }
 
 // movedEvent is the event of an order's move into its status, if that
@@ -349,75 +333,25 @@ func movedEvent(o Order) (outbox.Event, bool, error) {
 
 // EventBody is the body of an order's events.
 type EventBody struct {
-	OrderID    string `json:"order_id"`
-	UserID     string `json:"user_id,omitempty"`
-	Status     Status `json:"status"`
-	TotalCents int64  `json:"total_cents"`
-	Items      []struct {
-		SKU      string `json:"sku"`
-		Quantity int    `json:"quantity"`
-	} `json:"items,omitempty"`
+	OrderID    string      `json:"order_id"`
+	UserID     string      `json:"user_id,omitempty"`
+	Status     Status      `json:"status"`
+	TotalCents int64       `json:"total_cents"`
+	Items      []EventItem `json:"items,omitempty"`
+}
+
+// EventItem is one line of an order's event.
+type EventItem struct {
+	SKU      string `json:"sku"`
+	Quantity int    `json:"quantity"`
 }
 
 func eventOf(o Order) EventBody {
 	b := EventBody{OrderID: o.ID, UserID: o.UserID, Status: o.Status, TotalCents: o.TotalCents}
 	for _, it := range o.Items {
-		b.Items = append(b.Items, struct {
-			SKU      string `json:"sku"`
-			Quantity int    `json:"quantity"`
-		}{it.SKU, it.Quantity})
+		b.Items = append(b.Items, EventItem{SKU: it.SKU, Quantity: it.Quantity})
 	}
 	return b
-}
-
-// ExpireDue expires up to limit pending orders whose time is up and returns
-// their stock, in one transaction. It returns how many it expired. The
-// state rule (pending only, never paying) holds unless on has State off.
-func (s *Store) ExpireDue(ctx context.Context, on layers.Set, now time.Time, limit int) (int, error) {
-	var n int
-	err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, sqlExpireDue, now, limit, on.On(layers.State))
-		if err != nil {
-			return fmt.Errorf("expire due orders: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		n = len(ids)
-		events := make([]outbox.Event, len(ids))
-		for i, id := range ids {
-			if events[i], err = outbox.New(outbox.OrderExpired, id, now, EventBody{OrderID: id, Status: StatusExpired}); err != nil {
-				return err
-			}
-		}
-		if err := outbox.Write(ctx, tx, events...); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, sqlInsertReleases, ids, now); err != nil {
-			if postgres.ConstraintViolated(err) == ConstraintReleasedOnce {
-				return ErrAlreadyReleased
-			}
-			return fmt.Errorf("record releases: %w", err)
-		}
-		rows, err = tx.Query(ctx, sqlItemsOfOrders, ids)
-		if err != nil {
-			return fmt.Errorf("read expired items: %w", err)
-		}
-		var lines []inventory.Line
-		var l inventory.Line
-		if _, err := pgx.ForEachRow(rows, []any{&l.SKU, &l.Quantity}, func() error {
-			lines = append(lines, l)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("read expired items: %w", err)
-		}
-		return inventory.ReturnStock(ctx, tx, lines)
-	})
-	if err != nil {
-		return 0, err
-	}
-	return n, nil
 }
 
 // priceItems turns requested lines into order items at the prices read
@@ -431,6 +365,20 @@ func priceItems(lines []inventory.Line, prices map[string]int64) ([]Item, int64)
 	}
 	slices.SortFunc(items, func(a, b Item) int { return strings.Compare(a.SKU, b.SKU) })
 	return items, total
+}
+
+// getOrder reads one order on db (the pool, or a transaction).
+func getOrder(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id string) (Order, error) {
+	o, err := scanOrder(db.QueryRow(ctx, sqlGetOrder, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("read order %s: %w", id, err)
+	}
+	return o, nil
 }
 
 func scanOrder(row pgx.Row) (Order, error) {

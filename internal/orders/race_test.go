@@ -10,7 +10,6 @@ import (
 	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
-	"github.com/shop-example/shop/internal/platform/layers"
 )
 
 // The layers of create and cancel, taken off one by one and together, are
@@ -27,9 +26,9 @@ func TestExpiry_ConcurrentJobsAndCancels(t *testing.T) {
 	f.mustCreateProduct(t, "SKU-1", initial)
 	f.mustCreateProduct(t, "SKU-2", initial)
 	replicas := []*orders.Service{
-		f.service(t, layers.Set{}),
-		f.service(t, layers.Set{}),
-		f.service(t, layers.Set{}),
+		f.service(t),
+		f.service(t),
+		f.service(t),
 	}
 	users := f.mustCreateUsers(t, n)
 	placed := make([]orders.Order, n)
@@ -87,7 +86,7 @@ func TestCancel_Refusals(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.mustCreateProduct(t, "SKU-1", 10)
-	svc := f.service(t, layers.Set{})
+	svc := f.service(t)
 	users := f.mustCreateUsers(t, 2)
 	o, err := svc.Create(context.Background(), users[0], "k", line("SKU-1", 1))
 	if err != nil {
@@ -125,4 +124,36 @@ func TestCancel_Refusals(t *testing.T) {
 			t.Fatalf("stock %d, want 10", got)
 		}
 	})
+}
+
+// A request key whose idempotency record is gone (swept after a day, or a
+// caller with no record) still finds the order it placed, through
+// orders_user_request_key: the same request is answered with that order,
+// and the key sent with other items is idempotency_key_reused, never the
+// first order passed off as the answer to a different request.
+func TestCreate_KeyWithoutItsRecord(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.mustCreateProduct(t, "MUG", 10)
+	f.mustCreateProduct(t, "SNEAKER", 10)
+	svc := f.service(t)
+	user := f.mustCreateUsers(t, 1)[0]
+	first, err := svc.Create(context.Background(), user, "k", line("MUG", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := svc.Create(context.Background(), user, "k", line("MUG", 1))
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("the same request again: %+v, %v; want order %s", again, err, first.ID)
+	}
+	other, err := svc.Create(context.Background(), user, "k", line("SNEAKER", 3))
+	if !errors.Is(err, orders.ErrKeyReused) {
+		t.Fatalf("the key with other items: %+v, %v; want idempotency_key_reused", other, err)
+	}
+	if got := f.mustInt(t, `SELECT count(*)::int FROM orders WHERE user_id = $1`, user); got != 1 {
+		t.Errorf("%d orders, want 1", got)
+	}
+	if got := f.stock(t, "SNEAKER"); got != 10 {
+		t.Errorf("SNEAKER stock %d after a refused request, want 10", got)
+	}
 }

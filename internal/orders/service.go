@@ -8,12 +8,16 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 // The layers of the order flows, where each one is in this package:
@@ -21,15 +25,13 @@ import (
 //	layer           create                           cancel                      expire
 //	0 idempotency   the key's record: claimed first  —                           —
 //	                and completed last in the
-//	                order's transaction (Store.Create)
-//	1 lock          with layer 0, the claim's        order:{id}                  none: SKIP LOCKED
-//	                advisory lock on (user, key);    (Cancel)                    (sqlExpireDue)
-//	                without it, order:{user}:{key}
-//	                in Redis (Create)
-//	2 state         —                                Order.Cancel                pending_payment only
-//	                                                                             (sqlExpireDue)
-//	3 version       inventory.TakeStock:             UpdateTx: sqlUpdateStatus   the version bump
-//	                the conditional decrement
+//	                order's transaction (Create)
+//	1 lock          the claim's advisory lock on     order:{id} in Redis         none: SKIP LOCKED
+//	                (user, key); without a record,   (Cancel)                    (sqlDueOrders)
+//	                order:{user}:{key} in Redis
+//	2 state         —                                Cancel (orders.go)          Expire (orders.go)
+//	3 version       Stock.Take: the conditional      Store.Update:               Store.Update's write
+//	                decrement                        sqlUpdateStatus
 //	4 constraint    orders_user_request_key,         stock_releases_pkey         stock_releases_pkey
 //	                products_stock_nonnegative
 
@@ -42,39 +44,60 @@ const (
 	flowExpire = "expire_order"
 )
 
+// The steps the order flows take in their transactions. Each is an
+// interface so that a layer test can take one layer off by handing in a
+// variant of the production step (harness/variants); production leaves
+// them nil in Config, and gets the ones named here.
+type (
+	// OrderRows are the orders' rows: *Store (postgres.go).
+	OrderRows interface {
+		Get(ctx context.Context, id string) (Order, error)
+		Update(ctx context.Context, tx pgx.Tx, id string, change Change) (o Order, moved bool, err error)
+		QueueMove(ctx context.Context, b *pgx.Batch, known Order, change Change) (o Order, moved bool, err error)
+		ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int, change Change) (int, error)
+		Fulfilled(ctx context.Context, tx pgx.Tx, orderID, eventID string, now time.Time) error
+	}
+	// Stock is the stock an order takes: *inventory.Store's Take, the
+	// conditional decrement.
+	Stock interface {
+		Take(ctx context.Context, tx pgx.Tx, lines []inventory.Line) (map[string]int64, error)
+	}
+)
+
 // Config holds what the service is built from.
 type Config struct {
-	Store    *Store
+	DB       *pgxpool.Pool // the flows' transactions, and the reads of the store
 	Locker   layers.Locker
 	Metrics  *metrics.Metrics
 	Logger   *slog.Logger
 	OrderTTL time.Duration
 	Now      func() time.Time
-	// Layers are the defences on. The zero value is all of them; only the
-	// layer tests take some off.
-	Layers layers.Set
-	// NaiveStock is how stock is taken when a layer test takes layer 3
-	// off: inventory.TakeUnconditional unless it says
-	// inventory.TakeReadCheckWrite. With layer 3 on it is not used.
-	NaiveStock inventory.Take
+
+	// The steps; nil is production's (NewStore(DB), inventory.NewStore,
+	// outbox.NewInbox).
+	Orders OrderRows
+	Stock  Stock
+	Inbox  outbox.Inbox // the fulfilment's
 }
 
 // Service runs the order flows. Each reads top to bottom in layer order.
 type Service struct {
+	db                             *pgxpool.Pool
 	store                          *Store
+	orders                         OrderRows
+	stock                          Stock
+	inbox                          outbox.Inbox
 	create, cancel, expire, fulfil layers.Flow
 	metrics                        *metrics.Metrics
 	logger                         *slog.Logger
 	ttl                            time.Duration
 	now                            func() time.Time
-	layers                         layers.Set
-	naiveStock                     inventory.Take
 }
 
 // NewService returns the order service.
 func NewService(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Locker == nil {
-		return nil, errors.New("orders: a store and a locker are required")
+	if cfg.DB == nil || cfg.Locker == nil {
+		return nil, errors.New("orders: a pool and a locker are required")
 	}
 	if cfg.OrderTTL <= 0 {
 		return nil, fmt.Errorf("orders: order TTL must be positive, got %s", cfg.OrderTTL)
@@ -85,88 +108,95 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.NaiveStock == inventory.TakeConditional {
-		cfg.NaiveStock = inventory.TakeUnconditional
+	store := NewStore(cfg.DB)
+	if cfg.Orders == nil {
+		cfg.Orders = store
 	}
-	flow := layers.Flows("order", cfg.Layers, cfg.Locker, cfg.Metrics)
-	return &Service{store: cfg.Store, create: flow(FlowCreate), cancel: flow(flowCancel), expire: flow(flowExpire),
-		fulfil:  flow(flowFulfil),
-		metrics: cfg.Metrics, logger: cfg.Logger, ttl: cfg.OrderTTL, now: cfg.Now, layers: cfg.Layers,
-		naiveStock: cfg.NaiveStock}, nil
-}
-
-// WithLayers returns the service with on as its layers: the fulfilment
-// consumer runs on a set of its own, which the ablation test changes apart
-// from the API's.
-func (s *Service) WithLayers(on layers.Set) *Service {
-	c := *s
-	flow := layers.Flows("order", on, s.fulfil.Locker, s.metrics)
-	c.layers = on
-	c.create, c.cancel, c.expire, c.fulfil = flow(FlowCreate), flow(flowCancel), flow(flowExpire), flow(flowFulfil)
-	return &c
+	if cfg.Stock == nil {
+		cfg.Stock = inventory.NewStore(cfg.DB, cfg.Now)
+	}
+	if cfg.Inbox == nil {
+		cfg.Inbox = outbox.NewInbox(cfg.DB)
+	}
+	flow := layers.Flows("order", layers.Set{}, cfg.Locker, cfg.Metrics)
+	return &Service{db: cfg.DB, store: store, orders: cfg.Orders, stock: cfg.Stock, inbox: cfg.Inbox,
+		create: flow(FlowCreate), cancel: flow(flowCancel), expire: flow(flowExpire), fulfil: flow(flowFulfil),
+		metrics: cfg.Metrics, logger: cfg.Logger, ttl: cfg.OrderTTL, now: cfg.Now}, nil
 }
 
 // Create places an order for userID: every line's stock is reserved, or
 // none is. requestKey is the client's Idempotency-Key; placing the same
-// request twice returns the first order.
+// request twice returns the first order, and the key sent with other
+// items is idempotency_key_reused.
 func (s *Service) Create(ctx context.Context, userID, requestKey string, lines []inventory.Line) (Order, error) {
 	if err := ValidateLines(lines); err != nil {
 		return Order{}, err
 	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Order{}, fmt.Errorf("new order id: %w", err)
+	}
+	now := s.stamp()
+	o := Order{ID: id.String(), UserID: userID, RequestKey: requestKey, Status: StatusPendingPayment,
+		Version: 1, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.ttl)}
 	// Layer 0: the key's record, when the route has the layer (Atomic).
-	// The order's transaction claims it first and completes it last, so
-	// the order and the answer that replays it commit together or not at
-	// all.
 	rec := idempotency.RecordFrom(ctx)
-	var out Order
 	// Layer 1: lock the business request (user + key), never the products:
 	// a lock on a hot SKU would queue every buyer of a flash sale behind
 	// Redis; the stock row itself serialises them, far more cheaply. With
-	// layer 0 the claim takes pg_try_advisory_xact_lock on this very
-	// (user, key) inside the transaction, and a copy of the request is
-	// refused at once; a Redis lock on the same key would add six round
-	// trips and guard nothing more. Without the record, Redis it is.
-	keys := []string{"order:" + userID + ":" + requestKey}
-	if rec != nil {
-		keys = nil // the claim's advisory lock is layer 1
+	// a record the claim below takes pg_try_advisory_xact_lock on this
+	// very (user, key), and a copy of the request is refused at once; a
+	// Redis lock on the same key would add six round trips and guard
+	// nothing more. Without one (a caller with no key's record), Redis.
+	var keys []string
+	if rec == nil {
+		keys = []string{"order:" + userID + ":" + requestKey}
 	}
-	err := s.create.LockAll(ctx, keys, func(ctx context.Context) error {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return fmt.Errorf("new order id: %w", err)
-		}
-		now := s.now().UTC().Truncate(time.Microsecond)
-		o := Order{ID: id.String(), UserID: userID, RequestKey: requestKey, Status: StatusPendingPayment,
-			Version: 1, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.ttl)}
-
-		// Layer 3: the atomic conditional decrement of each line's stock,
-		// with layer 4 behind it: CHECK (stock_available >= 0) refuses an
-		// oversell, and UNIQUE (user_id, request_key) a second order.
-		out, err = s.store.Create(ctx, o, lines, s.stockTake(), rec)
-		switch {
-		case errors.Is(err, ErrDuplicateRequest):
-			// The order was placed by an earlier request with the key, one
-			// whose record is gone (swept) or that ran without layer 0.
-			s.create.Stopped(ctx, layers.Constraint)
-			out, err = s.store.ByRequestKey(ctx, userID, requestKey)
-			return err
-		case errors.Is(err, inventory.ErrStockConstraint):
-			s.create.Stopped(ctx, layers.Constraint)
-		case errors.Is(err, inventory.ErrOutOfStock):
-			s.create.Stopped(ctx, layers.Version)
-		}
-		return err
+	err = s.create.LockAll(ctx, keys, func(ctx context.Context) error {
+		// One transaction, three round trips (postgres.InTxBatched):
+		return postgres.InTxBatched(ctx, s.db,
+			// Layer 0: BEGIN and the key's claim. A copy of a request in
+			// flight is refused here (request_in_progress), a completed
+			// one gets its stored answer, before either takes a product's
+			// row lock.
+			rec.QueueClaim,
+			func(tx pgx.Tx) (*pgx.Batch, error) {
+				// Layer 3: each line's conditional decrement, with layer 4
+				// behind it (CHECK stock_available >= 0): out_of_stock.
+				prices, err := s.stock.Take(ctx, tx, lines)
+				if err != nil {
+					return nil, err
+				}
+				o.Items, o.TotalCents = priceItems(lines, prices)
+				// Layer 4: the order under UNIQUE (user_id, request_key),
+				// and layer 0's answer with it, travelling with COMMIT:
+				// the order and the answer that replays it commit
+				// together or not at all.
+				last := &pgx.Batch{}
+				QueueInsert(last, o)
+				return last, rec.QueueComplete(last, created(o))
+			})
 	})
-	return out, err
-}
-
-// stockTake is how stock is taken: the conditional decrement (layer 3),
-// or the naive way a layer test asked for.
-func (s *Service) stockTake() inventory.Take {
-	if s.layers.On(layers.Version) {
-		return inventory.TakeConditional
+	switch {
+	case postgres.ConstraintViolated(err) == ConstraintUserRequestKey:
+		// The order was placed by an earlier request with the key, one
+		// whose record is gone (swept) or that ran without layer 0: it is
+		// the answer, if this request asks for what it holds.
+		s.create.Stopped(ctx, layers.Constraint)
+		placed, err := s.store.ByRequestKey(ctx, userID, requestKey)
+		if err == nil && !placed.Holds(lines) {
+			return Order{}, ErrKeyReused
+		}
+		return placed, err
+	case errors.Is(err, inventory.ErrStockConstraint):
+		s.create.Stopped(ctx, layers.Constraint)
+	case errors.Is(err, inventory.ErrOutOfStock):
+		s.create.Stopped(ctx, layers.Version)
 	}
-	return s.naiveStock
+	if err != nil {
+		return Order{}, err
+	}
+	return o, nil
 }
 
 // Cancel cancels one of userID's orders and returns its stock, once.
@@ -179,23 +209,14 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 	// Layer 1: one cancel of this order at a time, across replicas.
 	err := s.cancel.Lock(ctx, "order:"+id, func(ctx context.Context) error {
 		return s.cancel.Retry(ctx, func(int) error {
-			// Layer 3: Update writes only if the order is still at the
-			// version read; layer 4: stock_releases admits one release.
-			o, err := s.store.Update(ctx, id, s.layers, func(o *Order) (bool, error) {
-				if o.UserID != userID {
-					return false, ErrNotFound // someone else's order does not exist for this user
-				}
-				now := s.now().UTC().Truncate(time.Microsecond)
-				// Layer 2: the state machine decides what cancel means now.
-				if !s.layers.On(layers.State) {
-					o.Status, o.UpdatedAt = StatusCancelled, now
-					return true, nil
-				}
-				changed, err := o.Cancel(now)
-				if err != nil || !changed {
-					s.cancel.Stopped(ctx, layers.State)
-				}
-				return changed, err
+			var moved bool
+			err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
+				// Layer 2: Cancel decides what a cancel means for the order
+				// as read; layer 3: Update writes it at the version read;
+				// layer 4: stock_releases admits one return of its stock.
+				var err error
+				out, moved, err = s.orders.Update(ctx, tx, id, Cancel(userID, s.stamp()))
+				return err
 			})
 			switch {
 			case errors.Is(err, ErrVersionConflict):
@@ -204,8 +225,10 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 				s.cancel.Stopped(ctx, layers.Constraint)
 				out, err = s.store.Get(ctx, id)
 				return err
+			case errors.Is(err, ErrInvalidState), err == nil && !moved:
+				// A cancel the order refused, or had no need of.
+				s.cancel.Stopped(ctx, layers.State)
 			}
-			out = o
 			return err
 		})
 	})
@@ -231,3 +254,6 @@ func (s *Service) Get(ctx context.Context, userID, id string) (Order, error) {
 func (s *Service) List(ctx context.Context, userID, cursor string, limit int) ([]Order, string, error) {
 	return s.store.List(ctx, userID, cursor, limit)
 }
+
+// stamp is the time now as PostgreSQL keeps it.
+func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Microsecond) }

@@ -127,8 +127,8 @@ func (f *fixture) serviceLockedBy(t *testing.T, locker layers.Locker, m *metrics
 		t.Fatalf("NewGateway: %v", err)
 	}
 	svc, err := payments.NewService(payments.Config{
-		Store: payments.NewStore(f.pool), Orders: f.orders, Gateway: gw, Locker: locker,
-		Metrics: m, Now: f.clock.Now, Budget: 30 * time.Second, ReconcileAfter: time.Minute, Layers: layers.Set{},
+		DB: f.pool, Gateway: gw, Locker: locker,
+		Metrics: m, Now: f.clock.Now, Budget: 30 * time.Second, ReconcileAfter: time.Minute,
 	})
 	if err != nil {
 		t.Fatalf("payments.NewService: %v", err)

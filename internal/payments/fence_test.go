@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shop-example/shop/harness/gateway"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
@@ -47,8 +48,7 @@ func TestFence_StaleSettler(t *testing.T) {
 			f := newFixture(t)
 			ctx := context.Background()
 			_, ids := f.mustCreateOrders(t, 1)
-			store := payments.NewStore(f.pool)
-			read := mustBegin(t, store, ids[0], f.clock.Now().Truncate(time.Microsecond)) // what A read
+			read, _ := begin(t, f.pool, ids[0], f.clock.Now().Truncate(time.Microsecond)) // what A read
 
 			// A takes the lock as lock.Locker names it, with a short lease
 			// and no watchdog, and stops past the lease.
@@ -77,7 +77,12 @@ func TestFence_StaleSettler(t *testing.T) {
 			if err := failed.Fail("declined, as A saw it before its pause", now); err != nil {
 				t.Fatal(err)
 			}
-			_, err := store.Settle(ctx, failed, tc.layers, nil, orders.Order{}, func(o *orders.Order) (bool, error) { return o.PaymentEnded(now), nil }, nil)
+			rows := variants.Payments(payments.NewStore(f.pool), tc.layers, nil)
+			order, err := orders.NewStore(f.pool).Get(ctx, ids[0]) // the order as A finds it
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = settle(ctx, f.pool, rows, failed, read.Version, order, orders.PaymentEnded(now))
 
 			r := f.books(t)
 			status := f.mustString(t, `SELECT status FROM payments WHERE id = $1`, read.ID)

@@ -6,12 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/harness/books"
 	"github.com/shop-example/shop/harness/gateway"
 	"github.com/shop-example/shop/harness/gateway/gatewaytest"
 	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
@@ -52,7 +55,7 @@ func newFixtureWith(t *testing.T, opts gateway.Options) *fixture {
 	f.gateway, f.gwURL = gatewaytest.Start(t, opts)
 	var err error
 	f.orders, err = orders.NewService(orders.Config{
-		Store: orders.NewStore(f.pool), Locker: lock.None{}, OrderTTL: 15 * time.Minute,
+		DB: f.pool, Locker: lock.None{}, OrderTTL: 15 * time.Minute,
 		Now: f.clock.Now,
 	})
 	if err != nil {
@@ -90,7 +93,8 @@ func (f *fixture) lockOn(t *testing.T, m *metrics.Metrics, bounded bool) layers.
 }
 
 // service builds a payment service with the layers on, locking over the
-// test's Redis nodes.
+// test's Redis nodes; the layers off run on their variants
+// (harness/variants), which tell on's probe when they act.
 func (f *fixture) service(t *testing.T, on layers.Set) *payments.Service {
 	t.Helper()
 	return f.serviceAt(t, on, f.clock.Now)
@@ -104,9 +108,15 @@ func (f *fixture) serviceAt(t *testing.T, on layers.Set, now func() time.Time) *
 	if err != nil {
 		t.Fatalf("NewGateway: %v", err)
 	}
+	var locker layers.Locker = variants.NoLock{Probe: on.Probe()}
+	if !on.Takes(layers.Lock) {
+		locker = f.redisLock(t)
+	}
 	svc, err := payments.NewService(payments.Config{
-		Store: payments.NewStore(f.pool), Orders: f.orders, Gateway: gw, Locker: f.redisLock(t),
-		Metrics: metrics.New(), Now: now, Budget: 20 * time.Second, ReconcileAfter: time.Minute, Layers: on,
+		DB: f.pool, Gateway: gw, Locker: locker,
+		Metrics: metrics.New(), Now: now, Budget: 20 * time.Second, ReconcileAfter: time.Minute,
+		Orders:   variants.Orders(orders.NewStore(f.pool), on, on.Probe()),
+		Payments: variants.Payments(payments.NewStore(f.pool), on, on.Probe()),
 	})
 	if err != nil {
 		t.Fatalf("payments.NewService: %v", err)
@@ -200,4 +210,43 @@ func (f *fixture) mustDrop(t *testing.T, name string) {
 		t.Fatalf("%s is not in payments.Constraints", name)
 	}
 	f.mustExec(t, c.Drop())
+}
+
+// begin opens a processing payment of order id as the pay flow's begin
+// does, in one transaction: the order moves to paying at the version
+// read, and the payment is inserted.
+func begin(t *testing.T, pool *pgxpool.Pool, orderID string, now time.Time) (payments.Payment, orders.Order) {
+	t.Helper()
+	ctx := context.Background()
+	o, err := orders.NewStore(pool).Get(ctx, orderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := &pgx.Batch{}
+	begun, _, err := orders.NewStore(pool).QueueMove(ctx, first, o, orders.BeginPayment(o.UserID, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := payments.Payment{ID: uuid.NewString(), OrderID: orderID, Status: payments.StatusProcessing,
+		AmountCents: unitPrice, Method: "pm_card_ok", Version: 1, CreatedAt: now, UpdatedAt: now}
+	last := &pgx.Batch{}
+	payments.NewStore(pool).QueueInsert(last, p)
+	if err := postgres.InTxSend(ctx, pool, first, last); err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	return p, begun
+}
+
+// settle records settled, read at version, and applies move to the order
+// known as it was, in one transaction as the pay flow's settle does: the
+// payment's row first, then the order's, each at its version. rows are
+// the payments' writes (a variant, to take layer 3 off).
+func settle(ctx context.Context, pool *pgxpool.Pool, rows payments.PaymentRows, settled payments.Payment, version int64,
+	known orders.Order, move orders.Change) error {
+	first := &pgx.Batch{}
+	rows.QueueSettle(first, settled, version)
+	if _, _, err := orders.NewStore(pool).QueueMove(ctx, first, known, move); err != nil {
+		return err
+	}
+	return orders.WriteError(postgres.InTxSend(ctx, pool, first, &pgx.Batch{}))
 }

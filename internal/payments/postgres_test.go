@@ -8,12 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
-	"github.com/shop-example/shop/internal/platform/layers"
 )
 
 // TestStore_SettleOnce is layer 3 with layer 2 behind it: settlers that read the same
@@ -29,7 +26,7 @@ func TestStore_SettleOnce(t *testing.T) {
 	store := payments.NewStore(f.pool)
 	_, ids := f.mustCreateOrders(t, 1)
 	now := f.clock.Now().Truncate(time.Microsecond)
-	p := mustBegin(t, store, ids[0], now)
+	p, begun := begin(t, f.pool, ids[0], now)
 
 	const settlers = 10
 	var won, lost atomic.Int64
@@ -39,9 +36,7 @@ func TestStore_SettleOnce(t *testing.T) {
 			t.Errorf("Succeed: %v", err)
 			return
 		}
-		_, err := store.Settle(context.Background(), paid, layers.Set{}, nil, orders.Order{}, func(o *orders.Order) (bool, error) {
-			return true, o.Pay(now)
-		}, nil)
+		err := settle(context.Background(), f.pool, store, paid, p.Version, begun, orders.Pay(now))
 		switch {
 		case err == nil:
 			won.Add(1)
@@ -92,15 +87,15 @@ func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 			store := payments.NewStore(f.pool)
 			_, ids := f.mustCreateOrders(t, 2)
 			now := f.clock.Now().Truncate(time.Microsecond)
+			first, firstOrder := begin(t, f.pool, ids[0], now)
+			second, secondOrder := begin(t, f.pool, ids[1], now)
+			known := map[string]orders.Order{first.ID: firstOrder, second.ID: secondOrder}
 			pay := func(p payments.Payment) error {
 				if err := p.Succeed("ch_shared", now); err != nil {
 					return err
 				}
-				_, err := store.Settle(context.Background(), p, layers.Set{}, nil, orders.Order{}, func(o *orders.Order) (bool, error) { return true, o.Pay(now) }, nil)
-				return err
+				return payments.SettleError(settle(context.Background(), f.pool, store, p, p.Version, known[p.ID], orders.Pay(now)))
 			}
-
-			first, second := mustBegin(t, store, ids[0], now), mustBegin(t, store, ids[1], now)
 			if err := pay(first); err != nil {
 				t.Fatalf("first settlement: %v", err)
 			}
@@ -127,16 +122,4 @@ func TestStore_ChargeSettlesOnePayment(t *testing.T) {
 			}
 		})
 	}
-}
-
-// mustBegin opens a processing payment for one of the fixture's orders.
-func mustBegin(t *testing.T, store *payments.Store, orderID string, now time.Time) payments.Payment {
-	t.Helper()
-	p := payments.Payment{ID: uuid.NewString(), OrderID: orderID, Status: payments.StatusProcessing,
-		AmountCents: unitPrice, Method: "pm_card_ok", Version: 1, CreatedAt: now, UpdatedAt: now}
-	p, _, err := store.Begin(context.Background(), p, layers.Set{}, nil, orders.Order{}, func(o *orders.Order) error { return o.BeginPayment(now) })
-	if err != nil {
-		t.Fatalf("Begin: %v", err)
-	}
-	return p
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shop-example/shop/harness/gateway"
 	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
@@ -181,8 +182,8 @@ func TestPay_ExpiryWhileCharging(t *testing.T) {
 				expired <- n
 			}})
 			var err error
-			job, err = orders.NewService(orders.Config{Store: orders.NewStore(f.pool), Locker: lock.None{},
-				OrderTTL: 15 * time.Minute, Now: f.clock.Now, Layers: tc.job})
+			job, err = orders.NewService(orders.Config{DB: f.pool, Locker: lock.None{},
+				OrderTTL: 15 * time.Minute, Now: f.clock.Now, Orders: variants.Orders(orders.NewStore(f.pool), tc.job, nil)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -75,7 +75,7 @@ func (f *fixture) serviceOn(t *testing.T, url string) (*payments.Service, *metri
 	}
 	m := metrics.New()
 	svc, err := payments.NewService(payments.Config{
-		Store: payments.NewStore(f.pool), Orders: f.orders, Gateway: gw, Locker: lock.None{},
+		DB: f.pool, Gateway: gw, Locker: lock.None{},
 		Metrics: m, Now: f.clock.Now, Budget: 20 * time.Second, ReconcileAfter: time.Minute,
 	})
 	if err != nil {

@@ -8,19 +8,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/harness/testenv"
-	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
-	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
 
 // TestPay_FiveRoundTrips: a payment of a payable order costs five round
-// trips to PostgreSQL: the order's read before the lock, two for the
-// begin (the order written at the version read travels with BEGIN), two
-// for the settle (the order written at the version begun travels with
-// the payment's). An order that moved in between costs its read in the
-// transaction, and is still paid once.
+// trips to PostgreSQL: the order's read, two for the begin (the order
+// written at the version read travels with BEGIN and the claim), two for
+// the settle (the order written at the version begun travels with the
+// payment's). An order that moved in between costs another read and
+// another begin, and is still paid once.
 func TestPay_FiveRoundTrips(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -37,16 +35,12 @@ func TestPay_FiveRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(traced.Close)
-	ordersSvc, err := orders.NewService(orders.Config{Store: orders.NewStore(traced), Locker: lock.None{}, OrderTTL: 15 * time.Minute, Now: f.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
 	gw, err := payments.NewGateway(f.gwURL, payments.GatewayOptions{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := payments.NewService(payments.Config{Store: payments.NewStore(traced), Orders: ordersSvc, Gateway: gw,
-		Locker: lock.None{}, Metrics: metrics.New(), Now: f.clock.Now, Budget: 20 * time.Second, ReconcileAfter: time.Minute, Layers: layers.Set{}})
+	svc, err := payments.NewService(payments.Config{DB: traced, Gateway: gw,
+		Locker: lock.None{}, Metrics: metrics.New(), Now: f.clock.Now, Budget: 20 * time.Second, ReconcileAfter: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

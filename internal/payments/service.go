@@ -8,51 +8,44 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
 // The layers of the pay flow, where each one is:
 //
 //	layer           where                                       backed by
-//	0 idempotency   the key's record, claimed in the begin's    idempotency_keys (Store.Begin,
-//	                transaction, completed in the settle's;     Settle, Resume), payments_order_
-//	                (order, key) on the payment's row           request_key
+//	0 idempotency   the key's record, claimed in the begin's    idempotency_keys (begin, settle),
+//	                transaction, completed in the settle's;     payments_order_request_key
+//	                (order, key) on the payment's row
 //	1 lock          payment:{order}, held across the gateway    Pay, reconcileOne; LockTries
 //	                call under the watchdog; a click that
 //	                finds it held is refused, not queued
-//	2 state         the order: pending_payment → paying → paid  orders.Order.BeginPayment, Pay,
-//	                (begin), the payment: processing → settled; PaymentEnded; Payment.settle;
-//	                asked of the order as read before the lock  admit
-//	3 version       the payment's row written first, at its     Store.Settle: sqlSettlePayment,
-//	                version, then the order's at its version    orders.UpdateTx
+//	2 state         the order: pending_payment → paying →       orders.BeginPayment, Pay,
+//	                paid; the payment: processing → settled     PaymentEnded; Payment.Succeed, …
+//	3 version       the order written at the version read       orders.Store.QueueMove;
+//	                (begin) and begun (settle); the payment's   Store.QueueSettle
+//	                row at its version, first
 //	4 constraint    one processing-or-succeeded payment per     payments_one_active_per_order,
 //	                order; a charge settles one payment         payments_charge_id_key
-//	+ gateway key   the payment id is the gateway's             gateway.Charge, Refund
+//	+ gateway key   the payment id is the gateway's             Gateway.Charge, Refund
 //	                Idempotency-Key: one charge per payment
 //
-// What one payment costs, the winner of its order (auth's round trip
-// aside):
-//
-//	read the order                      1 round trip     orders.Service.Get (admit)
-//	lock payment:{order}                Redis: SET NX on each node, and the release
-//	begin: claim, order at the version  2, one commit    Store.Begin
-//	read, payment
-//	charge                              the gateway, no transaction open
-//	settle: claim, payment, order at    2, one commit    Store.Settle
-//	the version begun, answer
-//
-// An order that moved since it was read costs a read in the transaction
-// (two round trips more), and its move is decided on the order as it is.
-// A loser costs the order's read and, when the order cannot begin a
-// payment, the read of the payments (one statement), or one lock
-// attempt; and, for an answer that is stored (invalid_state), one
-// statement of the Atomic middleware's, after the request's rollback.
+// What one payment costs the winner of its order (auth's round trip
+// aside): the lock in Redis (SET NX on each node, and the release), the
+// order's read, two round trips to begin (BEGIN with the claim and the
+// order's write, then the payment's insert with COMMIT), the gateway's
+// call, and two to settle (BEGIN with the claim, the payment's and the
+// order's writes, then the answer with COMMIT): five round trips and two
+// commits.
 
 // FlowPay names the pay flow in the conflict counter; the idempotency
 // middleware on the route counts under it too.
@@ -66,10 +59,27 @@ const FlowPay = "pay_order"
 // together past a split vote.
 const LockTries = 3
 
+// The steps the pay flow takes in its transactions, each an interface so
+// that a layer test can take one layer off by handing in a variant
+// (harness/variants); production leaves them nil in Config and gets the
+// ones named here.
+type (
+	// OrderRows are the orders the flow moves: *orders.Store.
+	OrderRows interface {
+		Get(ctx context.Context, id string) (orders.Order, error)
+		QueueMove(ctx context.Context, b *pgx.Batch, known orders.Order, change orders.Change) (o orders.Order, moved bool, err error)
+	}
+	// PaymentRows are the payments' writes: *Store.
+	PaymentRows interface {
+		QueueInsert(b *pgx.Batch, p Payment)
+		QueueSettle(b *pgx.Batch, settled Payment, version int64)
+		QueueDiscard(b *pgx.Batch, p Payment)
+	}
+)
+
 // Config holds what the service is built from.
 type Config struct {
-	Store   *Store
-	Orders  *orders.Service
+	DB      *pgxpool.Pool // the flow's transactions, and the store's reads
 	Gateway *Gateway
 	Locker  layers.Locker
 	Metrics *metrics.Metrics
@@ -83,15 +93,18 @@ type Config struct {
 	// reconciler asks the gateway about it; longer than Budget, so it
 	// leaves alone the payments whose requests are still running.
 	ReconcileAfter time.Duration
-	// Layers are the defences on. The zero value is all of them; only the
-	// layer tests take some off.
-	Layers layers.Set
+
+	// The steps; nil is production's (orders.NewStore(DB), NewStore(DB)).
+	Orders   OrderRows
+	Payments PaymentRows
 }
 
 // Service runs the pay flow and the reconciler.
 type Service struct {
+	db             *pgxpool.Pool
 	store          *Store
-	orders         *orders.Service
+	orders         OrderRows
+	payments       PaymentRows
 	gateway        *Gateway
 	pay, reconcile layers.Flow
 	metrics        *metrics.Metrics
@@ -100,13 +113,12 @@ type Service struct {
 	now            func() time.Time
 	budget         time.Duration
 	reconcileAfter time.Duration
-	layers         layers.Set
 }
 
 // NewService returns the payment service.
 func NewService(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Orders == nil || cfg.Gateway == nil || cfg.Locker == nil {
-		return nil, errors.New("payments: a store, the order service, a gateway and a locker are required")
+	if cfg.DB == nil || cfg.Gateway == nil || cfg.Locker == nil {
+		return nil, errors.New("payments: a pool, a gateway and a locker are required")
 	}
 	if cfg.Budget <= 0 || cfg.ReconcileAfter <= 0 {
 		return nil, fmt.Errorf("payments: budget and reconcile delay must be positive, got %s and %s", cfg.Budget, cfg.ReconcileAfter)
@@ -117,22 +129,29 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	store := NewStore(cfg.DB)
+	if cfg.Orders == nil {
+		cfg.Orders = orders.NewStore(cfg.DB)
+	}
+	if cfg.Payments == nil {
+		cfg.Payments = store
+	}
 	counts, err := newCounters(cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
-	flow := layers.Flows("order", cfg.Layers, cfg.Locker, cfg.Metrics)
-	return &Service{store: cfg.Store, orders: cfg.Orders, gateway: cfg.Gateway,
+	flow := layers.Flows("order", layers.Set{}, cfg.Locker, cfg.Metrics)
+	return &Service{db: cfg.DB, store: store, orders: cfg.Orders, payments: cfg.Payments, gateway: cfg.Gateway,
 		pay: flow(FlowPay), reconcile: flow(jobReconcile),
 		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger, now: cfg.Now,
-		budget: cfg.Budget, reconcileAfter: cfg.ReconcileAfter, layers: cfg.Layers}, nil
+		budget: cfg.Budget, reconcileAfter: cfg.ReconcileAfter}, nil
 }
 
 // Pay charges one of userID's orders with method and, once the charge has
-// gone through, marks the order paid. requestKey is the client's
-// Idempotency-Key: a request sent again after a first try whose begin
-// committed (its answer lost) carries that try's payment on, and gets its
-// outcome. It returns the payment with:
+// gone through, marks the order paid: begin, charge, settle. requestKey
+// is the client's Idempotency-Key: a request sent again after a first
+// try whose begin committed (its answer lost) carries that try's payment
+// on, and gets its outcome. It returns the payment with:
 //
 //   - nil: succeeded, the order is paid;
 //   - a payment_declined problem: failed, the order can be paid again;
@@ -163,175 +182,101 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.budget)
 	defer cancel()
 
-	// Read first: a click on an order that is being paid, or is paid, is
-	// answered from the database at once; only a payable order, or this
-	// request's own payment still to be carried on, goes for the lock.
-	o, mine, err := s.admit(ctx, userID, requestKey, orderID, method)
-	switch {
-	case err != nil:
-		return Payment{}, err
-	case mine.ID != "" && mine.Status != StatusProcessing:
-		// The request's own payment has settled: its outcome, given
-		// under the request's key (replayed, when the key stored it).
-		p, err := s.resume(ctx, mine.ID, rec)
-		if err != nil {
-			return Payment{}, err
-		}
-		return p, Outcome(p)
-	}
-
 	var out Payment
+	ran := false
 	// Layer 1: one payment of this order at a time, across replicas. The
 	// lock is held across the gateway call; its watchdog extends the lease
 	// while the call runs, and cancels the call if the lease is lost. It
 	// serialises the winner's work, it is not the losers' queue: a click
 	// that finds it held is told resource_busy at once (LockTries), not
 	// after the winner's charge.
-	err = s.pay.Lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
-		var p Payment
-		var begun orders.Order // the order as this request's begin left it
-		var err error
-		if mine.ID != "" {
-			// The request's own payment first, as it stands now that no
-			// one else works on it: a reconciler may have settled it.
-			p, err = s.resume(ctx, mine.ID, rec)
-		} else {
-			p, begun, err = s.begin(ctx, userID, requestKey, o, method, rec)
-		}
-		if errors.Is(err, ErrDuplicateRequest) {
-			// An earlier try of this request began one (and it ended
-			// without a charge: the order was payable again).
-			if p, err = s.ofRequest(ctx, userID, requestKey, orderID, method); err == nil {
-				p, err = s.resume(ctx, p.ID, rec)
-			}
-		}
-		switch {
-		case err != nil:
+	err := s.pay.Lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
+		ran = true
+		// 1. Begin: the processing payment, and the order paying.
+		p, o, err := s.begin(ctx, userID, requestKey, orderID, method, rec)
+		if err != nil {
 			return err
-		case p.Status != StatusProcessing:
+		}
+		if p.Status != StatusProcessing {
+			// The request's own payment, begun by an earlier try and
+			// settled since: its outcome.
 			out = p
 			return Outcome(p)
 		}
-		out, err = s.charge(ctx, p, begun, rec)
+		// 2. Charge, with no transaction open; 3. settle.
+		out, err = s.charge(ctx, p, o, rec)
 		return err
 	})
+	if !ran && problem.CodeOf(err) == problem.ResourceBusy {
+		// The lock is held. By a copy of this very request (the key
+		// claimed by it), the answer is the key's, as on every keyed
+		// route: request_in_progress, or the copy's stored answer.
+		if taken := rec.Taken(ctx); taken != nil {
+			return Payment{}, taken
+		}
+	}
 	return out, err
 }
 
-// admit reads the order (someone else's does not exist for this user)
-// and decides whether this request goes for the lock: the order may begin
-// a payment (layer 2's rule, asked of the order as read), or the request
-// has a payment of its own, returned to be carried on or answered.
-// Otherwise it returns the answer, without the lock: resource_busy while
-// another payment of the order is in flight, or invalid_state. The
-// payments are read only when the order cannot begin one, in one
-// statement: the request's own decides first, then the order's active
-// one.
-//
-// The read is advice: the lock, the version-checked begin and the
-// constraints decide, whatever changed since.
-func (s *Service) admit(ctx context.Context, userID, requestKey, orderID, method string) (orders.Order, Payment, error) {
-	o, err := s.orders.Get(ctx, userID, orderID)
-	if err != nil {
-		return orders.Order{}, Payment{}, err
-	}
-	check := o
-	refused := s.beginPayment(&check, s.stamp())
-	if refused == nil {
-		return o, Payment{}, nil
-	}
-	mine, active, err := s.store.OfRequestAndActive(ctx, orderID, requestKey)
-	switch {
-	case err != nil:
-		return orders.Order{}, Payment{}, err
-	case mine.ID != "" && mine.Method != method:
-		return orders.Order{}, Payment{}, errKeyReused
-	case mine.ID != "":
-		return o, mine, nil
-	}
-	s.pay.Stopped(ctx, layers.State)
-	if errors.Is(refused, orders.ErrPaymentInFlight) {
-		return orders.Order{}, Payment{}, s.answerInFlight(orderID, active)
-	}
-	return orders.Order{}, Payment{}, refused
-}
-
-// resume reads the request's own payment id again, claiming the request's
-// key with it (layer 0); a payment that has succeeded completes the key
-// with its answer in the same transaction.
-func (s *Service) resume(ctx context.Context, id string, rec *idempotency.Record) (Payment, error) {
-	return s.store.Resume(ctx, id, rec, func(p Payment) (idempotency.Answer, bool) {
-		return paid(p), p.Status == StatusSucceeded
-	})
-}
-
-// errKeyReused answers a request whose key began a payment of the order
-// with another method.
-var errKeyReused = problem.New(problem.IdempotencyReused,
-	"this Idempotency-Key was used for a payment with another method; send a new key for a new request")
-
-// ofRequest returns the payment of userID's order begun with requestKey,
-// or ErrNotFound. The same key with another payment method is
-// idempotency_key_reused.
-func (s *Service) ofRequest(ctx context.Context, userID, requestKey, orderID, method string) (Payment, error) {
-	p, err := s.store.OfRequest(ctx, orderID, requestKey)
-	if err != nil {
-		return Payment{}, err
-	}
-	if _, err := s.orders.Get(ctx, userID, orderID); err != nil {
-		return Payment{}, err // someone else's order does not exist for this user
-	}
-	if p.Method != method {
-		return Payment{}, errKeyReused
-	}
-	return p, nil
-}
-
 // begin opens the processing payment that the charge will settle, and
-// moves its order (o, as read before the lock) to paying, in one
-// transaction that claims the request's key (rec). It returns the payment
-// and the order as written.
-func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders.Order, method string, rec *idempotency.Record) (Payment, orders.Order, error) {
+// moves its order to paying: one transaction, two round trips. It
+// returns the payment and the order as begun; or, when the order cannot
+// begin a payment because this request already began one (a retry whose
+// first try committed), that payment, as it stands, and the order as
+// read.
+func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method string, rec *idempotency.Record) (Payment, orders.Order, error) {
 	var p Payment
 	var begun orders.Order
-	err := s.pay.Retry(ctx, func(attempt int) error {
-		read := o
-		if attempt > 1 {
-			// Layer 3: the order moved between read and write (a cancel):
-			// it is read again, in the transaction, and decided on as it is.
-			read = orders.Order{}
+	err := s.pay.Retry(ctx, func(int) error {
+		// The order as it is now: written at this version below.
+		o, err := s.orders.Get(ctx, orderID)
+		if err != nil {
+			return err
+		}
+		now := s.stamp()
+		// Round trip 1. Layer 0: BEGIN and the claim of the request's key:
+		// a copy of the request in flight is refused here.
+		first := &pgx.Batch{}
+		rec.QueueClaim(first)
+		// Layer 2: only the user's pending order, within its time, may
+		// begin a payment, and it says so by moving to paying: a second
+		// payment finds it paying, and the expiry job leaves it alone.
+		// Layer 3: written at the version read; a cancel that moved it
+		// since makes this try roll back, and the next reads it again.
+		begun, _, err = s.orders.QueueMove(ctx, first, o, orders.BeginPayment(userID, now))
+		if err != nil {
+			p, begun, err = s.refused(ctx, err, requestKey, o, method, rec)
+			return err
 		}
 		id, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("new payment id: %w", err)
 		}
-		now := s.stamp()
-		p = Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing, AmountCents: o.TotalCents,
-			Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}
-		p, begun, err = s.store.Begin(ctx, p, s.layers, rec, read, func(o *orders.Order) error {
-			if o.UserID != userID {
-				return ErrNotFound // someone else's order does not exist for this user
-			}
-			// Layer 2: the order's state machine: only a pending order
-			// within its time begins a payment, and it says so by moving
-			// to paying (a second payment finds it paying).
-			if err := s.beginPayment(o, now); err != nil {
-				s.pay.Stopped(ctx, layers.State)
-				return err
-			}
-			return nil
-		})
+		p = Payment{ID: id.String(), OrderID: orderID, RequestKey: requestKey, Status: StatusProcessing,
+			AmountCents: o.TotalCents, Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}
+		// Round trip 2. Layer 4: the payment's row, one processing or
+		// succeeded per order (payments_one_active_per_order), one per
+		// request (payments_order_request_key); and COMMIT.
+		last := &pgx.Batch{}
+		s.payments.QueueInsert(last, p)
+		err = InsertError(orders.WriteError(postgres.InTxSend(ctx, s.db, first, last)))
 		switch {
 		case errors.Is(err, orders.ErrVersionConflict):
 			return layers.Lost(layers.Version, err)
 		case errors.Is(err, ErrActivePayment):
-			// Layer 4: the partial unique index admits one processing-or-
-			// succeeded payment per order; whatever got past the lock and
-			// the state stops here.
+			// Whatever got past the lock and the state stops here.
 			s.pay.Stopped(ctx, layers.Constraint)
-			return s.inFlight(ctx, o.ID)
-		case errors.Is(err, orders.ErrPaymentInFlight):
-			return s.inFlight(ctx, o.ID)
+			return s.inFlight(ctx, orderID)
+		case errors.Is(err, ErrDuplicateRequest):
+			// An earlier try of this request began one, and it ended
+			// without a charge (the order was payable again).
+			mine, _, err := s.store.OfRequestAndActive(ctx, orderID, requestKey)
+			if err != nil {
+				return err
+			}
+			p, err = s.resume(ctx, mine, method, rec)
+			begun = o
+			return err
 		case err == nil:
 			s.counts.attempts.Inc()
 		}
@@ -343,21 +288,70 @@ func (s *Service) begin(ctx context.Context, userID, requestKey string, o orders
 	return p, begun, nil
 }
 
-// beginPayment applies the order's rule for a payment beginning (layer 2),
-// or, with the layer off, only marks it as being paid.
-func (s *Service) beginPayment(o *orders.Order, now time.Time) error {
-	if s.layers.On(layers.State) {
-		return o.BeginPayment(now)
+// refused answers a payment whose order refused to begin one (layer 2):
+// the request's own payment, if it began one (carried on, or answered);
+// otherwise resource_busy while another payment is in flight, or the
+// order's refusal.
+func (s *Service) refused(ctx context.Context, refusal error, requestKey string, o orders.Order, method string, rec *idempotency.Record) (Payment, orders.Order, error) {
+	if errors.Is(refusal, orders.ErrNotFound) {
+		return Payment{}, orders.Order{}, ErrNotFound // someone else's order does not exist for this user
 	}
-	o.Status, o.UpdatedAt = orders.StatusPaying, now
-	return nil
+	mine, active, err := s.store.OfRequestAndActive(ctx, o.ID, requestKey)
+	switch {
+	case err != nil:
+		return Payment{}, orders.Order{}, err
+	case mine.ID != "":
+		p, err := s.resume(ctx, mine, method, rec)
+		return p, o, err
+	}
+	s.pay.Stopped(ctx, layers.State)
+	if errors.Is(refusal, orders.ErrPaymentInFlight) {
+		return Payment{}, orders.Order{}, s.answerInFlight(o.ID, active)
+	}
+	return Payment{}, orders.Order{}, refusal
+}
+
+// errKeyReused answers a request whose key began a payment of the order
+// with another method.
+var errKeyReused = problem.New(problem.IdempotencyReused,
+	"this Idempotency-Key was used for a payment with another method; send a new key for a new request")
+
+// resume returns mine, the payment the request began in an earlier try,
+// as it stands, after claiming the request's key again (layer 0) in a
+// transaction that reads it: a payment that has succeeded completes the
+// key with its answer there. The same key with another method is
+// idempotency_key_reused.
+func (s *Service) resume(ctx context.Context, mine Payment, method string, rec *idempotency.Record) (Payment, error) {
+	switch {
+	case mine.ID == "":
+		return Payment{}, ErrNotFound
+	case mine.Method != method:
+		return Payment{}, errKeyReused
+	}
+	var p Payment
+	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
+		rec.QueueClaim(b)
+		b.Queue(sqlGetPayment, mine.ID).QueryRow(func(row pgx.Row) error {
+			var err error
+			p, err = scanPayment(row)
+			return err
+		})
+	}, func(pgx.Tx) (*pgx.Batch, error) {
+		if p.Status != StatusSucceeded {
+			return nil, nil
+		}
+		last := &pgx.Batch{}
+		return last, rec.QueueComplete(last, paid(p))
+	})
+	p.RequestKey = mine.RequestKey
+	return p, err
 }
 
 // inFlight is the answer to a payment of an order whose other payment is
 // processing, or has just succeeded.
 func (s *Service) inFlight(ctx context.Context, orderID string) error {
-	active, err := s.store.Active(ctx, orderID)
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	_, active, err := s.store.OfRequestAndActive(ctx, orderID, "")
+	if err != nil {
 		return fmt.Errorf("read the payment in flight of %s: %w", orderID, err)
 	}
 	return s.answerInFlight(orderID, active)
@@ -394,30 +388,37 @@ func (s *Service) busy(orderID string, active Payment) error {
 		Extra:  map[string]any{"payments_url": url}}
 }
 
-// charge sends p to the gateway and records what it answered. The call is
-// made outside any transaction, with the payment id as its idempotency
-// key: the request, its retries and the reconciler all send the same key,
-// and the gateway charges it once.
+// charge sends p to the gateway and records what it answered (settle).
+// The call is made outside any transaction, with the payment id as its
+// idempotency key: the request, its retries and the reconciler all send
+// the same key, and the gateway charges it once. known is the order as
+// begun, or as last read.
 //
 // Once the charge has been sent, every way out of here either records an
 // outcome or leaves the payment processing with ErrOutcomeUnknown (202 to
 // the client, and the reconciler finishes the work): a charge that may
 // have been made is never answered with a failure.
-func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec *idempotency.Record) (Payment, error) {
+func (s *Service) charge(ctx context.Context, p Payment, known orders.Order, rec *idempotency.Record) (Payment, error) {
 	c, err := s.gateway.Charge(ctx, p.ID, ChargeRequest{AmountCents: p.AmountCents, PaymentMethod: p.Method, Reference: p.OrderID})
 	var declined *DeclinedError
 	var refused *RefusedError
 	switch {
 	case errors.As(err, &refused):
-		return s.discard(ctx, p, refused, rec)
+		// Nothing was charged: the payment is discarded, and the order
+		// can be paid again.
+		out, err := s.settle(ctx, p, Payment{}, known, orders.PaymentEnded(s.stamp()), rec)
+		if err != nil || out.ID != "" {
+			return out, err
+		}
+		s.counts.outcome(outcomeRejected)
+		return Payment{}, problem.Errorf(problem.Invalid, "payment_method: the gateway refused it: %s", refused.Detail)
 	case errors.As(err, &declined):
 		failed := p
-		now := s.stamp()
-		if err := failed.Fail(declined.Reason, now); err != nil {
+		if err := failed.Fail(declined.Reason, s.stamp()); err != nil {
 			return p, err
 		}
 		// The order can be paid again.
-		return s.record(ctx, p, failed, rec, begun, outcomeFailed, s.paymentEnded(now))
+		return s.settle(ctx, p, failed, known, orders.PaymentEnded(s.stamp()), rec)
 	case err != nil:
 		s.counts.outcome(outcomeUnknown)
 		s.logger.WarnContext(ctx, "payment outcome unknown; the reconciler will settle it", "payment", p.ID, "err", err)
@@ -426,80 +427,102 @@ func (s *Service) charge(ctx context.Context, p Payment, begun orders.Order, rec
 		}
 		return p, fmt.Errorf("charge payment %s: %w", p.ID, err)
 	}
-
-	// Layer 3: one transaction records the charge and moves the order
-	// paying → paid, each row written only at the version read.
-	var out Payment
-	err = s.pay.Retry(ctx, func(attempt int) error {
-		if attempt > 1 {
-			begun = orders.Order{} // the order moved: read it in the transaction
-		}
-		paid := p
-		now := s.stamp()
-		if err := paid.Succeed(c.ID, now); err != nil {
-			out = p
-			return err
-		}
-		var err error
-		out, err = s.record(ctx, p, paid, rec, begun, outcomeSucceeded, func(o *orders.Order) (bool, error) {
-			// Layer 2: the order must still be waiting for this payment.
-			if !s.layers.On(layers.State) {
-				o.Status, o.UpdatedAt = orders.StatusPaid, now
-				return true, nil
-			}
-			return true, o.Pay(now)
-		})
-		switch {
-		case errors.Is(err, orders.ErrVersionConflict) && attempt < layers.MaxTries:
-			return layers.Lost(layers.Version, err)
-		case errors.Is(err, orders.ErrVersionConflict):
-			// Changed under every try: the charge went through, so the
-			// answer is not busy but unknown, for the reconciler.
-			s.pay.Stopped(ctx, layers.Version)
-			s.counts.outcome(outcomeUnknown)
-			return fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
-		case problem.CodeOf(err) == problem.InvalidState:
-			// The order was cancelled or expired while the charge was in
-			// flight. Settle asked the payment's own row first: it is still
-			// processing, so this payment did not pay the order, and a
-			// settler that lost to another gets that one's outcome instead
-			// and never comes here. The customer must not be charged for
-			// an order that stopped waiting.
-			s.pay.Stopped(ctx, layers.State)
-			out, err = s.refund(ctx, p, c, rec)
-		}
-		return err
-	})
+	succeeded := p
+	if err := succeeded.Succeed(c.ID, s.stamp()); err != nil {
+		return p, err
+	}
+	out, err := s.settle(ctx, p, succeeded, known, orders.Pay(s.stamp()), rec)
+	if problem.CodeOf(err) == problem.InvalidState {
+		// The order was cancelled or expired while the charge was in
+		// flight, and settle found the payment's own row still
+		// processing: this payment did not pay the order. The customer
+		// must not be charged for an order that stopped waiting.
+		s.pay.Stopped(ctx, layers.State)
+		return s.refund(ctx, p, c, rec)
+	}
 	return out, err
 }
 
-// paymentEnded is the order's move when its payment ended without a
-// charge: back to pending, so it can be paid again (layer 2 leaves an
-// order that moved on meanwhile, a cancelled one, as it is).
-func (s *Service) paymentEnded(now time.Time) func(*orders.Order) (bool, error) {
-	return func(o *orders.Order) (bool, error) {
-		if !s.layers.On(layers.State) {
-			o.Status, o.UpdatedAt = orders.StatusPendingPayment, now
-			return true, nil
+// settle records settled, the outcome of the processing payment p (the
+// zero Payment discards p: the gateway refused it as invalid), and
+// applies move to its order, in one transaction of two round trips. The
+// payment's own row decides first: when another settler recorded an
+// outcome since p was read, that outcome is the answer, and the order is
+// not touched. When the order refuses move (a paid order's Pay on an
+// order cancelled meanwhile), settle asks the payment's row before it
+// answers the refusal, so that its caller never refunds a charge another
+// settler recorded. When the database does not answer within the budget,
+// nothing is recorded: p stays processing for the reconciler.
+func (s *Service) settle(ctx context.Context, p, settled Payment, known orders.Order, move orders.Change, rec *idempotency.Record) (Payment, error) {
+	err := s.pay.Retry(ctx, func(attempt int) error {
+		if attempt > 1 || known.ID == "" {
+			// The order as it is now: it moved since it was known.
+			var err error
+			if known, err = s.orders.Get(ctx, p.OrderID); err != nil {
+				return err
+			}
 		}
-		return o.PaymentEnded(now), nil
-	}
-}
-
-// discard removes a payment whose request the gateway refused as invalid:
-// nothing was charged, so nothing is kept, and the client is told what
-// was wrong with its request.
-func (s *Service) discard(ctx context.Context, p Payment, refused *RefusedError, rec *idempotency.Record) (Payment, error) {
-	err := s.store.Discard(ctx, p, s.layers, rec, s.paymentEnded(s.stamp()))
-	if errors.Is(err, ErrVersionConflict) {
-		return s.recorded(ctx, p)
-	}
-	if err != nil {
+		// Round trip 1. Layer 0: BEGIN and the request's claim again: still
+		// its own, or taken over after its lease ran out, and then this
+		// stale settlement is refused before it writes anything.
+		first := &pgx.Batch{}
+		rec.QueueClaim(first)
+		// Layer 3: the payment's own row first, at the version read; its
+		// row lock makes every other settler wait for this one.
+		if settled.ID == "" {
+			s.payments.QueueDiscard(first, p)
+		} else {
+			s.payments.QueueSettle(first, settled, p.Version)
+		}
+		// Layer 2: the order's rule; layer 3: at the version known.
+		if _, _, err := s.orders.QueueMove(ctx, first, known, move); err != nil {
+			if cur, gerr := s.store.Get(ctx, p.ID); gerr == nil && cur.Status != StatusProcessing {
+				settled = cur // another settler recorded it
+				return nil
+			}
+			return err
+		}
+		// Round trip 2: a success completes the key with its answer, and
+		// COMMIT.
+		last := &pgx.Batch{}
+		if settled.Status == StatusSucceeded {
+			if err := rec.QueueComplete(last, paid(settled)); err != nil {
+				return err
+			}
+		}
+		err := SettleError(orders.WriteError(postgres.InTxSend(ctx, s.db, first, last)))
+		switch {
+		case errors.Is(err, ErrVersionConflict):
+			s.pay.Stopped(ctx, layers.Version)
+			settled, err = s.recorded(ctx, p)
+			return err
+		case errors.Is(err, orders.ErrVersionConflict) && attempt < layers.MaxTries:
+			return layers.Lost(layers.Version, err)
+		case errors.Is(err, orders.ErrVersionConflict):
+			// The order changed under every try: the charge may have gone
+			// through, so the answer is not busy but unknown, for the
+			// reconciler.
+			s.pay.Stopped(ctx, layers.Version)
+			return fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
+		case errors.Is(err, ErrChargeSettled):
+			return fmt.Errorf("settle payment %s with charge %s: %w", p.ID, settled.ChargeID, err)
+		case err != nil && problem.CodeOf(err) == "":
+			return fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown):
 		s.counts.outcome(outcomeUnknown)
-		return p, fmt.Errorf("discard payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
+		s.logger.WarnContext(ctx, "payment outcome not recorded; the reconciler will record it", "payment", p.ID, "err", err)
+		return p, err
+	case err != nil:
+		return p, err
+	case settled.ID == "":
+		return Payment{}, nil // discarded
 	}
-	s.counts.outcome(outcomeRejected)
-	return Payment{}, problem.Errorf(problem.Invalid, "payment_method: the gateway refused it: %s", refused.Detail)
+	s.counts.outcome(string(settled.Status))
+	return settled, Outcome(settled)
 }
 
 // refund gives back the charge of a payment whose order stopped waiting.
@@ -518,48 +541,22 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge, rec *idempote
 	if err := refunded.Refund(c.ID, r.ID, s.stamp()); err != nil {
 		return p, err
 	}
-	return s.record(ctx, p, refunded, rec, orders.Order{}, outcomeRefunded, nil)
+	// The order has stopped waiting: it does not move, and is not read.
+	unmoved := func(*orders.Order) (bool, error) { return false, nil }
+	return s.settle(ctx, p, refunded, orders.Order{ID: p.OrderID}, unmoved, rec)
 }
 
-// record writes settled, the outcome of the processing payment p (and
-// moves its order, if moveOrder is set), claiming the request's key (rec)
-// again first; a success completes the key with its answer in the same
-// transaction, and the other outcomes, problems, are stored by the key's
-// middleware. When
-// another settler got there first, the version check stops this one, and
-// the payment as that one left it is the answer. When the database does
-// not answer (within the budget), nothing is recorded: p stays processing
-// for the reconciler.
-func (s *Service) record(ctx context.Context, p, settled Payment, rec *idempotency.Record, begun orders.Order, outcome string,
-	moveOrder func(*orders.Order) (bool, error)) (Payment, error) {
-	var answer func(Payment) idempotency.Answer
-	if settled.Status == StatusSucceeded {
-		answer = paid
-	}
-	out, err := s.store.Settle(ctx, settled, s.layers, rec, begun, moveOrder, answer)
-	switch {
-	case errors.Is(err, ErrVersionConflict):
-		s.pay.Stopped(ctx, layers.Version)
-		return s.recorded(ctx, p)
-	case errors.Is(err, orders.ErrVersionConflict), problem.CodeOf(err) != "":
-		return p, err // the order's answer: the caller decides on it
-	case err != nil:
-		s.counts.outcome(outcomeUnknown)
-		s.logger.WarnContext(ctx, "payment outcome not recorded; the reconciler will record it", "payment", p.ID, "err", err)
-		return p, fmt.Errorf("record payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
-	}
-	s.counts.outcome(outcome)
-	return out, Outcome(out)
-}
-
-// recorded returns the payment as another settler recorded it, with the
-// answer that goes with it.
+// recorded returns the payment as another settler recorded it.
 func (s *Service) recorded(ctx context.Context, p Payment) (Payment, error) {
+	exists, err := s.store.Exists(ctx, p.ID)
+	if err == nil && !exists {
+		return Payment{}, nil // discarded by another settler
+	}
 	cur, err := s.store.Get(ctx, p.ID)
 	if err != nil {
 		return p, fmt.Errorf("read payment %s: %w: %w", p.ID, ErrOutcomeUnknown, err)
 	}
-	return cur, Outcome(cur)
+	return cur, nil
 }
 
 // Outcome is the error that goes with a payment's status: nil for
@@ -579,8 +576,12 @@ func Outcome(p Payment) error {
 
 // Payments returns the payments of one of userID's orders, oldest first.
 func (s *Service) Payments(ctx context.Context, userID, orderID string) ([]Payment, error) {
-	if _, err := s.orders.Get(ctx, userID, orderID); err != nil {
-		return nil, err
+	if !ids.Valid(orderID) {
+		return nil, ErrNotFound
+	}
+	o, err := s.orders.Get(ctx, orderID)
+	if err != nil || o.UserID != userID {
+		return nil, ErrNotFound
 	}
 	return s.store.OfOrder(ctx, orderID)
 }

@@ -67,9 +67,8 @@ func TestSettle_ConcurrentSettlers(t *testing.T) {
 			// died): every reconciler finds all of them due at once.
 			f := newFixture(t)
 			_, ids := f.mustCreateOrders(t, settlerPayments)
-			store := payments.NewStore(f.pool)
 			for _, id := range ids {
-				mustBegin(t, store, id, f.clock.Now().Truncate(time.Microsecond))
+				begin(t, f.pool, id, f.clock.Now().Truncate(time.Microsecond))
 			}
 			var settled atomic.Int64
 			reconcilers := f.reconcilers(t, settlers)

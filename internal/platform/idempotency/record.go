@@ -436,6 +436,27 @@ func (r *Record) decide(held bool, row pgx.Row) error {
 	return nil
 }
 
+// Taken is asked by a flow whose lock another request holds, before it
+// answers resource_busy: when this request's key is another request's,
+// claimed by a copy of this request that is still running or completed
+// by one, it returns the *Refusal the claim would have returned, and the
+// middleware answers it as every keyed route does (request_in_progress,
+// the stored answer, idempotency_key_reused). It returns nil when the key
+// is free (the lock is another request's), or when the read fails: the
+// flow's own answer stands.
+func (r *Record) Taken(ctx context.Context) error {
+	if r == nil || r.claimed {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.store.finishTimeout)
+	defer cancel()
+	st, err := r.store.readKey(ctx, r.principal, r.names)
+	if err != nil {
+		return nil
+	}
+	return &Refusal{prev: st}
+}
+
 // Complete stores the answer in tx, as its last statement before COMMIT
 // (fenced by the owner token written by Claim). It reports whether it
 // stored it: false means another request took the key over after this

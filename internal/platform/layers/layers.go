@@ -84,6 +84,13 @@ func (s Set) On(l Layer) bool {
 	return on
 }
 
+// Takes reports whether s takes l off, without telling its probe: for
+// the harness that builds a row's variants (harness/variants).
+func (s Set) Takes(l Layer) bool { return s.off&(1<<l) != 0 }
+
+// Probe is the set's probe, nil unless Probed set one.
+func (s Set) Probe() *Probe { return s.probe }
+
 // Probed returns the set with p recording the layers asked for while off.
 func (s Set) Probed(p *Probe) Set {
 	s.probe = p
@@ -99,6 +106,15 @@ func (s Set) Same(o Set) bool { return s.off == o.off }
 // safe for concurrent use. Its zero value has recorded nothing.
 type Probe struct {
 	asked atomic.Uint32
+}
+
+// Took records that l was taken off where it would have acted: a
+// variant of a production step (harness/variants) says so each time it
+// ran without its layer.
+func (p *Probe) Took(l Layer) {
+	if p != nil {
+		p.asked.Or(1 << l)
+	}
 }
 
 // Reset forgets what p recorded, so that a test records only its race,

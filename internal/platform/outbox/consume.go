@@ -190,6 +190,32 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
+// Inbox is the consumers' record of the events they acted on, layer 0 of
+// a consumer: one row per consumer and event (inbox_pkey). NewInbox is
+// the table; a layer test hands a consumer one that has seen nothing
+// (harness/variants).
+type Inbox interface {
+	// Seen reports whether consumer has recorded e.
+	Seen(ctx context.Context, consumer string, e Event) (bool, error)
+	// Record writes consumer's row for e inside tx, and reports false
+	// when it was there already: another delivery recorded e first, and
+	// the caller rolls back what it did.
+	Record(ctx context.Context, tx pgx.Tx, consumer string, e Event, now time.Time) (fresh bool, err error)
+}
+
+// NewInbox returns the inbox table, read on db.
+func NewInbox(db Querier) Inbox { return inbox{db: db} }
+
+type inbox struct{ db Querier }
+
+func (i inbox) Seen(ctx context.Context, consumer string, e Event) (bool, error) {
+	return Seen(ctx, i.db, consumer, e)
+}
+
+func (i inbox) Record(ctx context.Context, tx pgx.Tx, consumer string, e Event, now time.Time) (bool, error) {
+	return Record(ctx, tx, consumer, e, now)
+}
+
 // Seen reports whether consumer has recorded e in its inbox.
 func Seen(ctx context.Context, db Querier, consumer string, e Event) (bool, error) {
 	var seen bool

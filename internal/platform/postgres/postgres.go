@@ -225,6 +225,19 @@ func InTxBatched(ctx context.Context, db *pgxpool.Pool, first func(*pgx.Batch), 
 	return tx.SendBatch(ctx, last).Close()
 }
 
+// InTxSend runs first and last as one transaction of two round trips:
+// BEGIN travels with first's statements, COMMIT with last's. An error of
+// first's (a statement's, or one its callbacks return) rolls back before
+// last is sent, and is returned as it is; last's errors are returned as
+// InTxBatched returns them. For a flow whose statements need no answer
+// in Go between the two: what the second round trip holds waits only for
+// the first to have succeeded.
+func InTxSend(ctx context.Context, db *pgxpool.Pool, first, last *pgx.Batch) error {
+	return InTxBatched(ctx, db, func(b *pgx.Batch) {
+		b.QueuedQueries = append(b.QueuedQueries, first.QueuedQueries...)
+	}, func(pgx.Tx) (*pgx.Batch, error) { return last, nil })
+}
+
 // startTx starts the span of one transaction (db.tx): from its BEGIN to
 // its COMMIT or rollback.
 func startTx(ctx context.Context) (context.Context, trace.Span) {

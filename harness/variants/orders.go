@@ -1,0 +1,193 @@
+package variants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/postgres"
+)
+
+// Orders returns rows with the database layers that off takes off,
+// telling probe each time one was: the state rule applied blind
+// (BlindOrders), the writes without their version (UnversionedOrders).
+func Orders(rows orders.OrderRows, off layers.Set, probe *layers.Probe) orders.OrderRows {
+	if isOff(off, layers.Version) {
+		rows = UnversionedOrders{OrderRows: rows, Probe: probe}
+	}
+	if isOff(off, layers.State) {
+		rows = BlindOrders{OrderRows: rows, Probe: probe}
+	}
+	return rows
+}
+
+// BlindOrders are the order rows as a flow without the state rule moves
+// them: when the flow's rule refuses a move, or finds nothing to do, the
+// order is moved all the same, as the rule would move an order in a state
+// that allows it. The rule is asked of the order in each state in turn,
+// and the first move it makes is the one written, at the version read.
+// The expiry job's claim of the due orders takes every unpaid one, the
+// one being paid too.
+type BlindOrders struct {
+	orders.OrderRows
+	Probe *layers.Probe
+}
+
+// Update applies change blind.
+func (b BlindOrders) Update(ctx context.Context, tx pgx.Tx, id string, change orders.Change) (orders.Order, bool, error) {
+	return b.OrderRows.Update(ctx, tx, id, b.blind(change))
+}
+
+// QueueMove applies change blind.
+func (b BlindOrders) QueueMove(ctx context.Context, batch *pgx.Batch, known orders.Order, change orders.Change) (orders.Order, bool, error) {
+	return b.OrderRows.QueueMove(ctx, batch, known, b.blind(change))
+}
+
+// ExpireDue applies change blind to every unpaid order past its time.
+func (b BlindOrders) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int, change orders.Change) (int, error) {
+	due := Rewrite(tx, layers.State, b.Probe, Edit{Prefix: "WITH due AS",
+		Old: "WHERE status = 'pending_payment' AND", New: "WHERE status IN ('pending_payment', 'paying') AND"})
+	return b.OrderRows.ExpireDue(ctx, due, now, limit, b.blind(change))
+}
+
+// blind is change without its refusals.
+func (b BlindOrders) blind(change orders.Change) orders.Change {
+	return func(o *orders.Order) (bool, error) {
+		moved, err := change(o)
+		if err == nil && moved {
+			return true, nil
+		}
+		for _, status := range orders.Statuses {
+			// The expiry time is part of the rule too (a payment begins
+			// before it, an order expires after it).
+			for _, expires := range []time.Time{o.ExpiresAt, farFuture, farPast} {
+				try := *o
+				try.Status, try.ExpiresAt = status, expires
+				if m, e := change(&try); e == nil && m {
+					b.Probe.Took(layers.State)
+					o.Status, o.UpdatedAt = try.Status, try.UpdatedAt
+					return true, nil
+				}
+			}
+		}
+		return moved, err
+	}
+}
+
+var (
+	farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	farPast   = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// UnversionedOrders are the order rows written without the version
+// check: an order is written whatever moved it since it was read.
+type UnversionedOrders struct {
+	orders.OrderRows
+	Probe *layers.Probe
+}
+
+// orderVersion cuts the version condition out of an order's write.
+var orderVersion = Edit{Prefix: "UPDATE orders", Old: "WHERE id = $1 AND version = $2", New: "WHERE id = $1 AND $2::bigint IS NOT NULL"}
+
+// Update writes without the version check.
+func (u UnversionedOrders) Update(ctx context.Context, tx pgx.Tx, id string, change orders.Change) (orders.Order, bool, error) {
+	return u.OrderRows.Update(ctx, Rewrite(tx, layers.Version, u.Probe, orderVersion), id, change)
+}
+
+// QueueMove queues the write without the version check.
+func (u UnversionedOrders) QueueMove(ctx context.Context, b *pgx.Batch, known orders.Order, change orders.Change) (orders.Order, bool, error) {
+	from := len(b.QueuedQueries)
+	o, moved, err := u.OrderRows.QueueMove(ctx, b, known, change)
+	Edited(b, from, layers.Version, u.Probe, orderVersion)
+	return o, moved, err
+}
+
+// ExpireDue writes without the version check.
+func (u UnversionedOrders) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int, change orders.Change) (int, error) {
+	return u.OrderRows.ExpireDue(ctx, Rewrite(tx, layers.Version, u.Probe, orderVersion), now, limit, change)
+}
+
+// The ways an order takes stock without the version layer (Stock).
+const (
+	// Unconditional decrements without the condition: only the CHECK
+	// constraint refuses an oversell.
+	Unconditional = "unconditional"
+	// ReadCheckWrite reads the stock, checks it in Go and writes the
+	// difference back: the lost update the conditional decrement
+	// exists to prevent, which the CHECK cannot see.
+	ReadCheckWrite = "read-check-write"
+)
+
+// Stock returns how an order takes stock with off's layers: the
+// production step, or with the version layer off the way naive names
+// (Unconditional when "").
+func Stock(stock orders.Stock, off layers.Set, naive string, probe *layers.Probe) orders.Stock {
+	if !isOff(off, layers.Version) {
+		return stock
+	}
+	if naive == ReadCheckWrite {
+		return ReadCheckWriteStock{Probe: probe}
+	}
+	return UnconditionalStock{Stock: stock, Probe: probe}
+}
+
+// UnconditionalStock is the production decrement without its condition.
+type UnconditionalStock struct {
+	orders.Stock
+	Probe *layers.Probe
+}
+
+// Take decrements whatever the stock.
+func (u UnconditionalStock) Take(ctx context.Context, tx pgx.Tx, lines []inventory.Line) (map[string]int64, error) {
+	return u.Stock.Take(ctx, Rewrite(tx, layers.Version, u.Probe, Edit{Prefix: "UPDATE products",
+		Old: "WHERE sku = $1 AND stock_available >= $2", New: "WHERE sku = $1 AND $2::integer IS NOT NULL"}), lines)
+}
+
+// The read-check-write, as naive code writes it.
+const (
+	sqlReadStock  = `SELECT stock_available, price_cents FROM products WHERE sku = $1`
+	sqlWriteStock = `UPDATE products SET stock_available = $2 WHERE sku = $1`
+)
+
+// ReadCheckWriteStock takes stock by reading it, checking it in Go and
+// writing the difference back.
+type ReadCheckWriteStock struct{ Probe *layers.Probe }
+
+// Take reads, checks and writes each line, in SKU order.
+func (r ReadCheckWriteStock) Take(ctx context.Context, tx pgx.Tx, lines []inventory.Line) (map[string]int64, error) {
+	r.Probe.Took(layers.Version)
+	prices := make(map[string]int64, len(lines))
+	var short []inventory.Line
+	for _, l := range inventory.BySKU(lines) {
+		var stock int
+		var price int64
+		if err := tx.QueryRow(ctx, sqlReadStock, l.SKU).Scan(&stock, &price); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read stock of %s: %w", l.SKU, err)
+		}
+		if stock < l.Quantity {
+			short = append(short, l)
+			continue
+		}
+		_, err := tx.Exec(ctx, sqlWriteStock, l.SKU, stock-l.Quantity)
+		if postgres.ConstraintViolated(err) == inventory.ConstraintStockNonNegative {
+			return nil, inventory.StockConstraint(l)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("write stock of %s: %w", l.SKU, err)
+		}
+		prices[l.SKU] = price
+	}
+	if len(short) > 0 {
+		return nil, inventory.Shortfall(ctx, tx, short)
+	}
+	return prices, nil
+}
+
+// isOff reports whether off takes l off, without asking its probe.
+func isOff(off layers.Set, l layers.Layer) bool { return off.Takes(l) }
