@@ -8,6 +8,7 @@ import (
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/seats"
 )
 
 // Variants are how the ablation tests and the race lab's sandboxes take
@@ -26,6 +27,9 @@ type Variants struct {
 	Payments func(payments.PaymentRows) payments.PaymentRows
 	// Inbox wraps a consumer's inbox.
 	Inbox func(outbox.Inbox) outbox.Inbox
+	// Holds wraps the steps of the seat flows (their locks in PostgreSQL,
+	// their rules and their conditional writes).
+	Holds func(seats.HoldRows) seats.HoldRows
 }
 
 // keys is the middleware of a keyed route.
@@ -68,6 +72,16 @@ func (v Variants) payments(cfg payments.Config) payments.Config {
 	}
 	if v.Payments != nil {
 		cfg.Payments = v.Payments(payments.NewStore(cfg.DB))
+	}
+	cfg.Locker = v.locker(cfg.Locker)
+	return cfg
+}
+
+// seats returns the seat flows' config with their steps, cfg's own or
+// their variants.
+func (v Variants) seats(cfg seats.Config) seats.Config {
+	if v.Holds != nil {
+		cfg.Holds = v.Holds(seats.NewStore(cfg.DB))
 	}
 	cfg.Locker = v.locker(cfg.Locker)
 	return cfg
