@@ -95,7 +95,7 @@ func Serve(t testing.TB, a *app.App, client *http.Client) *Replica {
 // hold-back; a pm_card_slow answer inside it waits for Env.Slow's
 // Release, not for the clock). The rate limits are off: these tests race hundreds of requests from one
 // address and one user, which is what the limits exist to refuse; the
-// limits' own tests turn them on (limitedEnv in package app).
+// limits' own tests turn them on (NewLimited).
 func New(t testing.TB, replicas int, vars map[string]string) *Env {
 	t.Helper()
 	return NewWith(t, replicas, vars, app.Deps{})
