@@ -18,6 +18,7 @@ import (
 	"github.com/shop-example/shop/harness/books"
 	"github.com/shop-example/shop/harness/gateway"
 	"github.com/shop-example/shop/harness/gateway/gatewaytest"
+	"github.com/shop-example/shop/harness/lab"
 	"github.com/shop-example/shop/harness/mailer"
 	"github.com/shop-example/shop/harness/mailer/mailertest"
 	"github.com/shop-example/shop/harness/testenv"
@@ -204,15 +205,26 @@ func build(t testing.TB, s spec) *Env {
 		pool := testenv.PoolFor(t, replicaURL)
 		clients := redisx.Clients(c.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
-		a, err := app.New(c, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
-			Layers: switches.Layers, Variants: switches.Variants, Sandbox: switches.Sandbox, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
-			SpanProcessor: switches.SpanProcessor})
+		deps := app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
+			Layers: switches.Layers, Variants: switches.Variants, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
+			SpanProcessor: switches.SpanProcessor}
+		a, err := app.New(c, deps)
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
 		}
+		// A demo server's race lab, attached as `shop serve` attaches it.
+		closeLab := func() {}
+		if c.Demo {
+			l, err := lab.Attach(a, c, deps)
+			if err != nil {
+				a.Close()
+				t.Fatalf("lab.Attach: %v", err)
+			}
+			closeLab = l.Close
+		}
 		r := Serve(t, a, client)
 		closeServers := r.stop
-		r.stop = sync.OnceFunc(func() { closeServers(); a.Close() })
+		r.stop = sync.OnceFunc(func() { closeServers(); closeLab(); a.Close() })
 		t.Cleanup(r.stop)
 		return r
 	}
