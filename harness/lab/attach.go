@@ -31,7 +31,8 @@ type host struct {
 // and deps: the lab's routes under /v1/lab, a race counted against the
 // user's limit (policy lab, SHOP_RATE_LIMIT_LAB), and before routing the
 // live copy's (a request with the lab's key is served by the copy, not by
-// a). `shop serve` attaches it on a demo server (SHOP_DEMO=true), and so
+// a). The copies are built on deps' Pool (their schemas), Redis, Logger
+// and Now; the caller still owns them. `shop serve` attaches it on a demo server (SHOP_DEMO=true), and so
 // do the test stacks (harness/apptest); elsewhere /v1/lab is an unknown
 // route. Call it before a serves, and Close before a closes.
 func Attach(a *app.App, cfg config.Config, deps app.Deps) (*Attached, error) {
