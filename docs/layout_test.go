@@ -2,14 +2,21 @@ package docs_test
 
 // DESIGN.md §4 is the one list of the repository's directories. A package
 // added without its line, a line left behind by a removed package, or a
-// package listed twice fails here.
+// package listed twice fails here; so does a package of the lesson
+// (internal/) that imports one of the harness, directly or through
+// another package of the module.
 
 import (
 	"fmt"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -141,4 +148,149 @@ func layoutEntries(t *testing.T, file, anchor string) ([]string, error) {
 		}
 	}
 	return nil, fmt.Errorf("%s has no fenced list in its section #%s", file, anchor)
+}
+
+// TestDocs_LessonImportsNoHarness fails when a package under internal/,
+// its tests aside, imports one under harness/, directly or through any
+// other package of the module (docs, web, migrations, …): the harness
+// proves the lesson from outside, and the lesson builds without it
+// (DESIGN.md §4). Build tags do not hide a file: every non-test .go file
+// counts.
+func TestDocs_LessonImportsNoHarness(t *testing.T) {
+	module, graph, err := moduleImports("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(graph) < 30 || len(graph["internal/app"]) == 0 {
+		t.Fatalf("found only %d packages, internal/app importing %d: the scan is broken", len(graph), len(graph["internal/app"]))
+	}
+	t.Logf("module %s: %d packages", module, len(graph))
+	for _, err := range harnessImports(graph) {
+		t.Error(err)
+	}
+}
+
+// TestDocs_HarnessImportsCheck shows what the import check refuses.
+func TestDocs_HarnessImportsCheck(t *testing.T) {
+	cases := []struct {
+		name  string
+		graph map[string][]string
+		errs  int
+	}{
+		{"the harness imports the lesson", map[string][]string{
+			"internal/app": {"internal/orders"}, "internal/orders": nil, "harness/lab": {"internal/app"},
+		}, 0},
+		{"the lesson imports the harness", map[string][]string{
+			"internal/app": {"harness/lab"}, "harness/lab": nil,
+		}, 1},
+		{"through a package of neither", map[string][]string{
+			"internal/app": {"web"}, "web": {"harness/apptest"}, "harness/apptest": nil,
+		}, 1},
+		{"through another package of the lesson, named at each", map[string][]string{
+			"internal/app": {"internal/orders"}, "internal/orders": {"harness/variants"}, "harness/variants": nil,
+		}, 2},
+		{"a cycle of packages outside the harness", map[string][]string{
+			"internal/a": {"web"}, "web": {"internal/a"},
+		}, 0},
+	}
+	for _, tc := range cases {
+		if errs := harnessImports(tc.graph); len(errs) != tc.errs {
+			t.Errorf("%s: %d errors %v, want %d", tc.name, len(errs), errs, tc.errs)
+		}
+	}
+}
+
+// harnessImports returns, for each package under internal/ whose imports
+// reach one under harness/, the path that reaches it. graph maps each
+// package of the module (its directory from the root) to the packages of
+// the module it imports.
+func harnessImports(graph map[string][]string) []error {
+	underHarness := func(p string) bool { return p == "harness" || strings.HasPrefix(p, "harness/") }
+	var errs []error
+	pkgs := slices.Sorted(func(yield func(string) bool) {
+		for p := range graph {
+			if strings.HasPrefix(p, "internal/") && !yield(p) {
+				return
+			}
+		}
+	})
+	for _, from := range pkgs {
+		// Breadth first, so the path reported is a shortest one.
+		via := map[string]string{from: ""}
+		queue := []string{from}
+		for len(queue) > 0 {
+			p := queue[0]
+			queue = queue[1:]
+			if underHarness(p) {
+				chain := []string{p}
+				for q := via[p]; q != ""; q = via[q] {
+					chain = append(chain, q)
+				}
+				slices.Reverse(chain)
+				errs = append(errs, fmt.Errorf("%s imports %s (%s): the lesson must build without the harness", from, p, strings.Join(chain, " → ")))
+				break
+			}
+			for _, q := range graph[p] {
+				if _, seen := via[q]; !seen {
+					via[q] = p
+					queue = append(queue, q)
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// moduleImports returns the module's path and, for each directory under
+// root that holds non-test Go files, the packages of the module they
+// import, as directories from root.
+func moduleImports(root string) (string, map[string][]string, error) {
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", nil, err
+	}
+	m := regexp.MustCompile(`(?m)^module\s+(\S+)`).FindSubmatch(mod)
+	if m == nil {
+		return "", nil, fmt.Errorf("go.mod names no module")
+	}
+	module := string(m[1])
+	graph := map[string][]string{}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != root && (strings.HasPrefix(d.Name(), ".") || slices.Contains([]string{"vendor", "node_modules", "testdata"}, d.Name())) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(p))
+		if err != nil {
+			return err
+		}
+		dir := filepath.ToSlash(rel)
+		if _, ok := graph[dir]; !ok {
+			graph[dir] = nil
+		}
+		for _, imp := range f.Imports {
+			ip, err := strconv.Unquote(imp.Path.Value)
+			if err != nil {
+				return err
+			}
+			if to, ok := strings.CutPrefix(ip, module+"/"); ok && !slices.Contains(graph[dir], to) {
+				graph[dir] = append(graph[dir], path.Clean(to))
+			}
+		}
+		return nil
+	})
+	return module, graph, err
 }

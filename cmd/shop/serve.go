@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/shop-example/shop/harness/lab"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/httpx"
@@ -38,11 +39,21 @@ func serve(ctx context.Context, logger *slog.Logger) error {
 	clients := redisx.Clients(cfg.RedisAddrs)
 	defer redisx.Close(clients) //nolint:errcheck
 
-	a, err := app.New(cfg, app.Deps{Pool: pool, Redis: clients, Logger: logger})
+	deps := app.Deps{Pool: pool, Redis: clients, Logger: logger}
+	a, err := app.New(cfg, deps)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
+	// A demo server's race lab attaches itself to the shop (harness/lab);
+	// its copies of the service stop before the shop closes.
+	if cfg.Demo {
+		l, err := lab.Attach(a, cfg, deps)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+	}
 	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
 	var jobs sync.WaitGroup
 	jobs.Go(func() { a.RunJobs(jobsCtx) })

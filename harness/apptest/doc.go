@@ -13,5 +13,6 @@
 // runner), and StartWith adds what the race lab and the pages need
 // (StackOptions: replica names, the lab's own gateway; the lab's live
 // runs come back in through the balancer), as the browser tests run the
-// compose stack.
+// compose stack. A replica of a demo server (SHOP_DEMO=true) has the race
+// lab attached, as `shop serve` attaches it (lab.Attach).
 package apptest

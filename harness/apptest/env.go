@@ -18,13 +18,12 @@ import (
 	"github.com/shop-example/shop/harness/books"
 	"github.com/shop-example/shop/harness/gateway"
 	"github.com/shop-example/shop/harness/gateway/gatewaytest"
+	"github.com/shop-example/shop/harness/lab"
 	"github.com/shop-example/shop/harness/mailer"
 	"github.com/shop-example/shop/harness/mailer/mailertest"
 	"github.com/shop-example/shop/harness/testenv"
-	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/config"
-	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/redisx"
 )
 
@@ -97,7 +96,7 @@ func Serve(t testing.TB, a *app.App, client *http.Client) *Replica {
 // hold-back; a pm_card_slow answer inside it waits for Env.Slow's
 // Release, not for the clock). The rate limits are off: these tests race hundreds of requests from one
 // address and one user, which is what the limits exist to refuse; the
-// limits' own tests turn them on (limitedEnv in package app).
+// limits' own tests turn them on (NewLimited).
 func New(t testing.TB, replicas int, vars map[string]string) *Env {
 	t.Helper()
 	return NewWith(t, replicas, vars, app.Deps{})
@@ -201,25 +200,31 @@ func build(t testing.TB, s spec) *Env {
 
 	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, LabMailer: labMailer, Mailer: mail, Cfg: cfg,
 		environ: environ, each: s.each, down: map[int]bool{}}
-	// The race lab's sandboxes take their layers off as the ablation does.
-	sandbox := switches.Sandbox
-	if sandbox == nil {
-		sandbox = func(off layers.Set) app.Variants { return variants.For(off, variants.ReadCheckWrite, nil) }
-	}
 	e.start = func(t testing.TB, c config.Config) *Replica {
 		t.Helper()
 		pool := testenv.PoolFor(t, replicaURL)
 		clients := redisx.Clients(c.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
-		a, err := app.New(c, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
-			Layers: switches.Layers, Variants: switches.Variants, Sandbox: sandbox, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
-			SpanProcessor: switches.SpanProcessor})
+		deps := app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
+			Layers: switches.Layers, Variants: switches.Variants, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
+			SpanProcessor: switches.SpanProcessor}
+		a, err := app.New(c, deps)
 		if err != nil {
 			t.Fatalf("app.New: %v", err)
 		}
+		// A demo server's race lab, attached as `shop serve` attaches it.
+		closeLab := func() {}
+		if c.Demo {
+			l, err := lab.Attach(a, c, deps)
+			if err != nil {
+				a.Close()
+				t.Fatalf("lab.Attach: %v", err)
+			}
+			closeLab = l.Close
+		}
 		r := Serve(t, a, client)
 		closeServers := r.stop
-		r.stop = sync.OnceFunc(func() { closeServers(); a.Close() })
+		r.stop = sync.OnceFunc(func() { closeServers(); closeLab(); a.Close() })
 		t.Cleanup(r.stop)
 		return r
 	}

@@ -20,8 +20,8 @@
 // journal the real orders are audited against.
 //
 // With layers taken off, a run goes to a sandbox instead: a second copy
-// of the service, built with the flows' layer switches and serving on a
-// loopback port of this process, over tables of its own (the shop_lab
+// of the service, built with the variants that take those layers off
+// (harness/variants) and serving on a loopback port of this process, over tables of its own (the shop_lab
 // schema; shop_lab_bare, without the constraints, when layer 4 is off)
 // and with a payment gateway of its own. Real orders never see it, and a
 // visitor sees what a missing layer lets through — oversold stock, a
@@ -65,6 +65,13 @@
 // lock's wait and hold, its transactions, the card processor's call, the
 // races it lost and tried again, the layer that stopped it, and whether
 // it was a replay. The store keeps the last minutes' races.
+//
+// The lab is no part of the shop: app.New builds the shop alone, and the
+// lab attaches itself to a built replica from outside (Attach), adding
+// its routes and, before routing, the live copy's; `shop serve` attaches
+// it on a demo server, and so do the test stacks (harness/apptest). Its
+// copies of the service (copies.go) are app.New's too, on the lab's
+// schemas, gateways, mail providers and streams.
 //
 // The lab is an amplifier if left open: a race is started by a
 // registered user, counted against that user's limit (SHOP_RATE_LIMIT_LAB),

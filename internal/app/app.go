@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shop-example/shop/docs"
-	"github.com/shop-example/shop/harness/lab"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
@@ -61,10 +60,6 @@ type Deps struct {
 	// ablation tests and the race lab's sandboxes; the zero value, what
 	// production runs, takes none off.
 	Variants Variants
-	// Sandbox makes the variants of a race lab's sandbox with a set's
-	// layers off (harness/variants.For); nil leaves the sandboxes every
-	// layer.
-	Sandbox func(layers.Set) Variants
 	// LikeShards is how many counter rows a new post's like count is
 	// spread over; 0 means likes.DefaultShards. The bench sets 1 for its
 	// single-row baseline.
@@ -92,7 +87,11 @@ type Deps struct {
 
 // App is one replica of the service.
 type App struct {
-	Echo     *echo.Echo
+	// Echo serves the API. A tool attached from outside (the race lab)
+	// adds its routes to API() and may route requests before the router
+	// with Echo.Pre.
+	Echo *echo.Echo
+	// Metrics is the replica's registry, which GET /metrics serves.
 	Metrics  *metrics.Metrics
 	Orders   *orders.Service
 	Payments *payments.Service
@@ -101,13 +100,14 @@ type App struct {
 
 	cfg         config.Config
 	deps        Deps
+	replica     string
+	v1          *echo.Group
+	authn       *auth.Middleware
 	locker      *lock.Locker
 	idem        *idempotency.Store
 	bookkeeping *pgxpool.Pool
 	limits      limits
 	readiness   *readyProbe
-	sandboxes   *sandboxes
-	live        *liveCopy
 	events      *events
 	tracing     *tracing.Tracing
 }
@@ -215,17 +215,12 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies,
 		Tracing: tp})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, locker: locker, idem: idem,
-		bookkeeping: bookkeeping, limits: limit, readiness: readiness, events: ev, tracing: tr}
-	a.sandboxes = &sandboxes{a: a}
-	a.live = newLiveCopy(a)
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, replica: replica,
+		authn: authn, locker: locker, idem: idem, bookkeeping: bookkeeping, limits: limit, readiness: readiness, events: ev, tracing: tr}
 	e.Use(servedBy(replica))
 	if deps.Events.PublishAfterCommit {
 		e.Use(ev.publishAfterCommit(deps.Events.Lost))
 	}
-	// The race lab's live runs, before routing: a request with the lab's
-	// key is the live copy's (demo servers only).
-	e.Pre(a.live.route)
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", readiness.handle)
@@ -237,6 +232,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	// flow claims and completes the key in its own transaction.
 	atomicFor := func(flow string) echo.MiddlewareFunc { return deps.Variants.keys(idem.Atomic(flow)) }
 	v1 := e.Group("/v1")
+	a.v1 = v1
 	auth.Register(v1, users, authn, limit.register)
 	// The admin's routes carry no limit: one trusted operator's token,
 	// whose scripts (seed, restock) must not be throttled.
@@ -259,12 +255,9 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		PublicLimit: limit.public, WriteLimit: limit.writes,
 	})
 
-	// The shop in a browser, and its race lab (demo servers only).
+	// The shop in a browser. Its race lab attaches itself from outside
+	// (harness/lab), on demo servers only.
 	web.Register(e)
-	lab.Register(v1, lab.New(lab.Config{
-		Demo: cfg.Demo, Replica: replica, Logger: deps.Logger, Now: deps.Now,
-		Live: a.live.target, LiveMetrics: a.live.liveMetrics, Sandbox: a.sandboxes.build,
-	}), lab.Guards{User: authn.User, RaceLimit: limit.lab})
 	return a, nil
 }
 
@@ -275,7 +268,9 @@ type limits struct {
 	writes   echo.MiddlewareFunc // a user's writes other than creating an order, per user
 	orders   echo.MiddlewareFunc // creating an order, per user
 	likes    echo.MiddlewareFunc // likes and unlikes, per user
-	lab      echo.MiddlewareFunc // race-lab runs started, per user
+	// limiter counts them, and the limits of routes added from outside
+	// (App.Limit).
+	limiter *ratelimit.Limiter
 	// rdb is the limiter's client; nil with the limits off. It is its own
 	// even on a lock node: its own connections, so a limiter call never
 	// waits for a lock's connection nor a lock for the limiter's, and its
@@ -305,6 +300,7 @@ func newLimits(cfg config.Config, deps Deps, m *metrics.Metrics) (limits, error)
 		l.close()
 		return limits{}, err
 	}
+	l.limiter = limiter
 	for _, p := range []struct {
 		mw     *echo.MiddlewareFunc
 		policy ratelimit.Policy
@@ -314,7 +310,6 @@ func newLimits(cfg config.Config, deps Deps, m *metrics.Metrics) (limits, error)
 		{&l.writes, ratelimit.Policy{Name: "writes", Rate: ratelimit.Rate(cfg.RateLimit.Writes), Per: ratelimit.PerUser}},
 		{&l.orders, ratelimit.Policy{Name: "orders", Rate: ratelimit.Rate(cfg.RateLimit.Orders), Per: ratelimit.PerUser}},
 		{&l.likes, ratelimit.Policy{Name: "likes", Rate: ratelimit.Rate(cfg.RateLimit.Likes), Per: ratelimit.PerUser}},
-		{&l.lab, ratelimit.Policy{Name: "lab", Rate: ratelimit.Rate(cfg.RateLimit.Lab), Per: ratelimit.PerUser}},
 	} {
 		if *p.mw, err = limiter.Limit(p.policy); err != nil {
 			l.close()
@@ -418,8 +413,6 @@ func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 // once the server has drained: it first waits for the idempotency keys
 // still being released in the background.
 func (a *App) Close() {
-	a.live.close()
-	a.sandboxes.close()
 	a.idem.Wait()
 	a.bookkeeping.Close()
 	a.limits.close()

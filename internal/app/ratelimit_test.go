@@ -18,47 +18,6 @@ import (
 	"github.com/shop-example/shop/internal/seats"
 )
 
-// limitedEnv is apptest.New with the limits on, as in production, and the test
-// client's loopback address trusted as a proxy, so each test can say which
-// client address a request comes from (X-Forwarded-For, see from). The
-// counts live in the shared Redis, so tests count against addresses and
-// users no other run uses. vars set the limits under test; the others are
-// the defaults of SHOP_RATE_LIMIT_*, but for the bound of a limiter call:
-// on a loaded test machine a call can pass the 100 ms default and the
-// request goes on uncounted (fail open, by design), which would make the
-// counts inexact. TestRateLimit_RedisUnreachable keeps the default.
-func limitedEnv(t *testing.T, replicas int, vars map[string]string) *apptest.Env {
-	t.Helper()
-	environ := map[string]string{
-		"SHOP_RATE_LIMIT":         "on",
-		"SHOP_TRUSTED_PROXIES":    "127.0.0.1",
-		"SHOP_RATE_LIMIT_TIMEOUT": "2s",
-	}
-	maps.Copy(environ, vars)
-	return apptest.New(t, replicas, environ)
-}
-
-// from is the header pair that makes a request come from addr through the
-// trusted proxy.
-func from(addr string) []string { return []string{"X-Forwarded-For", addr} }
-
-// register sends POST /v1/users from addr.
-func register(t testing.TB, r *apptest.Replica, name, addr string) apptest.Response {
-	t.Helper()
-	return r.Do(t, http.MethodPost, "/v1/users", "", map[string]string{"name": name}, from(addr)...)
-}
-
-// rateLimitOf returns the RateLimit header's policy name and remaining
-// count; ok is false when the answer has none.
-func rateLimitOf(res apptest.Response) (policy string, remaining int, ok bool) {
-	m := regexp.MustCompile(`^"([a-z_]+)";r=(\d+);t=\d+$`).FindStringSubmatch(res.Header.Get("RateLimit"))
-	if m == nil {
-		return "", 0, false
-	}
-	n, _ := strconv.Atoi(m[2])
-	return m[1], n, true
-}
-
 // TestRateLimit_Register: registration is limited per client address. The
 // fourth registration from one address within the hour is refused before
 // anything is written, with the headers API.md promises; another address
@@ -71,10 +30,10 @@ func TestRateLimit_Register(t *testing.T) {
 	t.Run("LimitsOff", func(t *testing.T) {
 		off := maps.Clone(vars)
 		off["SHOP_RATE_LIMIT"] = "off"
-		e := limitedEnv(t, 1, off)
+		e := apptest.NewLimited(t, 1, off)
 		addr := testenv.ClientAddr()
 		for range 3 * limit {
-			res := register(t, e.R(0), "flood", addr)
+			res := apptest.RegisterFrom(t, e.R(0), "flood", addr)
 			apptest.WantStatus(t, res, http.StatusCreated)
 			if h := res.Header.Get("RateLimit-Policy"); h != "" {
 				t.Fatalf("RateLimit-Policy %q with the limits off", h)
@@ -86,25 +45,25 @@ func TestRateLimit_Register(t *testing.T) {
 	})
 
 	t.Run("On", func(t *testing.T) {
-		e := limitedEnv(t, 1, vars)
+		e := apptest.NewLimited(t, 1, vars)
 		addr, other := testenv.ClientAddr(), testenv.ClientAddr()
 		for i := range limit {
-			res := register(t, e.R(0), fmt.Sprintf("user-%d", i), addr)
+			res := apptest.RegisterFrom(t, e.R(0), fmt.Sprintf("user-%d", i), addr)
 			apptest.WantStatus(t, res, http.StatusCreated)
 			if got, want := res.Header.Get("RateLimit-Policy"), `"register";q=3;w=3600`; got != want {
 				t.Errorf("registration %d: RateLimit-Policy %q, want %q", i+1, got, want)
 			}
-			if policy, left, ok := rateLimitOf(res); !ok || policy != "register" || left != limit-1-i {
+			if policy, left, ok := apptest.RateLimitOf(res); !ok || policy != "register" || left != limit-1-i {
 				t.Errorf("registration %d: RateLimit %q, want \"register\";r=%d;t=…", i+1, res.Header.Get("RateLimit"), limit-1-i)
 			}
 		}
 
-		res := register(t, e.R(0), "one-too-many", addr)
+		res := apptest.RegisterFrom(t, e.R(0), "one-too-many", addr)
 		apptest.WantProblem(t, res, http.StatusTooManyRequests, "rate_limited") // do checks problem+json and Retry-After
 		if retry, _ := strconv.Atoi(res.Header.Get("Retry-After")); retry < 60 {
 			t.Errorf("Retry-After %d s, want the time until one more is allowed: about 20 minutes", retry)
 		}
-		if policy, left, ok := rateLimitOf(res); !ok || policy != "register" || left != 0 {
+		if policy, left, ok := apptest.RateLimitOf(res); !ok || policy != "register" || left != 0 {
 			t.Errorf("refusal: RateLimit %q, want \"register\";r=0;t=…", res.Header.Get("RateLimit"))
 		}
 		if res.Header.Get("RateLimit-Policy") == "" {
@@ -118,7 +77,7 @@ func TestRateLimit_Register(t *testing.T) {
 		}
 
 		// Another client is counted on its own.
-		apptest.WantStatus(t, register(t, e.R(0), "neighbour", other), http.StatusCreated)
+		apptest.WantStatus(t, apptest.RegisterFrom(t, e.R(0), "neighbour", other), http.StatusCreated)
 
 		apptest.WantMetric(t, e.R(0), `shop_rate_limit_requests_total{decision="allowed",limit="register"} 4`)
 		apptest.WantMetric(t, e.R(0), `shop_rate_limit_requests_total{decision="denied",limit="register"} 1`)
@@ -147,10 +106,10 @@ func TestRateLimit_Hoarding(t *testing.T) {
 		cfg     config.RateLimits
 	}
 	hoard := func(t *testing.T, vars map[string]string) outcome {
-		e := limitedEnv(t, 1, vars)
+		e := apptest.NewLimited(t, 1, vars)
 		r := e.R(0)
 		apptest.MustCreateProduct(t, r, sku, 500, stock)
-		u := apptest.Decode[apptest.User](t, register(t, r, "hoarder", testenv.ClientAddr()))
+		u := apptest.Decode[apptest.User](t, apptest.RegisterFrom(t, r, "hoarder", testenv.ClientAddr()))
 		body, _ := json.Marshal(apptest.OrderBody(apptest.Line{SKU: sku, Quantity: 1}))
 		out := outcome{refused: map[string]int{}, cfg: e.Cfg.RateLimit}
 		var mu sync.Mutex
@@ -205,9 +164,9 @@ func TestRateLimit_Hoarding(t *testing.T) {
 // reaches the idempotency layer: its key is neither claimed nor stored.
 func TestRateLimit_SharedByReplicas(t *testing.T) {
 	const limit = 4
-	e := limitedEnv(t, 2, map[string]string{"SHOP_RATE_LIMIT_ORDERS": strconv.Itoa(limit) + "/h"})
+	e := apptest.NewLimited(t, 2, map[string]string{"SHOP_RATE_LIMIT_ORDERS": strconv.Itoa(limit) + "/h"})
 	apptest.MustCreateProduct(t, e.R(0), "SHARED-1", 100, 100)
-	u := apptest.Decode[apptest.User](t, register(t, e.R(0), "spreader", testenv.ClientAddr()))
+	u := apptest.Decode[apptest.User](t, apptest.RegisterFrom(t, e.R(0), "spreader", testenv.ClientAddr()))
 
 	var created, refusedKeys []string
 	for i := range 10 {
@@ -256,10 +215,10 @@ func TestRateLimit_SharedByReplicas(t *testing.T) {
 // orders, each sent twice with its Idempotency-Key (a retry after a lost
 // answer), a look at each, paying them and cancelling one.
 func TestRateLimit_Shopper(t *testing.T) {
-	e := limitedEnv(t, 2, nil)
+	e := apptest.NewLimited(t, 2, nil)
 	apptest.MustCreateProduct(t, e.R(0), "SHOP-1", 500, 20)
 	addr := testenv.ClientAddr()
-	u := apptest.Decode[apptest.User](t, register(t, e.R(0), "shopper", addr))
+	u := apptest.Decode[apptest.User](t, apptest.RegisterFrom(t, e.R(0), "shopper", addr))
 	var orders []apptest.Order
 	for i := range 4 {
 		key := apptest.NewKey()
@@ -284,7 +243,7 @@ func TestRateLimit_Shopper(t *testing.T) {
 		apptest.WantStatus(t, payReq(t, e.R(i), u.Token, o.ID, "pm_card_ok", apptest.NewKey()), http.StatusCreated)
 	}
 	for i := range 10 { // a page of products, from the shopper's address
-		apptest.WantStatus(t, e.R(i).Do(t, http.MethodGet, "/v1/products/SHOP-1", "", nil, from(addr)...), http.StatusOK)
+		apptest.WantStatus(t, e.R(i).Do(t, http.MethodGet, "/v1/products/SHOP-1", "", nil, apptest.From(addr)...), http.StatusOK)
 	}
 }
 
@@ -293,11 +252,11 @@ func TestRateLimit_Shopper(t *testing.T) {
 // order creation under its own limit; a user's reads, the admin's routes
 // and the operations endpoints carry none.
 func TestRateLimit_Routes(t *testing.T) {
-	e := limitedEnv(t, 1, nil)
+	e := apptest.NewLimited(t, 1, nil)
 	r := e.R(0)
 	addr := testenv.ClientAddr()
 	apptest.MustCreateProduct(t, r, "ROUTE-1", 100, 10)
-	res := register(t, r, "router", addr)
+	res := apptest.RegisterFrom(t, r, "router", addr)
 	apptest.WantStatus(t, res, http.StatusCreated)
 	u := apptest.Decode[apptest.User](t, res)
 	o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: "ROUTE-1", Quantity: 1})
@@ -354,11 +313,11 @@ func TestRateLimit_Routes(t *testing.T) {
 			if tt.path == "/metrics" {
 				rr = r.OffContract("no /metrics on the API's port")
 			}
-			res := rr.Do(t, tt.method, tt.path, tt.token, tt.body, append(from(addr), tt.header...)...)
+			res := rr.Do(t, tt.method, tt.path, tt.token, tt.body, append(apptest.From(addr), tt.header...)...)
 			if res.Status >= 500 || res.Status == http.StatusTooManyRequests {
 				t.Fatalf("got %s", res)
 			}
-			policy, _, _ := rateLimitOf(res)
+			policy, _, _ := apptest.RateLimitOf(res)
 			if policy != tt.want {
 				t.Errorf("RateLimit policy %q (status %d), want %q", policy, res.Status, tt.want)
 			}
@@ -373,7 +332,7 @@ func TestRateLimit_Routes(t *testing.T) {
 // service fails open: requests are served, unlimited, each counted as
 // fail-open, and none waits long for the limiter.
 func TestRateLimit_RedisUnreachable(t *testing.T) {
-	e := limitedEnv(t, 1, map[string]string{
+	e := apptest.NewLimited(t, 1, map[string]string{
 		"SHOP_RATE_LIMIT_REDIS":    testenv.Blackhole(t),
 		"SHOP_RATE_LIMIT_REGISTER": "1/h",
 		"SHOP_RATE_LIMIT_TIMEOUT":  "", // the default bound, as in production
@@ -381,7 +340,7 @@ func TestRateLimit_RedisUnreachable(t *testing.T) {
 	addr := testenv.ClientAddr()
 	for i := range 3 {
 		start := time.Now()
-		res := register(t, e.R(0), "open", addr)
+		res := apptest.RegisterFrom(t, e.R(0), "open", addr)
 		apptest.WantStatus(t, res, http.StatusCreated)
 		// Generous: the limiter's bound is 100 ms; go-redis's default read
 		// timeout, what the bound prevents, is 5 s.
@@ -399,6 +358,6 @@ func TestRateLimit_RedisUnreachable(t *testing.T) {
 	apptest.WantMetric(t, e.R(0), `shop_rate_limit_requests_total{decision="allowed",limit="register"} 0`)
 	// The locks do not use that node: orders still take theirs.
 	apptest.MustCreateProduct(t, e.R(0), "OPEN-1", 100, 1)
-	u := apptest.Decode[apptest.User](t, register(t, e.R(0), "buyer", testenv.ClientAddr()))
+	u := apptest.Decode[apptest.User](t, apptest.RegisterFrom(t, e.R(0), "buyer", testenv.ClientAddr()))
 	apptest.MustCreateOrder(t, e.R(0), u.Token, apptest.Line{SKU: "OPEN-1", Quantity: 1})
 }

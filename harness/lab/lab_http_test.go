@@ -1,4 +1,4 @@
-package app_test
+package lab_test
 
 import (
 	"bufio"
@@ -161,9 +161,9 @@ func TestLab_NeedsToken(t *testing.T) {
 // the next is 429 rate_limited with Retry-After, and another user is not
 // held back by it.
 func TestLab_RateLimited(t *testing.T) {
-	e := limitedEnv(t, 1, map[string]string{"SHOP_DEMO": "true", "SHOP_RATE_LIMIT_LAB": "2/h"})
-	a := apptest.Decode[apptest.User](t, register(t, e.R(0), "lab visitor a", "203.0.113.1"))
-	b := apptest.Decode[apptest.User](t, register(t, e.R(0), "lab visitor b", "203.0.113.2"))
+	e := apptest.NewLimited(t, 1, map[string]string{"SHOP_DEMO": "true", "SHOP_RATE_LIMIT_LAB": "2/h"})
+	a := apptest.Decode[apptest.User](t, apptest.RegisterFrom(t, e.R(0), "lab visitor a", "203.0.113.1"))
+	b := apptest.Decode[apptest.User](t, apptest.RegisterFrom(t, e.R(0), "lab visitor b", "203.0.113.2"))
 	// Refused bodies count too: the limit is on what a user asks of the
 	// lab, and they are the cheapest to ask.
 	r := e.R(0).OffContract("a size outside the lab's bounds, on purpose")
@@ -174,7 +174,7 @@ func TestLab_RateLimited(t *testing.T) {
 		}
 	}
 	res := r.Do(t, "POST", "/v1/lab/races", a.Token, tooSmall)
-	policy, _, _ := rateLimitOf(res)
+	policy, _, _ := apptest.RateLimitOf(res)
 	if res.Status != http.StatusTooManyRequests || res.Code() != "rate_limited" || res.Header.Get("Retry-After") == "" || policy != "lab" {
 		t.Errorf("third race: %s (policy %q), want 429 rate_limited by the lab policy, with Retry-After", res, policy)
 	}

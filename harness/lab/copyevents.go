@@ -1,4 +1,4 @@
-package app
+package lab
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shop-example/shop/harness/lab"
 	"github.com/shop-example/shop/harness/mailer"
+	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/outbox"
 )
@@ -46,24 +46,25 @@ func labStreams(shop string) string { return shop + "lab:" }
 const forgetfulKeys = time.Millisecond
 
 // labEvents are a lab copy's consumers, running, and its stream as the
-// lab's broker (lab.Broker).
+// lab's broker (Broker).
 type labEvents struct {
-	ev     *events       // the copy's consumers and Redis client
-	db     *pgxpool.Pool // the copy's tables, its outbox among them
-	stop   context.CancelFunc
-	done   chan struct{}
-	prefix string
+	relay   *outbox.Relay // the copy's: it publishes the copies, and runs nowhere
+	streams app.Streams   // the copy's streams, and the consumers that read each
+	db      *pgxpool.Pool // the copy's tables, its outbox among them
+	stop    context.CancelFunc
+	done    chan struct{}
+	prefix  string
 }
 
-// startLabEvents runs the consumers of copied until close, as that many
-// replicas of it would run them: the replica's consumers without the
-// relay.
-func startLabEvents(copied *App, replicas int) *labEvents {
+// startLabEvents runs the consumers of copied, whose tables db holds,
+// until close, as that many replicas of it would run them: the replica's
+// consumers without the relay.
+func startLabEvents(copied *app.App, db *pgxpool.Pool, replicas int) *labEvents {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &labEvents{ev: copied.events, db: copied.deps.Pool, stop: cancel, done: make(chan struct{}), prefix: copied.events.relay.Prefix()}
+	l := &labEvents{relay: copied.Relay(), streams: copied.Streams(), db: db, stop: cancel, done: make(chan struct{}), prefix: copied.Relay().Prefix()}
 	go func() {
 		defer close(l.done)
-		l.ev.consume(ctx, replicas)
+		copied.RunConsumers(ctx, replicas)
 	}()
 	return l
 }
@@ -78,11 +79,9 @@ func (l *labEvents) close() {
 // deleted by Redis after d: a sandbox's, once its run is over and its
 // consumers' last blocked reads have ended.
 func (l *labEvents) expire(ctx context.Context, d time.Duration) error {
-	for _, c := range l.ev.consumers {
-		for _, name := range c.Events {
-			if err := l.ev.rdb.Expire(ctx, l.prefix+name, d).Err(); err != nil {
-				return err
-			}
+	for name := range l.streams.Readers {
+		if err := l.streams.Redis.Expire(ctx, l.prefix+name, d).Err(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -99,7 +98,7 @@ func (l *labEvents) Event(ctx context.Context, name, subject string) (outbox.Eve
 // woken once every copy is in it, and take several copies of one event at
 // once.
 func (l *labEvents) Publish(ctx context.Context, copies ...outbox.Event) error {
-	return l.ev.relay.PublishAtOnce(ctx, copies...)
+	return l.relay.PublishAtOnce(ctx, copies...)
 }
 
 // Handled reports whether every consumer of name's stream has read it to
@@ -107,29 +106,24 @@ func (l *labEvents) Publish(ctx context.Context, copies ...outbox.Event) error {
 // for later (a lock held) stays pending until it is handled.
 func (l *labEvents) Handled(ctx context.Context, name string) (bool, error) {
 	stream := l.prefix + name
-	info, err := l.ev.rdb.XInfoStream(ctx, stream).Result()
+	info, err := l.streams.Redis.XInfoStream(ctx, stream).Result()
 	if err != nil {
 		return false, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	groups, err := l.ev.rdb.XInfoGroups(ctx, stream).Result()
+	groups, err := l.streams.Redis.XInfoGroups(ctx, stream).Result()
 	if err != nil {
 		return false, fmt.Errorf("groups of %s: %w", stream, err)
 	}
-	for _, c := range l.ev.consumers {
-		for _, e := range c.Events {
-			if e != name {
-				continue
-			}
-			i := slices.IndexFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == c.Name })
-			if i < 0 || groups[i].Pending > 0 || groups[i].LastDeliveredID != info.LastGeneratedID {
-				return false, nil
-			}
+	for _, consumer := range l.streams.Readers[name] {
+		i := slices.IndexFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == consumer })
+		if i < 0 || groups[i].Pending > 0 || groups[i].LastDeliveredID != info.LastGeneratedID {
+			return false, nil
 		}
 	}
 	return true, nil
 }
 
-var _ lab.Broker = (*labEvents)(nil)
+var _ Broker = (*labEvents)(nil)
 
 // mailer starts a stand-in mail provider for the lab, remembering keys
 // for ttl, its journal in a temporary directory removed when it stops.
@@ -161,7 +155,7 @@ func (s *sandboxes) mailer(ttl time.Duration) (string, func(), error) {
 
 // replayCounter passes a copy's calls on to the lab's mail provider and
 // counts the mails it answered from a key it remembered
-// (lab.MailReplayed): the copies of an event that the provider's key made
+// (MailReplayed): the copies of an event that the provider's key made
 // one mail. The provider is the lab's, outside the copy; the copy's mail
 // consumer calls it through here.
 type replayCounter struct {
@@ -176,7 +170,7 @@ func newReplayCounter(provider string) (*replayCounter, error) {
 		return nil, err
 	}
 	rc := &replayCounter{replayed: prometheus.NewCounter(prometheus.CounterOpts{
-		Name: lab.MailReplayed,
+		Name: MailReplayed,
 		Help: "Mails the race lab's mail provider answered from an Idempotency-Key it remembered: copies of an event its key made one mail.",
 	})}
 	proxy := &httputil.ReverseProxy{

@@ -1,4 +1,4 @@
-package app
+package lab
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shop-example/shop/harness/lab"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
@@ -14,7 +13,7 @@ import (
 // store of the races' spans, a table in the live copy's schema that every
 // replica writes and the lab that ran a race reads, and the recorder that
 // writes there the spans of the requests this replica's copies served
-// (lab.Recorder), registered with the tracer provider of each copy, the
+// (Recorder), registered with the tracer provider of each copy, the
 // live copy and every sandbox.
 //
 // The recorder writes on a pool of its own, of two connections: a race
@@ -23,13 +22,13 @@ import (
 type labSpans struct {
 	mu       sync.Mutex
 	pool     *pgxpool.Pool // nil until the first copy is built
-	store    *lab.SpanStore
-	recorder *lab.Recorder
+	store    *SpanStore
+	recorder *Recorder
 }
 
 // open returns the store and the recorder, opening them the first time:
 // the live copy's schema, migrated (sb.open), then the table.
-func (l *labSpans) open(ctx context.Context, sb *sandboxes) (*lab.SpanStore, *lab.Recorder, error) {
+func (l *labSpans) open(ctx context.Context, sb *sandboxes) (*SpanStore, *Recorder, error) {
 	if _, err := sb.open(ctx, liveSchema); err != nil {
 		return nil, nil, err
 	}
@@ -46,12 +45,12 @@ func (l *labSpans) open(ctx context.Context, sb *sandboxes) (*lab.SpanStore, *la
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := lab.OpenSpanStore(ctx, pool)
+	store, err := OpenSpanStore(ctx, pool)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
-	recorder, err := lab.NewRecorder(store, lab.RecorderOptions{Metrics: sb.a.Metrics, Logger: sb.a.deps.Logger})
+	recorder, err := NewRecorder(store, RecorderOptions{Metrics: sb.a.Metrics, Logger: sb.a.deps.Logger})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -1,4 +1,4 @@
-package app_test
+package lab_test
 
 import (
 	"context"

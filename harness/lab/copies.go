@@ -1,4 +1,4 @@
-package app
+package lab
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,17 +24,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/shop-example/shop/harness/gateway"
-	"github.com/shop-example/shop/harness/lab"
 	"github.com/shop-example/shop/harness/mailer"
-	"github.com/shop-example/shop/internal/inventory"
-	"github.com/shop-example/shop/internal/likes"
-	"github.com/shop-example/shop/internal/orders"
-	"github.com/shop-example/shop/internal/payments"
+	"github.com/shop-example/shop/harness/variants"
+	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
-	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/postgres"
-	"github.com/shop-example/shop/internal/seats"
 )
 
 // The race lab's tables: the same migrations as the service's, in
@@ -50,40 +44,11 @@ const (
 	sandboxBareSchema = "shop_lab_bare"
 )
 
-// Layer4 is every flow's catalogue of the constraints layer 4 is made of:
-// what the bare sandbox schema goes without, and what the ablation tests
-// drop.
-var Layer4 = slices.Concat(inventory.Constraints, orders.Constraints, payments.Constraints,
-	likes.Constraints, seats.Constraints, outbox.Constraints)
-
-// replicaName is what X-Served-By says: SHOP_REPLICA_NAME, else the host's
-// name.
-func replicaName(configured string) string {
-	if configured != "" {
-		return configured
-	}
-	if h, err := os.Hostname(); err == nil {
-		return h
-	}
-	return "unknown"
-}
-
-// servedBy names the replica in every answer, so a client behind the
-// load balancer (the race lab's page) can show which one served it.
-func servedBy(name string) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			c.Response().Header().Set("X-Served-By", name)
-			return next(c)
-		}
-	}
-}
-
 // sandboxes builds the race lab's sandboxes: copies of the service with
 // some layers off, on the sandbox schema, each serving on a loopback
 // port for one run.
 type sandboxes struct {
-	a *App
+	a *host
 
 	mu    sync.Mutex
 	pools map[string]*pgxpool.Pool // by schema: opened, and migrated, by the first run on it
@@ -123,7 +88,7 @@ func (s *sandboxes) open(ctx context.Context, schema string) (*pgxpool.Pool, err
 		return nil, err
 	}
 	if schema == sandboxBareSchema {
-		for _, c := range Layer4 {
+		for _, c := range app.Layer4 {
 			if _, err := pool.Exec(ctx, c.DropIfExists()); err != nil {
 				pool.Close()
 				return nil, fmt.Errorf("%s: %w", c.DropIfExists(), err)
@@ -149,18 +114,19 @@ func (s *sandboxes) schemaURL(schema string) (string, error) {
 	return u.String(), nil
 }
 
-// build is a lab.Sandbox: the service with set's layers, rate limits off
-// (the run is bounded by the lab), stock taken by read-check-write when
-// the version layer is off (the lost update that layer exists to stop),
-// and the consumers of its events running on set's layers.
-func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ func(), err error) {
+// build is a Sandbox: the service with set's layers, its flows and the
+// consumers of its events on the variants that take the others off
+// (harness/variants), rate limits off (the run is bounded by the lab),
+// stock taken by read-check-write when the version layer is off (the
+// lost update that layer exists to stop).
+func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ Target, _ func(), err error) {
 	schema := sandboxSchema
 	if !set.On(layers.Constraint) {
 		schema = sandboxBareSchema
 	}
 	pool, err := s.open(ctx, schema)
 	if err != nil {
-		return lab.Target{}, nil, err
+		return Target{}, nil, err
 	}
 	var undo teardown
 	defer func() {
@@ -172,7 +138,7 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ 
 	// journal the books of real orders are audited against.
 	_, gwURL, stopGateway, err := s.gateway()
 	if err != nil {
-		return lab.Target{}, nil, err
+		return Target{}, nil, err
 	}
 	undo.add(stopGateway)
 	// A mail provider of its own too. Its memory of keys goes with the
@@ -186,12 +152,12 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ 
 	}
 	mailURL, stopMailer, err := s.mailer(ttl)
 	if err != nil {
-		return lab.Target{}, nil, err
+		return Target{}, nil, err
 	}
 	undo.add(stopMailer)
 	replays, err := newReplayCounter(mailURL)
 	if err != nil {
-		return lab.Target{}, nil, err
+		return Target{}, nil, err
 	}
 	undo.add(replays.close)
 	cfg := s.a.cfg
@@ -203,26 +169,23 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ 
 	cfg.RateLimit.Off = true
 	spans, recorder, err := s.spans.open(ctx, s)
 	if err != nil {
-		return lab.Target{}, nil, err
+		return Target{}, nil, err
 	}
-	var v Variants
-	if s.a.deps.Sandbox != nil {
-		v = s.a.deps.Sandbox(set)
-	}
-	sb, err := New(cfg, Deps{Pool: pool, Redis: s.a.deps.Redis, Logger: s.a.deps.Logger, Now: s.a.deps.Now,
-		Layers: set, Variants: v, Events: EventDeps{Consumers: v, ConsumerLayers: set},
-		KeepSpans: lab.Traced, SpanProcessors: []sdktrace.SpanProcessor{recorder}})
+	v := variants.For(set, variants.ReadCheckWrite, nil)
+	sb, err := app.New(cfg, app.Deps{Pool: pool, Redis: s.a.deps.Redis, Logger: s.a.deps.Logger, Now: s.a.deps.Now,
+		Layers: set, Variants: v, Events: app.EventDeps{Consumers: v, ConsumerLayers: set},
+		KeepSpans: Traced, SpanProcessors: []sdktrace.SpanProcessor{recorder}})
 	if err != nil {
-		return lab.Target{}, nil, err
+		return Target{}, nil, err
 	}
 	undo.add(sb.Close)
 	if err := replays.register(sb.Metrics); err != nil {
-		return lab.Target{}, nil, err
+		return Target{}, nil, err
 	}
 	// Its consumers as two replicas run them (compose's), so that the
 	// copies of a storm meet as many consumers at once as on the live
 	// copy.
-	evs := startLabEvents(sb, 2)
+	evs := startLabEvents(sb, pool, 2)
 	undo.add(func() {
 		evs.close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -233,18 +196,18 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ 
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return lab.Target{}, nil, err
+		return Target{}, nil, err
 	}
 	// A race's requests are marked before the sandbox's tracing sees
 	// them, so that their spans are recorded.
-	srv := &http.Server{Handler: lab.MarkRuns(sb.Echo), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: MarkRuns(sb.Echo), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.a.deps.Logger.Warn("lab sandbox", "err", err)
 		}
 	}()
 	undo.add(func() { _ = srv.Close() })
-	return lab.Target{Name: "sandbox", URL: "http://" + ln.Addr().String(), GatewayURL: gwURL, MailerURL: mailURL,
+	return Target{Name: "sandbox", URL: "http://" + ln.Addr().String(), GatewayURL: gwURL, MailerURL: mailURL,
 		Events: evs, Pool: pool, Metrics: sb.Metrics, Layers: set, Spans: spans}, undo.run, nil
 }
 
@@ -296,30 +259,31 @@ func (s *sandboxes) gateway() (*gateway.Server, string, func(), error) {
 // whichever replica serves it, as a real client's reaches the shop, and
 // the copies of a redelivery storm reach the consumers of both.
 type liveCopy struct {
-	a   *App
+	a   *host
 	key string // the RouteHeader value that routes to the copy
 
 	mu         sync.Mutex
-	app        *App         // guarded by mu; nil until the first request
-	metrics    atomic.Value // *metrics.Metrics, once app is built
+	app        *app.App      // guarded by mu; nil until the first request
+	pool       *pgxpool.Pool // its tables, the live schema's
+	metrics    atomic.Value  // *metrics.Metrics, once app is built
 	gatewayURL string
 	mailerURL  string
 	events     *labEvents
-	spans      *lab.SpanStore
+	spans      *SpanStore
 	stop       teardown
 }
 
 // newLiveCopy returns the copy of a, not yet built. Its key is derived
 // from the admin token, which every replica shares (a demo server has
 // one): only the lab's own requests reach the copy.
-func newLiveCopy(a *App) *liveCopy {
+func newLiveCopy(a *host) *liveCopy {
 	mac := hmac.New(sha256.New, []byte(a.cfg.AdminToken))
 	mac.Write([]byte("shop race lab: live copy"))
 	return &liveCopy{a: a, key: hex.EncodeToString(mac.Sum(nil))}
 }
 
 // get returns the copy, building it the first time.
-func (l *liveCopy) get(ctx context.Context) (_ *App, err error) {
+func (l *liveCopy) get(ctx context.Context) (_ *app.App, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.app != nil {
@@ -359,14 +323,14 @@ func (l *liveCopy) get(ctx context.Context) (_ *App, err error) {
 	cfg.MailerURL = replays.URL
 	cfg.Events.Prefix = labStreams(l.a.cfg.Events.Prefix)
 	cfg.Demo = false // no lab in the copy, so no copy of the copy
-	cfg.ReplicaName = replicaName(l.a.cfg.ReplicaName)
+	cfg.ReplicaName = l.a.Replica()
 	spans, recorder, err := l.a.sandboxes.spans.open(ctx, l.a.sandboxes)
 	if err != nil {
 		return nil, err
 	}
 	l.spans = spans
-	copied, err := New(cfg, Deps{Pool: pool, Redis: l.a.deps.Redis, Logger: l.a.deps.Logger, Now: l.a.deps.Now,
-		KeepSpans: lab.Traced, SpanProcessors: []sdktrace.SpanProcessor{recorder}})
+	copied, err := app.New(cfg, app.Deps{Pool: pool, Redis: l.a.deps.Redis, Logger: l.a.deps.Logger, Now: l.a.deps.Now,
+		KeepSpans: Traced, SpanProcessors: []sdktrace.SpanProcessor{recorder}})
 	if err != nil {
 		return nil, err
 	}
@@ -374,9 +338,9 @@ func (l *liveCopy) get(ctx context.Context) (_ *App, err error) {
 	if err := replays.register(copied.Metrics); err != nil {
 		return nil, err
 	}
-	l.events = startLabEvents(copied, 1)
+	l.events = startLabEvents(copied, pool, 1)
 	undo.add(l.events.close)
-	l.app, l.stop = copied, undo
+	l.app, l.pool, l.stop = copied, pool, undo
 	l.metrics.Store(copied.Metrics)
 	return copied, nil
 }
@@ -386,7 +350,7 @@ func (l *liveCopy) get(ctx context.Context) (_ *App, err error) {
 // own middleware, guards and limits included, and none of this replica's.
 func (l *liveCopy) route(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		got := c.Request().Header.Get(lab.RouteHeader)
+		got := c.Request().Header.Get(RouteHeader)
 		if got == "" || !l.a.cfg.Demo || subtle.ConstantTimeCompare([]byte(got), []byte(l.key)) != 1 {
 			return next(c)
 		}
@@ -396,21 +360,21 @@ func (l *liveCopy) route(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		// A race's request is marked here, before the copy's tracing sees
 		// it: its spans are recorded, for the race's waterfall.
-		lab.MarkRuns(copied.Echo).ServeHTTP(c.Response(), c.Request())
+		MarkRuns(copied.Echo).ServeHTTP(c.Response(), c.Request())
 		return nil
 	}
 }
 
-// target is a lab.Target for a live run: the public address, with the key
+// target is a Target for a live run: the public address, with the key
 // that routes each request to the copy, and the copy's tables, gateway,
 // mail provider and streams.
-func (l *liveCopy) target(ctx context.Context) (lab.Target, error) {
+func (l *liveCopy) target(ctx context.Context) (Target, error) {
 	copied, err := l.get(ctx)
 	if err != nil {
-		return lab.Target{}, err
+		return Target{}, err
 	}
-	return lab.Target{Name: "live", URL: l.a.cfg.LabTarget, Header: http.Header{lab.RouteHeader: {l.key}},
-		GatewayURL: l.gatewayURL, MailerURL: l.mailerURL, Events: l.events, Pool: copied.deps.Pool, Metrics: copied.Metrics,
+	return Target{Name: "live", URL: l.a.cfg.LabTarget, Header: http.Header{RouteHeader: {l.key}},
+		GatewayURL: l.gatewayURL, MailerURL: l.mailerURL, Events: l.events, Pool: l.pool, Metrics: copied.Metrics,
 		Spans: l.spans}, nil
 }
 
