@@ -4,6 +4,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
@@ -24,6 +25,8 @@ type Variants struct {
 	Orders   func(orders.OrderRows) orders.OrderRows
 	Stock    func(orders.Stock) orders.Stock
 	Payments func(payments.PaymentRows) payments.PaymentRows
+	// Likes wraps the like rows of the like flow.
+	Likes func(likes.LikeRows) likes.LikeRows
 	// Inbox wraps a consumer's inbox.
 	Inbox func(outbox.Inbox) outbox.Inbox
 }
@@ -68,6 +71,16 @@ func (v Variants) payments(cfg payments.Config) payments.Config {
 	}
 	if v.Payments != nil {
 		cfg.Payments = v.Payments(payments.NewStore(cfg.DB))
+	}
+	cfg.Locker = v.locker(cfg.Locker)
+	return cfg
+}
+
+// likes returns the like flow's config with its step, cfg's own or its
+// variant.
+func (v Variants) likes(cfg likes.Config) likes.Config {
+	if v.Likes != nil {
+		cfg.Likes = v.Likes(likes.NewStore(cfg.DB))
 	}
 	cfg.Locker = v.locker(cfg.Locker)
 	return cfg
