@@ -210,7 +210,7 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ lab.Target, _ 
 		v = s.a.deps.Sandbox(set)
 	}
 	sb, err := New(cfg, Deps{Pool: pool, Redis: s.a.deps.Redis, Logger: s.a.deps.Logger, Now: s.a.deps.Now,
-		Layers: set, Variants: v, Events: EventDeps{Consumers: v, ConsumerLayers: set},
+		Layers: set, Variants: v, Events: EventDeps{Consumers: v},
 		KeepSpans: lab.Traced, SpanProcessors: []sdktrace.SpanProcessor{recorder}})
 	if err != nil {
 		return lab.Target{}, nil, err

@@ -5,6 +5,7 @@ import (
 
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/likes"
+	"github.com/shop-example/shop/internal/notify"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
@@ -83,5 +84,14 @@ func (v Variants) likes(cfg likes.Config) likes.Config {
 		cfg.Likes = v.Likes(likes.NewStore(cfg.DB))
 	}
 	cfg.Locker = v.locker(cfg.Locker)
+	return cfg
+}
+
+// notify returns the mail consumer's config with its inbox, cfg's own or
+// its variant.
+func (v Variants) notify(cfg notify.Config) notify.Config {
+	if v.Inbox != nil {
+		cfg.Inbox = v.Inbox(outbox.NewInbox(cfg.DB))
+	}
 	return cfg
 }
