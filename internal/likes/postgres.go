@@ -174,8 +174,8 @@ func (s *Store) Look(ctx context.Context, postID, userID string, change Change) 
 		return Like{}, 0, false, err
 	}
 	l := r.like(postID, userID)
-	moved := l
-	return l, r.count, change(&moved), nil
+	try := l
+	return l, r.count, change(&try), nil
 }
 
 // QueueLock queues in b layer 1's lock in PostgreSQL on userID's like of
