@@ -119,14 +119,14 @@ func TestReadme_LayerCellCheck(t *testing.T) {
 		cell string
 		ok   bool
 	}{
-		{"`internal/orders/postgres.go` `Store.Create`", true},
-		{"create: `internal/inventory/postgres.go` `TakeStock`; cancel: `internal/orders/postgres.go` `UpdateTx`", true},
+		{"`internal/orders/postgres.go` `Store.Update`", true},
+		{"create: `internal/inventory/postgres.go` `Store.Take`; cancel: `internal/orders/orders.go` `Cancel`", true},
 		{"`migrations/000003_orders.up.sql` `orders_user_request_key`, `stock_releases_pkey`", true},
 		{"`migrations/000007_seats.up.sql` `hold_seats_one_active_per_seat`", true}, // a unique index
-		{"`internal/orders/postgres.go` `Store.Creat`", false},
+		{"`internal/orders/postgres.go` `Store.Updat`", false},
 		{"`internal/orders/postgres.go` `Service.Create`", false}, // Service's, in service.go
-		{"`internal/orders/postgres.go` `Create`", false},         // a method, not a function
-		{"`internal/orders/store.go` `Store.Create`", false},
+		{"`internal/orders/postgres.go` `Update`", false},         // a method, not a function
+		{"`internal/orders/store.go` `Store.Update`", false},
 		{"`migrations/000003_orders.up.sql` `orders_request_key`", false},
 		{"`migrations/000003_orders.up.sql` `products_stock_nonnegative`", false}, // in 000002
 		{"`Store.Create`", false},

@@ -21,8 +21,10 @@ import (
 	"github.com/shop-example/shop/harness/mailer"
 	"github.com/shop-example/shop/harness/mailer/mailertest"
 	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/config"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/redisx"
 )
 
@@ -199,13 +201,18 @@ func build(t testing.TB, s spec) *Env {
 
 	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, LabMailer: labMailer, Mailer: mail, Cfg: cfg,
 		environ: environ, each: s.each, down: map[int]bool{}}
+	// The race lab's sandboxes take their layers off as the ablation does.
+	sandbox := switches.Sandbox
+	if sandbox == nil {
+		sandbox = func(off layers.Set) app.Variants { return variants.For(off, variants.ReadCheckWrite, nil) }
+	}
 	e.start = func(t testing.TB, c config.Config) *Replica {
 		t.Helper()
 		pool := testenv.PoolFor(t, replicaURL)
 		clients := redisx.Clients(c.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
 		a, err := app.New(c, app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
-			Layers: switches.Layers, Variants: switches.Variants, Sandbox: switches.Sandbox, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
+			Layers: switches.Layers, Variants: switches.Variants, Sandbox: sandbox, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
 			SpanProcessor: switches.SpanProcessor})
 		if err != nil {
 			t.Fatalf("app.New: %v", err)

@@ -275,7 +275,7 @@ func seatScenarioNames() []string {
 	}
 	for _, s := range seatStrategies {
 		for _, sh := range seatShapes {
-			names = append(names, string(s)+"/"+sh.name)
+			names = append(names, s.name+"/"+sh.name)
 		}
 	}
 	return names

@@ -15,7 +15,9 @@ package bench
 // SHOP_SEAT_LOCK: redsync (a Redis lock per seat, in seat order),
 // advisory (pg_advisory_xact_lock per seat inside the transaction) and
 // none; and with the alternative of a redsync lock per section (row) of
-// the event, section, which the configuration does not offer.
+// the event, section, which the configuration does not offer: the bench
+// runs the redsync strategy with its seat locks regrouped by row
+// (variants.Sections).
 //
 // One unit of work is a hold and, when it was granted, its release, so
 // the seats keep coming back: a client that got its seats gives them back
@@ -47,6 +49,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/harness/docblock"
+	"github.com/shop-example/shop/harness/variants"
+	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/seats"
 )
 
@@ -58,8 +63,24 @@ type seatShape struct {
 
 var seatShapes = []seatShape{{"spread", seats.MaxRows, seats.MaxSeatsPerRow}, {"hot", 1, 20}}
 
+// seatStrategy is one way of locking seats that the bench measures: a
+// value of SHOP_SEAT_LOCK, or the lock per section, which the service
+// does not offer: the Redis lock with the seat locks of a hold regrouped
+// by row (variants.Sections).
+type seatStrategy struct {
+	name     string             // the scenarios' prefix
+	lock     seats.LockStrategy // SHOP_SEAT_LOCK
+	variants app.Variants
+}
+
 // seatStrategies are the lock strategies measured, in order.
-var seatStrategies = []seats.LockStrategy{seats.LockRedsync, seats.LockSection, seats.LockAdvisory, seats.LockNone}
+var seatStrategies = []seatStrategy{
+	{name: "redsync", lock: seats.LockRedsync},
+	{name: "section", lock: seats.LockRedsync, variants: app.Variants{
+		Locker: func(l layers.Locker) layers.Locker { return variants.Sections{Locker: l} }}},
+	{name: "advisory", lock: seats.LockAdvisory},
+	{name: "none", lock: seats.LockNone},
+}
 
 func benchSeats(ctx context.Context, o benchOptions, logger *slog.Logger) (err error) {
 	db, pool, err := openScratch(ctx, o, logger)
@@ -94,10 +115,10 @@ func benchSeats(ctx context.Context, o benchOptions, logger *slog.Logger) (err e
 			return err
 		}
 	}
-	locks := map[seats.LockStrategy]string{}
+	locks := map[string]string{}
 	for _, strategy := range seatStrategies {
-		o.seatLock = string(strategy)
-		svc, err := startService(ctx, o, db.url, "", tokens)
+		o.seatLock = string(strategy.lock)
+		svc, err := startServiceWith(ctx, o, db.url, "", tokens, app.Deps{Variants: strategy.variants})
 		if err != nil {
 			return err
 		}
@@ -109,10 +130,10 @@ func benchSeats(ctx context.Context, o benchOptions, logger *slog.Logger) (err e
 				return err
 			}
 			f := layeredSeatFlow{svc: svc, event: id, shape: sh}
-			scs = append(scs, scenario{name: string(strategy) + "/" + sh.name, order: f.hold, layered: true})
+			scs = append(scs, scenario{name: strategy.name + "/" + sh.name, order: f.hold, layered: true})
 		}
 		err = run(scs)
-		locks[strategy] = svc.lockOutcomes()
+		locks[strategy.name] = svc.lockOutcomes()
 		svc.stop()
 		if err != nil {
 			return err
@@ -301,7 +322,7 @@ func seatViolations(ctx context.Context, pool *pgxpool.Pool, event string) (int,
 
 // printSeatsReport writes the table, then each strategy against the
 // baseline and the goal.
-func printSeatsReport(w io.Writer, o benchOptions, results []result, locks map[seats.LockStrategy]string, broken int) {
+func printSeatsReport(w io.Writer, o benchOptions, results []result, locks map[string]string, broken int) {
 	fmt.Fprintf(w, "\nshop bench seats: %d clients, random 1–4-seat holds, each released when granted; spread = %d×%d seats, hot = a 20-seat row; %s measured after %s warmup per scenario; %d CPUs, GOMAXPROCS %d, %s\n\n",
 		o.clients, seats.MaxRows, seats.MaxSeatsPerRow, o.duration, o.warmup, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintln(w, "| scenario | holds/s | p50 | p99 | conflicts/s | busy/s | other errors | vs raw |")
@@ -329,17 +350,17 @@ func printSeatsReport(w io.Writer, o benchOptions, results []result, locks map[s
 	fmt.Fprintln(w)
 	for _, strategy := range seatStrategies {
 		for _, sh := range seatShapes {
-			base, ours := byName["raw/"+sh.name], byName[string(strategy)+"/"+sh.name]
+			base, ours := byName["raw/"+sh.name], byName[strategy.name+"/"+sh.name]
 			if base.orders == 0 {
 				continue
 			}
 			ratio := ours.rate() / base.rate()
-			fmt.Fprintf(w, "%-8s %-6s layered/raw = %.2f, p99 %s: goal (ratio >= %.1f, p99 < %s) %s\n", strategy, sh.name, ratio,
+			fmt.Fprintf(w, "%-8s %-6s layered/raw = %.2f, p99 %s: goal (ratio >= %.1f, p99 < %s) %s\n", strategy.name, sh.name, ratio,
 				millis(ours.p99), goalRatio, goalP99, verdict(ratio >= goalRatio && ours.p99 < goalP99 && ours.orders > 0))
 		}
 	}
 	for _, strategy := range seatStrategies {
-		fmt.Fprintf(w, "service lock (%s): %s\n", strategy, locks[strategy])
+		fmt.Fprintf(w, "service lock (%s): %s\n", strategy.name, locks[strategy.name])
 	}
 	fmt.Fprintf(w, "seats double held or disagreeing with their holds: %d\n", broken)
 }

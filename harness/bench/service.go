@@ -45,7 +45,8 @@ func startService(ctx context.Context, o benchOptions, dbURL, gatewayURL string,
 }
 
 // startServiceWith is startService with extra's tracing (its
-// SpanProcessor) in the service.
+// SpanProcessor) and variants (a lock per section of seats) in the
+// service.
 func startServiceWith(ctx context.Context, o benchOptions, dbURL, gatewayURL string, tokens []string, extra app.Deps) (*service, error) {
 	cfg, err := config.FromEnv(os.Getenv)
 	if err != nil {
@@ -73,7 +74,8 @@ func startServiceWith(ctx context.Context, o benchOptions, dbURL, gatewayURL str
 		redisx.Close(rdb) //nolint:errcheck
 		pool.Close()
 	}
-	a, err := app.New(cfg, app.Deps{Pool: pool, Redis: rdb, Logger: serviceLogger(), SpanProcessor: extra.SpanProcessor})
+	a, err := app.New(cfg, app.Deps{Pool: pool, Redis: rdb, Logger: serviceLogger(),
+		SpanProcessor: extra.SpanProcessor, Variants: extra.Variants})
 	if err != nil {
 		closeDeps()
 		return nil, err

@@ -33,7 +33,8 @@ func Orders(rows orders.OrderRows, off layers.Set, probe *layers.Probe) orders.O
 // that allows it. The rule is asked of the order in each state in turn,
 // and the first move it makes is the one written, at the version read.
 // The expiry job's claim of the due orders takes every unpaid one, the
-// one being paid too.
+// one being paid too. Every move made so tells the probe: the flow ran
+// without its rule's say, whatever the rule would have said.
 type BlindOrders struct {
 	orders.OrderRows
 	Probe *layers.Probe
@@ -59,6 +60,7 @@ func (b BlindOrders) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, li
 // blind is change without its refusals.
 func (b BlindOrders) blind(change orders.Change) orders.Change {
 	return func(o *orders.Order) (bool, error) {
+		b.Probe.Took(layers.State)
 		moved, err := change(o)
 		if err == nil && moved {
 			return true, nil
@@ -70,7 +72,6 @@ func (b BlindOrders) blind(change orders.Change) orders.Change {
 				try := *o
 				try.Status, try.ExpiresAt = status, expires
 				if m, e := change(&try); e == nil && m {
-					b.Probe.Took(layers.State)
 					o.Status, o.UpdatedAt = try.Status, try.UpdatedAt
 					return true, nil
 				}

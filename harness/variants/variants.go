@@ -7,6 +7,7 @@ import (
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/seats"
 )
 
 // For returns the variants that take off's layers off every flow of an
@@ -26,6 +27,9 @@ func For(off layers.Set, naive string, probe *layers.Probe) app.Variants {
 	if isOff(off, layers.State) || isOff(off, layers.Version) {
 		v.Orders = func(rows orders.OrderRows) orders.OrderRows { return Orders(rows, off, probe) }
 		v.Payments = func(rows payments.PaymentRows) payments.PaymentRows { return Payments(rows, off, probe) }
+	}
+	if isOff(off, layers.Lock) || isOff(off, layers.State) || isOff(off, layers.Version) {
+		v.Holds = func(rows seats.HoldRows) seats.HoldRows { return Holds(rows, off, probe) }
 	}
 	if isOff(off, layers.Version) {
 		v.Stock = func(s orders.Stock) orders.Stock { return Stock(s, off, naive, probe) }

@@ -394,12 +394,15 @@ func newLikes(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 }
 
 // newSeats builds events, holds and bookings with the seat lock strategy
-// (SHOP_SEAT_LOCK, which config.FromEnv checked; `shop bench seats` also
-// sets seats.LockSection) and the caps (SHOP_SEAT_CAP_*) of cfg.
+// (SHOP_SEAT_LOCK, which config.FromEnv checked) and the caps
+// (SHOP_SEAT_CAP_*) of cfg.
 func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metrics) (*seats.Service, error) {
-	strategy := seats.LockStrategy(cfg.SeatLock)
-	return seats.NewService(seats.Config{
-		Store:   seats.NewStore(deps.Pool),
+	strategy, err := seats.ParseLockStrategy(cfg.SeatLock)
+	if err != nil {
+		return nil, fmt.Errorf("SHOP_SEAT_LOCK: %w", err)
+	}
+	return seats.NewService(deps.Variants.seats(seats.Config{
+		DB:      deps.Pool,
 		Locker:  locker,
 		Metrics: m,
 		Logger:  deps.Logger,
@@ -407,8 +410,7 @@ func newSeats(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 		HoldTTL: cfg.SeatHoldTTL,
 		Lock:    strategy,
 		Caps:    seats.Caps{SeatsPerHold: cfg.SeatCaps.PerHold, HoldsPerEvent: cfg.SeatCaps.Holds, SeatsPerEvent: cfg.SeatCaps.Seats},
-		Layers:  deps.Layers,
-	})
+	}))
 }
 
 // Close releases the connections New opened (not those in Deps). Call it

@@ -528,6 +528,28 @@ func TestOrders_Create(t *testing.T) {
 		apptest.WantProblem(t, res, http.StatusUnprocessableEntity, "idempotency_key_reused")
 		noChange(t, 1, 48, 47)
 	})
+	t.Run("KeyRecordSwept", func(t *testing.T) {
+		// The key's record gone, as the sweep removes it after a day: the
+		// order's own row remembers its request (orders_user_request_key),
+		// and answers only the same request.
+		if _, err := e.DB.Exec(context.Background(), `DELETE FROM idempotency_keys`); err != nil {
+			t.Fatal(err)
+		}
+		res := create(t, u.Token, `{"items": [{"sku": "ORD-A", "quantity": 1}]}`, "Idempotency-Key", key)
+		apptest.WantProblem(t, res, http.StatusUnprocessableEntity, "idempotency_key_reused")
+		noChange(t, 1, 48, 47)
+		// That refusal is the key's record now; gone again, the same
+		// request finds its order.
+		if _, err := e.DB.Exec(context.Background(), `DELETE FROM idempotency_keys`); err != nil {
+			t.Fatal(err)
+		}
+		res = create(t, u.Token, body, "Idempotency-Key", key)
+		apptest.WantStatus(t, res, http.StatusCreated)
+		if apptest.Decode[apptest.Order](t, res).ID != apptest.Decode[apptest.Order](t, first).ID {
+			t.Errorf("got %s, want the first order", res)
+		}
+		noChange(t, 1, 48, 47)
+	})
 	t.Run("KeyIsPerUser", func(t *testing.T) {
 		other := apptest.MustCreateUser(t, r, "ivy")
 		res := create(t, other.Token, body, "Idempotency-Key", key)

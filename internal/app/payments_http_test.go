@@ -356,6 +356,48 @@ func TestPayments_OutcomeUnknown(t *testing.T) {
 	e.AssertBooks(t)
 }
 
+// TestPayments_CopiesWhileCharging: copies of one payment request (one
+// Idempotency-Key) sent while the first holds its order's lock across its
+// charge are told 409 request_in_progress, as on every keyed route, not
+// the lock's resource_busy; another click of the order, with a key of its
+// own, is told resource_busy. Once the charge is answered the key
+// replays the payment, and the order has one charge.
+func TestPayments_CopiesWhileCharging(t *testing.T) {
+	e := apptest.New(t, 2, map[string]string{
+		"SHOP_GATEWAY_TIMEOUT":    "6s",
+		"SHOP_GATEWAY_SLOW_DELAY": "1m", // answered once the test releases it
+	})
+	apptest.MustCreateProduct(t, e.R(0), "PAY-COPY", 700, 5)
+	u := apptest.MustCreateUser(t, e.R(0), "copy")
+	o := apptest.MustCreateOrder(t, e.R(0), u.Token, apptest.Line{SKU: "PAY-COPY", Quantity: 1})
+	key := apptest.NewKey()
+
+	first := make(chan apptest.Response, 1)
+	go func() { first <- payReq(t, e.R(0), u.Token, o.ID, gateway.MethodSlow, key) }()
+	select {
+	case <-e.Slow.Asked(): // the charge is at the gateway, the lock held
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request's charge never reached the gateway")
+	}
+	for i := range 2 {
+		res := payReq(t, e.R(i), u.Token, o.ID, gateway.MethodSlow, key)
+		apptest.WantProblem(t, res, http.StatusConflict, "request_in_progress")
+	}
+	other := payReq(t, e.R(1), u.Token, o.ID, gateway.MethodOK, apptest.NewKey())
+	apptest.WantProblem(t, other, http.StatusConflict, "resource_busy")
+
+	e.Slow.Release()
+	won := <-first
+	apptest.WantStatus(t, won, http.StatusCreated)
+	again := payReq(t, e.R(1), u.Token, o.ID, gateway.MethodSlow, key)
+	apptest.WantStatus(t, again, http.StatusCreated)
+	if again.Header.Get("Idempotent-Replayed") != "true" || string(again.Body) != string(won.Body) {
+		t.Errorf("the key after its payment: %s, want the first answer replayed", again)
+	}
+	payWantCharges(t, e, o.ID, 1)
+	e.AssertBooks(t)
+}
+
 // TestPayments_InvalidState: only a pending order within its time can be
 // paid; anything else is refused before the gateway is asked.
 func TestPayments_InvalidState(t *testing.T) {

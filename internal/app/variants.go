@@ -10,6 +10,7 @@ import (
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/seats"
 )
 
 // Variants are how the ablation tests and the race lab's sandboxes take
@@ -30,6 +31,9 @@ type Variants struct {
 	Likes func(likes.LikeRows) likes.LikeRows
 	// Inbox wraps a consumer's inbox.
 	Inbox func(outbox.Inbox) outbox.Inbox
+	// Holds wraps the steps of the seat flows (their locks in PostgreSQL,
+	// their rules and their conditional writes).
+	Holds func(seats.HoldRows) seats.HoldRows
 }
 
 // keys is the middleware of a keyed route.
@@ -82,6 +86,16 @@ func (v Variants) payments(cfg payments.Config) payments.Config {
 func (v Variants) likes(cfg likes.Config) likes.Config {
 	if v.Likes != nil {
 		cfg.Likes = v.Likes(likes.NewStore(cfg.DB))
+	}
+	cfg.Locker = v.locker(cfg.Locker)
+	return cfg
+}
+
+// seats returns the seat flows' config with their steps, cfg's own or
+// their variants.
+func (v Variants) seats(cfg seats.Config) seats.Config {
+	if v.Holds != nil {
+		cfg.Holds = v.Holds(seats.NewStore(cfg.DB))
 	}
 	cfg.Locker = v.locker(cfg.Locker)
 	return cfg

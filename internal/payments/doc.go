@@ -2,8 +2,10 @@
 // HTTP, and makes sure a customer is charged at most once per order,
 // whatever the retries, replicas, crashes or timeouts.
 //
-// It is the project's central example. The pay flow in service.go reads
-// top to bottom as its layers (DESIGN.md §1):
+// It is the project's central example. The pay flow in service.go is one
+// use case in three steps, each visible there: begin (one transaction),
+// charge (the gateway, no transaction open), settle (one transaction). It
+// reads top to bottom as its layers (DESIGN.md §1):
 //
 //   - Layer 0, the client's Idempotency-Key, in atomic phases
 //     (brandur/rocket-rides-atomic; idempotency.Store.Atomic on the
@@ -19,17 +21,18 @@
 //     gateway call under a watchdog: one payment of an order at a time,
 //     across replicas, so a storm of clicks makes one call to the outside
 //     world, not fifteen. It serialises the winner's work and is not the
-//     losers' queue: the order is read first, so a click on an order
-//     that is being paid, or is paid, is answered from the database
-//     (resource_busy with Retry-After, invalid_state) without asking for
-//     the lock; one that finds the lock held is refused at its first
+//     losers' queue: a click that finds it held is refused at its first
 //     attempt (LockTries) rather than spinning on Redis for the seconds
-//     the winner's charge takes.
+//     the winner's charge takes, with resource_busy, or, when the click
+//     is a copy of the request that holds the lock (the same key),
+//     request_in_progress, as on every keyed route.
 //   - Layer 2, the order's state machine: a payment begins by moving its
-//     order pending_payment → paying (orders.Order.BeginPayment) in the
+//     order pending_payment → paying (orders.BeginPayment) in the
 //     transaction that opens it, so a second payment finds the order
 //     paying and the expiry job leaves it alone; it settles paying → paid
-//     (Pay), or back to pending_payment when declined (PaymentEnded).
+//     (orders.Pay), or back to pending_payment when declined
+//     (orders.PaymentEnded). The orders store applies these rules; this
+//     package names them.
 //   - Layer 3, version-checked writes: the outcome and the order's move to
 //     paid are written in one transaction, each row only at the version
 //     read, so the request and the reconciler cannot both settle one

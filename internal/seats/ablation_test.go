@@ -29,7 +29,7 @@ func TestAblation_HoldSeats(t *testing.T) {
 		ProgressWant: 1,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
 		e := apptest.NewAblation(t, row, app.Deps{},
-			seats.ConstraintOneActiveHold, seats.ConstraintOneTicket, seats.ConstraintOneBooking)
+			seats.ConstraintOneActiveHold, seats.ConstraintOneTicket, seats.ConstraintOneBooking, seats.ConstraintWithinCaps)
 		ev := apptest.MustCreateEvent(t, e.R(0), "ablation", rows, perRow)
 		users := testenv.Users(t, e.DB, clients)
 		want := make([][]string, clients)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/shop-example/shop/harness/apptest"
 	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/seats"
@@ -98,6 +101,9 @@ func TestSeats_HoldCaps(t *testing.T) {
 	if v := readSeatRows(t, e, ev.ID).violations(); v != 0 {
 		t.Fatalf("seat rows disagree: %+v", readSeatRows(t, e, ev.ID))
 	}
+	if m := miscounted(t, e, ev.ID); m != 0 {
+		t.Fatalf("%d users' counted rows disagree with their active holds", m)
+	}
 }
 
 // SHOP_SEAT_CAP_PER_HOLD lowers the seats of one hold: more is 400
@@ -118,11 +124,14 @@ func TestSeats_HoldCapPerHold(t *testing.T) {
 // once over two replicas. Each hold's transaction, once it has read what
 // the user holds, is made to wait on its seats' rows (locked by the test)
 // until all 8 have started, so every count is read while the others are
-// in flight. With the lock on (user, event) the holds take turns: as many
-// are granted as the cap admits, the others answer hold_limit_reached,
-// and the database holds no more than the cap. Without it (layer 1 off),
-// each hold counts the user's holds before any other has committed, and
-// the user holds more than the cap.
+// in flight. As many are granted as the cap admits, the others answer
+// hold_limit_reached, and the database holds no more than the cap: with
+// the lock on (user, event) because the holds take turns; without it
+// (layer 1 off) because each hold counts itself in the user's row
+// (holdings) at its commit, and holdings_within_caps refuses the count
+// past a cap, so those holds roll back, read again and are refused. With
+// neither, each hold counts the user's holds before any other has
+// committed, and the user holds more than the cap.
 func TestSeats_RaceHoldCaps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("races real PostgreSQL and Redis")
@@ -133,7 +142,7 @@ func TestSeats_RaceHoldCaps(t *testing.T) {
 		vars    map[string]string
 		perHold int
 		limit   string
-		granted int // holds granted with the lock: the cap's room
+		granted int // holds granted: the cap's room
 		// The caps: active holds and held seats per user per event.
 		maxHolds, maxSeats int
 	}{
@@ -142,26 +151,47 @@ func TestSeats_RaceHoldCaps(t *testing.T) {
 		// Ten seats per event, in holds of three: three holds.
 		{name: "Seats", vars: map[string]string{"SHOP_SEAT_CAP_HOLDS": "100"}, perHold: 3, limit: "seats_per_event", granted: 3, maxHolds: 100, maxSeats: 10},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			e := apptest.New(t, 2, tt.vars)
-			holds, heldSeats, capped := raceHoldCaps(t, e, n, tt.perHold, tt.limit)
-			if holds > tt.maxHolds || heldSeats > tt.maxSeats {
-				t.Errorf("the user holds %d holds of %d seats: past the caps (%d holds, %d seats)", holds, heldSeats, tt.maxHolds, tt.maxSeats)
+		for _, lockOff := range []bool{false, true} {
+			name := tt.name
+			var deps app.Deps
+			if lockOff {
+				name += "WithoutTheLock"
+				deps.Variants = variants.For(layers.Off(layers.Lock), "", nil)
 			}
-			if holds != tt.granted || capped != n-tt.granted {
-				t.Errorf("%d holds granted and %d capped, want %d and %d", holds, capped, tt.granted, n-tt.granted)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				e := apptest.NewWith(t, 2, tt.vars, deps)
+				holds, heldSeats, capped := raceHoldCaps(t, e, n, tt.perHold, tt.limit)
+				if holds > tt.maxHolds || heldSeats > tt.maxSeats {
+					t.Errorf("the user holds %d holds of %d seats: past the caps (%d holds, %d seats)", holds, heldSeats, tt.maxHolds, tt.maxSeats)
+				}
+				if holds != tt.granted || capped != n-tt.granted {
+					t.Errorf("%d holds granted and %d capped, want %d and %d", holds, capped, tt.granted, n-tt.granted)
+				}
+				// What refused the holds past the cap: with the lock, the
+				// caps' rule, each hold reading what the one before
+				// committed; without it, holdings_within_caps first, since
+				// every hold read its count before any other committed.
+				refused := stoppedByConstraint(t, e)
+				switch {
+				case !lockOff && refused != 0:
+					t.Errorf("with the lock, holdings_within_caps refused %d holds: the lock did not serialise them", refused)
+				case lockOff && refused < n-tt.granted:
+					t.Errorf("without the lock, holdings_within_caps refused %d holds, want at least %d", refused, n-tt.granted)
+				}
+			})
+		}
 	}
-	// The breaking case: the same race without the lock on (user, event).
-	// The count is still checked, but from a snapshot the other holds have
-	// not committed to yet.
-	t.Run("WithoutTheLock", func(t *testing.T) {
-		e := apptest.NewWith(t, 2, nil, app.Deps{Layers: layers.Off(layers.Lock)})
+	// The breaking case: the same race without the lock on (user, event)
+	// and without holdings_within_caps. The count is still checked, but
+	// from a snapshot the other holds have not committed to yet, and
+	// nothing refuses the count they make together.
+	t.Run("WithoutTheLockNorTheConstraint", func(t *testing.T) {
+		e := apptest.NewWith(t, 2, nil, app.Deps{Variants: variants.For(layers.Off(layers.Lock), "", nil)})
+		e.Drop(t, seats.ConstraintWithinCaps)
 		holds, heldSeats, _ := raceHoldCaps(t, e, n, 1, "holds_per_event")
-		t.Logf("without the lock the user holds %d holds of %d seats", holds, heldSeats)
+		t.Logf("without the lock and the constraint the user holds %d holds of %d seats", holds, heldSeats)
 		if holds <= 4 {
-			t.Errorf("without the lock on (user, event), %d holds granted: the race did not get past the count", holds)
+			t.Errorf("without the lock on (user, event) and holdings_within_caps, %d holds granted: the race did not get past the count", holds)
 		}
 	})
 }
@@ -219,7 +249,28 @@ func raceHoldCaps(t *testing.T, e *apptest.Env, n, perHold int, limit string) (h
 	if v := readSeatRows(t, e, ev.ID).violations(); v != 0 {
 		t.Errorf("seat rows disagree: %+v", readSeatRows(t, e, ev.ID))
 	}
+	if m := miscounted(t, e, ev.ID); m != 0 {
+		t.Errorf("the user's counted row disagrees with their active holds")
+	}
 	return holds, heldSeats, capped
+}
+
+// stoppedByConstraint sums, over the replicas, the holds whose count a
+// constraint refused (shop_conflicts_stopped_total, layer constraint).
+func stoppedByConstraint(t testing.TB, e *apptest.Env) int {
+	t.Helper()
+	sample := regexp.MustCompile(`(?m)^shop_conflicts_stopped_total\{flow="hold_seats",layer="constraint"\} (\d+)$`)
+	n := 0
+	for _, r := range e.Replicas {
+		if m := sample.FindStringSubmatch(apptest.Scrape(t, r)); m != nil {
+			v, err := strconv.Atoi(m[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += v
+		}
+	}
+	return n
 }
 
 // waitFor polls cond until it holds, failing the test after a minute.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/layers"
 )
@@ -36,7 +37,7 @@ func TestSeats_TakenSeatsFailFast(t *testing.T) {
 		apptest.WantStatus(t, <-done, http.StatusCreated)
 	})
 	t.Run("StateOff", func(t *testing.T) {
-		e := apptest.NewWith(t, 1, nil, app.Deps{Layers: layers.Off(layers.State)})
+		e := apptest.NewWith(t, 1, nil, app.Deps{Variants: variants.For(layers.Off(layers.State), "", nil)})
 		ev, bob, unlock := takenUnderLock(t, e)
 		defer unlock()
 		apptest.WantProblem(t, apptest.HoldSeats(t, e.R(0), bob.Token, ev.ID, apptest.NewKey(), "A1"), http.StatusConflict, "resource_busy")
@@ -45,7 +46,7 @@ func TestSeats_TakenSeatsFailFast(t *testing.T) {
 
 // takenUnderLock makes an event whose A1 alice holds, and bob, and takes
 // the seat locks of A1 and A2 in a transaction of its own, as
-// seats.Store.Hold takes them (sqlAdvisoryLocks), until unlock.
+// seats.Store.QueueLocks takes them (sqlAdvisoryLocks), until unlock.
 func takenUnderLock(t *testing.T, e *apptest.Env) (apptest.Event, apptest.User, func()) {
 	t.Helper()
 	ctx := context.Background()

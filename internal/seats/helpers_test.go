@@ -58,3 +58,15 @@ func abs(n int) int {
 	}
 	return n
 }
+
+// miscounted counts the users whose counted row of the event (holdings,
+// what the caps are checked against) disagrees with their active holds.
+func miscounted(t testing.TB, e *apptest.Env, eventID string) int {
+	t.Helper()
+	return e.Count(t, `SELECT count(*)::int FROM
+		(SELECT user_id, count(*) AS holds, sum(cardinality(seats)) AS seats
+			FROM holds WHERE event_id = $1 AND status = 'active' GROUP BY user_id) AS active
+		FULL JOIN (SELECT user_id, holds, seats FROM holdings
+			WHERE event_id = $1 AND (holds <> 0 OR seats <> 0)) AS counted USING (user_id)
+		WHERE active.holds IS DISTINCT FROM counted.holds OR active.seats IS DISTINCT FROM counted.seats`, eventID)
+}

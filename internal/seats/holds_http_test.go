@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/harness/apptest"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/app"
-	"github.com/shop-example/shop/internal/platform/layers"
 )
 
 // GET /v1/holds lists the caller's active holds, newest first, a page at
@@ -73,7 +73,7 @@ func TestHolds_List(t *testing.T) {
 // sent again answers the same hold, and the key with other seats is
 // refused, with nothing held.
 func TestHolds_RequestKey(t *testing.T) {
-	e := apptest.NewWith(t, 1, nil, app.Deps{Layers: layers.Off(layers.Idempotency)})
+	e := apptest.NewWith(t, 1, nil, app.Deps{Variants: app.Variants{Keys: variants.NoKeys(nil)}})
 	r := e.R(0)
 	u := apptest.MustCreateUser(t, r, "keyed")
 	ev := apptest.MustCreateEvent(t, r, "keyed", 2, 5)

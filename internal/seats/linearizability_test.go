@@ -172,7 +172,7 @@ func TestSeats_LinearizableBreaksWithoutLayers(t *testing.T) {
 	row := ablation.Row{Layers: layers.Off(layers.Lock, layers.State, layers.Version, layers.Constraint)}
 	for attempt := 1; attempt <= 3; attempt++ {
 		e := apptest.NewAblation(t, row, app.Deps{},
-			seats.ConstraintOneActiveHold, seats.ConstraintOneTicket, seats.ConstraintOneBooking)
+			seats.ConstraintOneActiveHold, seats.ConstraintOneTicket, seats.ConstraintOneBooking, seats.ConstraintWithinCaps)
 		history := linearizabilityRun(t, e, 32, 12, 2, 2, 4)
 		if res := checkHistory(t, history, 8); res == porcupine.Illegal {
 			return

@@ -104,6 +104,9 @@ func raceOverlappingHolds(t *testing.T, strategy string) {
 	if v := s.violations(); v != 0 {
 		t.Errorf("seat rows break the invariant (%d): %+v", v, s)
 	}
+	if m := miscounted(t, e, ev.ID); m != 0 {
+		t.Errorf("%d users' counted rows disagree with their active holds", m)
+	}
 	if got.Available != s.available || got.Held != s.held || got.Booked != s.booked || got.Available+got.Held+got.Booked != rows*perRow {
 		t.Errorf("GET event %+v, rows %+v", got, s)
 	}
@@ -190,6 +193,9 @@ func TestSeats_DuplicatedConfirms(t *testing.T) {
 	if s := readSeatRows(t, e, ev.ID); s.violations() != 0 || s.booked != n {
 		t.Errorf("seat rows: %+v", s)
 	}
+	if m := miscounted(t, e, ev.ID); m != 0 {
+		t.Errorf("%d users' counted rows disagree with their active holds", m)
+	}
 }
 
 // TestSeats_ConfirmRacesExpiry: holds are confirmed while the expiry
@@ -246,6 +252,9 @@ func TestSeats_ConfirmRacesExpiry(t *testing.T) {
 	if s := readSeatRows(t, e, ev.ID); s.violations() != 0 || s.held != 0 || s.booked != confirmed {
 		t.Errorf("seat rows: %+v, %d confirmed", s, confirmed)
 	}
+	if m := miscounted(t, e, ev.ID); m != 0 {
+		t.Errorf("%d users' counted rows disagree with their active holds", m)
+	}
 	t.Logf("%d of %d confirms won against the expiry", confirmed, n)
 }
 
@@ -285,6 +294,9 @@ func TestSeats_ReleaseRacesConfirm(t *testing.T) {
 	}
 	if s := readSeatRows(t, e, ev.ID); s.violations() != 0 || s.held != 0 || s.booked != confirmed {
 		t.Errorf("seat rows: %+v, %d confirmed", s, confirmed)
+	}
+	if m := miscounted(t, e, ev.ID); m != 0 {
+		t.Errorf("%d users' counted rows disagree with their active holds", m)
 	}
 	t.Logf("%d of %d confirms won against the release", confirmed, n)
 }

@@ -99,39 +99,61 @@ type Booking struct {
 	CreatedAt time.Time
 }
 
-// Confirm moves an active hold to confirmed at now. A hold whose time is
-// up is expired even if the expiry job has not reached it yet: the rule
-// is the clock, the job only frees the seats. Confirming a confirmed hold
-// is not an error: its booking is the answer (ErrAlreadyConfirmed tells
-// the store to return it).
-func (h *Hold) Confirm(now time.Time) error {
-	switch {
-	case h.Status == Confirmed:
-		return ErrAlreadyConfirmed
-	case h.Status == Expired, h.Status == Active && !now.Before(h.ExpiresAt):
-		return problem.Errorf(problem.HoldExpired, "hold %s expired at %s", h.ID, h.ExpiresAt.UTC().Format(time.RFC3339))
-	case h.Status != Active:
-		return problem.Errorf(problem.InvalidState, "hold %s is %s", h.ID, h.Status)
+// HoldStatuses are every state of a hold, active first.
+var HoldStatuses = []HoldStatus{Active, Confirmed, Released, Expired}
+
+// Change is a rule of a hold's end (layer 2): applied to the hold as its
+// transaction read it, it moves the hold where the rule takes it and
+// reports moved, or refuses with an error and leaves the hold as it was.
+// moved is false, with no error, when the move was made before (a
+// confirm of a confirmed hold, a release of a released one): the answer
+// is the hold as it is. The use case names the rule; the store applies
+// it to the row it read and writes what moved (Store.QueueConfirm,
+// Store.QueueRelease), as orders.Change is applied.
+type Change func(h *Hold) (moved bool, err error)
+
+// Confirm is the confirm's rule at now: an active hold whose time is not
+// up moves to confirmed. A hold whose time is up is expired even if the
+// expiry job has not reached it yet: the rule is the clock, the job only
+// frees the seats. A confirmed hold is left as it is (its booking is the
+// answer); a released one cannot be confirmed.
+func Confirm(now time.Time) Change {
+	return func(h *Hold) (bool, error) {
+		switch {
+		case h.Status == Confirmed:
+			return false, nil
+		case h.Status == Expired, h.Status == Active && !now.Before(h.ExpiresAt):
+			return false, problem.Errorf(problem.HoldExpired, "hold %s expired at %s", h.ID, h.ExpiresAt.UTC().Format(time.RFC3339))
+		case h.Status != Active:
+			return false, problem.Errorf(problem.InvalidState, "hold %s is %s", h.ID, h.Status)
+		}
+		h.Status = Confirmed
+		return true, nil
 	}
-	h.Status = Confirmed
-	return nil
 }
 
-// Release moves an active hold to released. Releasing a released hold
-// changes nothing (changed is false); a confirmed or expired one cannot
-// be released.
-func (h *Hold) Release(now time.Time) (changed bool, err error) {
-	switch {
-	case h.Status == Released:
-		return false, nil
-	case h.Status == Expired, h.Status == Active && !now.Before(h.ExpiresAt):
-		return false, problem.Errorf(problem.HoldExpired, "hold %s expired at %s", h.ID, h.ExpiresAt.UTC().Format(time.RFC3339))
-	case h.Status != Active:
-		return false, problem.Errorf(problem.InvalidState, "hold %s is %s", h.ID, h.Status)
+// Release is the release's rule at now: an active hold whose time is not
+// up moves to released. A released hold is left as it is; a confirmed or
+// expired one cannot be released.
+func Release(now time.Time) Change {
+	return func(h *Hold) (bool, error) {
+		switch {
+		case h.Status == Released:
+			return false, nil
+		case h.Status == Expired, h.Status == Active && !now.Before(h.ExpiresAt):
+			return false, problem.Errorf(problem.HoldExpired, "hold %s expired at %s", h.ID, h.ExpiresAt.UTC().Format(time.RFC3339))
+		case h.Status != Active:
+			return false, problem.Errorf(problem.InvalidState, "hold %s is %s", h.ID, h.Status)
+		}
+		h.Status = Released
+		return true, nil
 	}
-	h.Status = Released
-	return true, nil
 }
+
+// SeatRule is a new hold's rule on its seats as its transaction read
+// them (layer 2): CheckAvailable. The use case names it; the store
+// applies it before it queues the seats' write (Store.QueueHoldSeats).
+type SeatRule func(read []Seat) error
 
 // CheckAvailable is the seat side of the state machine for a new hold:
 // every seat must be available. Otherwise the refusal lists the seats
@@ -159,22 +181,38 @@ func Unavailable(taken []string) *problem.Error {
 var (
 	ErrNotFound        = problem.New(problem.NotFound, "no such resource")
 	ErrSeatUnavailable = problem.New(problem.SeatUnavailable, "a seat is taken")
+	// ErrKeyReused means the request's Idempotency-Key made a hold of
+	// other seats: the same key sent with another request.
+	ErrKeyReused = problem.New(problem.IdempotencyReused,
+		"this Idempotency-Key was used for a hold of other seats; send a new key for a new request")
+	// ErrHoldExpired and ErrInvalidState are the refusals of a hold's
+	// end (Confirm, Release): its time is up, or it ended otherwise.
+	ErrHoldExpired  = problem.New(problem.HoldExpired, "the hold expired")
+	ErrInvalidState = problem.New(problem.InvalidState, "the hold is not in a state that allows this")
 	// ErrVersionConflict means a seat or hold changed between read and
 	// write (layer 3). It never reaches a client: the service re-reads.
 	ErrVersionConflict = errors.New("seat or hold changed since it was read")
+	// ErrSeatMoved is the version conflict of a write of seats: a seat
+	// the hold read (available, at its version) moved before the write,
+	// or, for a confirm, a seat is no longer the hold's.
+	ErrSeatMoved = fmt.Errorf("%w: a seat moved", ErrVersionConflict)
+	// ErrHoldMoved is the version conflict of a hold's end: someone else
+	// confirmed, released or expired the hold since it was read.
+	ErrHoldMoved = fmt.Errorf("%w: the hold moved", ErrVersionConflict)
 	// ErrSeatTaken means hold_seats_one_active_per_seat or
 	// tickets_one_per_seat refused a second active hold or a second
 	// ticket for a seat (layer 4). The service re-reads.
 	ErrSeatTaken = errors.New("seat already held or booked")
+	// ErrOverCaps means holdings_within_caps refused the user's holding
+	// counted with this hold (layer 4): another hold of theirs on the
+	// event committed since this one read the count. The service
+	// re-reads, and the caps' rule refuses with what the user holds.
+	ErrOverCaps = errors.New("the user's holds on the event counted past a cap")
 	// ErrDeadlock means PostgreSQL broke a deadlock by rolling this
-	// transaction back: two writers locked the same seat rows in
-	// different orders (only reachable with a layer off, or holds whose
-	// multi-row updates interleave). Nothing was written; the service
-	// re-reads.
+	// transaction back: two writers locked the same rows in different
+	// orders (only reachable with a layer off, or holds whose multi-row
+	// updates interleave). Nothing was written; the service re-reads.
 	ErrDeadlock = errors.New("deadlock with another writer")
-	// ErrAlreadyConfirmed is Confirm's answer for a confirmed hold: the
-	// store then returns its booking.
-	ErrAlreadyConfirmed = errors.New("hold already confirmed")
 )
 
 // ParseSeat reads a seat label in its one spelling: a row letter A–Z and
@@ -280,8 +318,11 @@ func (c Caps) check() error {
 }
 
 // Holding is what one user holds of one event, as the hold's transaction
-// read it: their active holds whose time is not up, and those holds'
-// seats.
+// read it from their counted row (holdings): their active holds, and
+// those holds' seats. The transaction expires the user's holds on the
+// event whose time is up before it reads (Store.QueueExpireLapsed), so
+// a hold past its time counts no more, whether or not the expiry job has
+// reached it.
 type Holding struct {
 	Holds int
 	Seats int

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
@@ -105,50 +107,69 @@ func TestCaps_ZeroIsDefault(t *testing.T) {
 	}
 }
 
-func TestHold_Confirm(t *testing.T) {
+// TestConfirm: the confirm's rule moves an active hold within its time,
+// leaves a confirmed one as it is, and refuses the others, leaving them as
+// they were.
+func TestConfirm(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name    string
 		status  HoldStatus
 		expires time.Time
+		moved   bool
 		want    error
 	}{
-		{"Active", Active, now.Add(time.Minute), nil},
-		{"ActivePastItsTime", Active, now, problem.New(problem.HoldExpired, "")},
-		{"Expired", Expired, now.Add(time.Minute), problem.New(problem.HoldExpired, "")},
-		{"Released", Released, now.Add(time.Minute), problem.New(problem.InvalidState, "")},
-		{"Confirmed", Confirmed, now.Add(time.Minute), ErrAlreadyConfirmed},
+		{"Active", Active, now.Add(time.Minute), true, nil},
+		{"ActivePastItsTime", Active, now, false, ErrHoldExpired},
+		{"Expired", Expired, now.Add(time.Minute), false, ErrHoldExpired},
+		{"Released", Released, now.Add(time.Minute), false, ErrInvalidState},
+		{"Confirmed", Confirmed, now.Add(time.Minute), false, nil},
 	}
 	for _, tt := range tests {
 		h := Hold{Status: tt.status, ExpiresAt: tt.expires}
-		err := h.Confirm(now)
-		if (tt.want == nil) != (err == nil) || (tt.want != nil && !errors.Is(err, tt.want)) {
-			t.Errorf("%s: Confirm = %v, want %v", tt.name, err, tt.want)
+		moved, err := Confirm(now)(&h)
+		if moved != tt.moved || (tt.want == nil) != (err == nil) || (tt.want != nil && !errors.Is(err, tt.want)) {
+			t.Errorf("%s: Confirm = %v, %v; want %v, %v", tt.name, moved, err, tt.moved, tt.want)
 		}
-		if tt.want == nil && h.Status != Confirmed {
-			t.Errorf("%s: status %s after Confirm", tt.name, h.Status)
+		want := tt.status
+		if tt.moved {
+			want = Confirmed
+		}
+		if h.Status != want {
+			t.Errorf("%s: status %s after Confirm, want %s", tt.name, h.Status, want)
 		}
 	}
 }
 
-func TestHold_Release(t *testing.T) {
+// TestRelease: the release's rule moves an active hold within its time,
+// leaves a released one as it is, and refuses the others.
+func TestRelease(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name    string
 		status  HoldStatus
-		changed bool
+		expires time.Time
+		moved   bool
 		code    problem.Code
 	}{
-		{"Active", Active, true, ""},
-		{"Released", Released, false, ""},
-		{"Confirmed", Confirmed, false, problem.InvalidState},
-		{"Expired", Expired, false, problem.HoldExpired},
+		{"Active", Active, now.Add(time.Minute), true, ""},
+		{"ActivePastItsTime", Active, now, false, problem.HoldExpired},
+		{"Released", Released, now.Add(time.Minute), false, ""},
+		{"Confirmed", Confirmed, now.Add(time.Minute), false, problem.InvalidState},
+		{"Expired", Expired, now.Add(time.Minute), false, problem.HoldExpired},
 	}
 	for _, tt := range tests {
-		h := Hold{Status: tt.status, ExpiresAt: now.Add(time.Minute)}
-		changed, err := h.Release(now)
-		if changed != tt.changed || problem.CodeOf(err) != tt.code {
-			t.Errorf("%s: Release = %v, %v; want %v, %q", tt.name, changed, err, tt.changed, tt.code)
+		h := Hold{Status: tt.status, ExpiresAt: tt.expires}
+		moved, err := Release(now)(&h)
+		if moved != tt.moved || problem.CodeOf(err) != tt.code {
+			t.Errorf("%s: Release = %v, %v; want %v, %q", tt.name, moved, err, tt.moved, tt.code)
+		}
+		want := tt.status
+		if tt.moved {
+			want = Released
+		}
+		if h.Status != want {
+			t.Errorf("%s: status %s after Release, want %s", tt.name, h.Status, want)
 		}
 	}
 }
@@ -164,8 +185,9 @@ func TestCheckAvailable(t *testing.T) {
 	}
 }
 
-// TestParseLockStrategy: SHOP_SEAT_LOCK's values are config.FromEnv's;
-// a lock per section is not one of them, though a Config may set it.
+// TestParseLockStrategy: SHOP_SEAT_LOCK's values are config.FromEnv's,
+// and NewService takes no other (a lock per section is the bench's
+// variant of the Redis lock, harness/variants.Sections).
 func TestParseLockStrategy(t *testing.T) {
 	for _, ok := range []string{"advisory", "redsync", "none"} {
 		if _, err := ParseLockStrategy(ok); err != nil {
@@ -182,9 +204,9 @@ func TestParseLockStrategy(t *testing.T) {
 		want LockStrategy // "" when NewService refuses it
 	}{
 		{"", LockAdvisory}, {LockAdvisory, LockAdvisory}, {LockRedsync, LockRedsync}, {LockNone, LockNone},
-		{LockSection, LockSection}, {"pg", ""},
+		{"section", ""}, {"pg", ""},
 	} {
-		svc, err := NewService(Config{Store: NewStore(nil), Locker: lock.None{}, Lock: tt.lock})
+		svc, err := NewService(Config{DB: new(pgxpool.Pool), Locker: lock.None{}, Lock: tt.lock})
 		switch {
 		case tt.want == "":
 			if err == nil {

@@ -5,41 +5,41 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/platform/idempotency"
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
-// The layers of the seat flows, where each one is:
+// The layers of the seat flows, where each one is in this package:
 //
-//	layer           where                                         backed by
-//	0 idempotency   Idempotency-Key on POST holds and confirm:     the route (http.go,
-//	                claimed first and completed last in the hold's  idempotency.Store.Atomic);
-//	                (the confirm's) transaction; (user, key) on     Store.Hold, Store.Update;
-//	                the hold's row                                  holds_user_request_key
-//	1 lock          pg_advisory_xact_lock per seat, sorted, in the  Store.Hold: sqlAdvisoryLocks
-//	                transaction (SHOP_SEAT_LOCK=advisory, the
-//	                default); or seat:{event}:{seat} in Redis per   Service.seatKeys
-//	                seat, sorted, nested, and hold:{id} on confirm
-//	                and release (SHOP_SEAT_LOCK=redsync);
-//	                pg_advisory_xact_lock on (user, event) for the  Store.Hold: sqlCapLock
-//	                caps, whatever the strategy
-//	2 state         seat available → held → booked, asked of a     Service.Hold (Glance),
-//	                snapshot before any lock, of the seats read,    CheckAvailable and
-//	                and again in their write (WHERE status =        Store.Hold: sqlHoldSeats,
-//	                'available'); hold active → confirmed |         Hold.Confirm, Hold.Release
-//	                released | expired
-//	3 version       seats written WHERE version = $read; the hold  Store.Hold: sqlHoldSeats,
-//	                moved WHERE version = $read                     Store.Update: sqlConfirmHold,
-//	                                                                sqlReleaseHold
-//	4 constraint    one active hold per seat; one ticket per seat, hold_seats_one_active_per_seat,
-//	                ever; one booking per hold                      tickets_one_per_seat, bookings_one_per_hold
+//	layer          hold                                confirm, release                  expire
+//	0 idempotency  the key's record, claimed first     confirm: the key's record, with   —
+//	               and completed last in the hold's    the hold's read and the answer
+//	               transaction; the hold's row under
+//	               its key (holds_user_request_key)
+//	1 lock         Store.QueueLocks: the caps' lock,   with SHOP_SEAT_LOCK=redsync,      none: SKIP LOCKED
+//	               then pg_advisory_xact_lock per      hold:{id} in Redis                (sqlExpireDue)
+//	               seat (SHOP_SEAT_LOCK=advisory); or
+//	               seat:{event}:{seat} in Redis
+//	2 state        the Glance before any lock, then    Confirm, Release (seats.go)       status = 'active'
+//	               CheckAvailable on the seats read
+//	               and status = 'available' in their
+//	               write (Store.QueueHoldSeats)
+//	3 version      the seats written at the version    the hold moved at the version     the version bump
+//	               read (sqlHoldSeats)                 read (sqlConfirmHold,
+//	                                                   sqlReleaseHold)
+//	4 constraint   hold_seats_one_active_per_seat,     tickets_one_per_seat,             —
+//	               holdings_within_caps                bookings_one_per_hold
 
 // Flow names in the conflict counter and in docs/ABLATION.md.
 const (
@@ -49,7 +49,7 @@ const (
 	flowExpire  = "expire_holds"
 )
 
-// LockStrategy is how layer 1 serialises holds on a seat
+// LockStrategy is where layer 1 serialises holds on a seat
 // (SHOP_SEAT_LOCK; docs/DESIGN.md, "Seats", says why the default).
 type LockStrategy string
 
@@ -63,18 +63,12 @@ const (
 	// LockRedsync takes a redsync lock per seat, in seat order, before
 	// the transaction, and hold:{id} on confirm and release.
 	LockRedsync LockStrategy = "redsync"
-	// LockNone takes no lock: layers 2–4 alone.
+	// LockNone takes no lock on the seats: layers 2–4 alone.
 	LockNone LockStrategy = "none"
-	// LockSection takes one redsync lock per section (row) the hold
-	// touches, in row order: fewer Redis round trips than a lock per
-	// seat, but every hold in a row waits for every other. It is the
-	// alternative `shop bench seats` measures, not a value of
-	// SHOP_SEAT_LOCK: only code sets it (Config.Lock).
-	LockSection LockStrategy = "section"
 )
 
 // ParseLockStrategy reads SHOP_SEAT_LOCK: advisory, redsync or none, as
-// config.FromEnv accepts them. LockSection is not one of them.
+// config.FromEnv accepts them.
 func ParseLockStrategy(s string) (LockStrategy, error) {
 	switch l := LockStrategy(s); l {
 	case LockAdvisory, LockRedsync, LockNone:
@@ -87,49 +81,62 @@ func ParseLockStrategy(s string) (LockStrategy, error) {
 // (SHOP_SEAT_HOLD_TTL).
 const DefaultHoldTTL = 5 * time.Minute
 
+// HoldRows are the steps of the seat flows in which a layer lives: *Store
+// (holdtx.go). A layer test takes one layer off by handing in a variant
+// of the production step (harness/variants); production leaves
+// Config.Holds nil and gets the store.
+type HoldRows interface {
+	Glance(ctx context.Context, eventID, userID, requestKey string, labels []string) (Glance, error)
+	QueueLocks(b *pgx.Batch, h Hold, lock LockStrategy)
+	QueueHoldSeats(b *pgx.Batch, h Hold, read []Seat, rule SeatRule) error
+	QueueConfirm(ctx context.Context, b *pgx.Batch, h Hold, bookingID string, now time.Time, change Change) (Booking, bool, error)
+	QueueRelease(b *pgx.Batch, h Hold, now time.Time, change Change) (Hold, bool, error)
+}
+
 // Config holds what the service is built from.
 type Config struct {
-	Store   *Store
+	DB      *pgxpool.Pool // the flows' transactions, and the store's reads
 	Locker  layers.Locker
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	Now     func() time.Time
 	HoldTTL time.Duration // 0 means DefaultHoldTTL
-	// Lock is the strategy of layer 1: one of ParseLockStrategy's, or
-	// LockSection; "" means LockAdvisory.
+	// Lock is the strategy of layer 1, one of ParseLockStrategy's; ""
+	// means LockAdvisory.
 	Lock LockStrategy
 	// Caps bound what one user may hold of one event; a cap left zero is
 	// its default.
 	Caps Caps
-	// Layers are the defences on. The zero value is all of them; only the
-	// layer tests take some off.
-	Layers layers.Set
+
+	// Holds are the steps; nil is production's (NewStore(DB)).
+	Holds HoldRows
 }
 
-// Service runs events, holds and bookings.
+// Service runs events, holds and bookings. Each flow reads top to bottom
+// in layer order.
 type Service struct {
-	store   *Store
-	hold    layers.Flow
-	moves   map[string]layers.Flow // confirm_hold, release_hold
-	metrics *metrics.Metrics
-	counts  *counters
-	logger  *slog.Logger
-	now     func() time.Time
-	ttl     time.Duration
-	lock    LockStrategy
-	caps    Caps
-	layers  layers.Set
+	db                     *pgxpool.Pool
+	store                  *Store
+	holds                  HoldRows
+	hold, confirm, release layers.Flow
+	metrics                *metrics.Metrics
+	counts                 *counters
+	logger                 *slog.Logger
+	now                    func() time.Time
+	ttl                    time.Duration
+	lock                   LockStrategy
+	caps                   Caps
 }
 
 // NewService returns the seats service.
 func NewService(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Locker == nil {
-		return nil, errors.New("seats: a store and a locker are required")
+	if cfg.DB == nil || cfg.Locker == nil {
+		return nil, errors.New("seats: a pool and a locker are required")
 	}
 	if cfg.Lock == "" {
 		cfg.Lock = LockAdvisory
 	}
-	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil && cfg.Lock != LockSection {
+	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil {
 		return nil, fmt.Errorf("seats: lock strategy: %w", err)
 	}
 	cfg.Caps = cfg.Caps.orDefaults()
@@ -145,15 +152,19 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	store := NewStore(cfg.DB)
+	if cfg.Holds == nil {
+		cfg.Holds = store
+	}
 	counts, err := newCounters(cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
-	flow := layers.Flows("hold", cfg.Layers, cfg.Locker, cfg.Metrics)
-	return &Service{store: cfg.Store, hold: flow(FlowHold),
-		moves:   map[string]layers.Flow{FlowConfirm: flow(FlowConfirm), FlowRelease: flow(FlowRelease)},
+	flow := layers.Flows("hold", layers.Set{}, cfg.Locker, cfg.Metrics)
+	return &Service{db: cfg.DB, store: store, holds: cfg.Holds,
+		hold: flow(FlowHold), confirm: flow(FlowConfirm), release: flow(FlowRelease),
 		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger,
-		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, caps: cfg.Caps, layers: cfg.Layers}, nil
+		now: cfg.Now, ttl: cfg.HoldTTL, lock: cfg.Lock, caps: cfg.Caps}, nil
 }
 
 // Hold holds seats of eventID for userID, all or none. Any seat taken
@@ -169,9 +180,10 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	if !ids.Valid(eventID) {
 		return Hold{}, ErrNotFound
 	}
-	// One read before any lock or transaction: the event's seat map, and
-	// which of the seats asked for are taken now.
-	g, err := s.store.Glance(ctx, eventID, userID, requestKey, labels)
+	// One read before any lock or transaction: the event's seat map,
+	// which of the seats asked for are taken now, and whether this
+	// request made its hold before.
+	g, err := s.holds.Glance(ctx, eventID, userID, requestKey, labels)
 	if err != nil {
 		return Hold{}, err
 	}
@@ -180,11 +192,11 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 		return Hold{}, err
 	}
 	// Layer 2, asked first of that snapshot: a hold of seats the database
-	// already shows taken is refused at once, before it waits for a lock
-	// that would only lead it to the same answer. A repeat of a request
-	// that made a hold goes on: its transaction answers with that hold,
-	// whose seats are the ones taken.
-	if len(g.Taken) > 0 && !g.Repeat && s.layers.On(layers.State) {
+	// already shows taken is refused at once, 409 seat_unavailable,
+	// before it waits for a lock that would only lead it to the same
+	// answer. A repeat of a request that made its hold goes on: its
+	// transaction answers with that hold, whose seats are the ones taken.
+	if len(g.Taken) > 0 && !g.Repeat {
 		s.hold.Stopped(ctx, layers.State)
 		err := Unavailable(g.Taken)
 		s.countHold(err)
@@ -196,42 +208,105 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 	}
 	h := Hold{ID: id.String(), EventID: eventID, UserID: userID, RequestKey: requestKey, Seats: sorted, Status: Active, Version: 1}
 	// Layer 0: the key's record, when the route has the layer (Atomic).
-	// The hold's transaction claims it first and completes it last, so
-	// the hold and the answer that replays it commit together or not at
-	// all.
 	rec := idempotency.RecordFrom(ctx)
 	var out Hold
-	// Layer 1: a lock per seat, taken in seat order (in the store's
-	// transaction by default; here, in Redis, with SHOP_SEAT_LOCK=redsync),
-	// so two holds that overlap queue on their first common seat and
-	// never deadlock; holds of other seats never wait.
+	// Layer 1 in Redis, with SHOP_SEAT_LOCK=redsync: a lock per seat, in
+	// seat order, before the transaction (seatKeys). The default takes
+	// its seat locks in the transaction instead, below.
 	err = s.hold.LockAll(ctx, s.seatKeys(eventID, sorted), func(ctx context.Context) error {
 		return s.hold.Retry(ctx, func(int) error {
 			now := s.stamp()
 			h.ExpiresAt, h.CreatedAt = now.Add(s.ttl), now
-			// Layers 3 and 4 are in the store's transaction: each seat is
-			// written at the version read, and hold_seats admits one
-			// active hold per seat. The hold's row comes first, under its
-			// request key: a try of this request that committed before is
-			// found there.
-			var err error
-			out, err = s.store.Hold(ctx, h, now, HoldOptions{Layers: s.layers, Advisory: s.lockOn(LockAdvisory), Record: rec}, func(mine Holding, read []Seat) error {
-				// The caps: what this user holds of the event, read under
-				// the lock on (user, event) that layer 1 takes in the
-				// transaction, leaves room for this hold.
-				if err := s.caps.Admit(mine, len(h.Seats)); err != nil {
-					return err
-				}
-				// Layer 2: every seat must be available.
-				if !s.layers.On(layers.State) {
-					return nil
-				}
-				if err := CheckAvailable(read); err != nil {
-					s.hold.Stopped(ctx, layers.State)
-					return err
-				}
-				return nil
-			})
+			var (
+				mine     *Holding
+				inserted *bool
+				read     *[]Seat
+			)
+			// One round trip: the locks, then the reads and the hold's
+			// row, in this order.
+			lockAndRead := func(b *pgx.Batch) {
+				// Layer 1 in PostgreSQL: the caps' lock on (user, event),
+				// then, with SHOP_SEAT_LOCK=advisory, a lock per seat in
+				// seat order, so two holds that overlap queue on their
+				// first common seat and never deadlock. A wait past 2 s
+				// answers resource_busy.
+				s.holds.QueueLocks(b, h, s.lock)
+				// The caps: the user's holds on the event whose time is up
+				// expire now, and what the user holds is read from their
+				// counted row, before this hold's own row is written.
+				s.store.QueueExpireLapsed(b, h.UserID, h.EventID, now)
+				mine = s.store.QueueReadHolding(b, h.UserID, h.EventID)
+				// Layer 0 in the hold's row: written under its request key
+				// (holds_user_request_key), and not written when a try of
+				// this request committed its hold before.
+				inserted = s.store.QueueInsertHold(b, h, now)
+				read = s.store.QueueReadSeats(b, h)
+			}
+			err := postgres.InTxBatched(ctx, s.db,
+				// Layer 0: BEGIN and the key's claim, alone: a copy of the
+				// request in flight is refused here (request_in_progress),
+				// before it waits for a lock the first copy holds, with a
+				// pool connection in hand. With no key's record, the locks
+				// and reads travel with BEGIN.
+				func(first *pgx.Batch) {
+					if rec == nil {
+						lockAndRead(first)
+						return
+					}
+					rec.QueueClaim(first)
+				},
+				func(tx pgx.Tx) (*pgx.Batch, error) {
+					if rec != nil {
+						b := &pgx.Batch{}
+						lockAndRead(b)
+						if err := tx.SendBatch(ctx, b).Close(); err != nil {
+							return nil, err
+						}
+					}
+					if !*inserted {
+						// A try of this request made its hold (one whose key's
+						// record is gone, or that ran without layer 0): it is
+						// the answer, if this request asks for its seats.
+						var err error
+						out, err = s.store.HoldOfRequest(ctx, tx, h.UserID, h.RequestKey)
+						if err != nil {
+							return nil, err
+						}
+						if out.EventID != h.EventID || !slices.Equal(out.Seats, h.Seats) {
+							return nil, ErrKeyReused
+						}
+						_, err = rec.Complete(ctx, tx, heldAnswer(out))
+						return nil, err
+					}
+					// The caps: one more hold, and its seats, within what
+					// the user may hold of the event (hold_limit_reached).
+					if err := s.caps.Admit(*mine, len(h.Seats)); err != nil {
+						return nil, err
+					}
+					// The last round trip: the seats' write, the hold's count,
+					// the key's answer, and COMMIT.
+					last := &pgx.Batch{}
+					// Layer 2: every seat available as read (CheckAvailable;
+					// seat_unavailable names the others). Layer 3: each
+					// written only while available at the version read; one
+					// that moved since fails the write (ErrSeatMoved), and the
+					// hold reads again. Layer 4: hold_seats_one_active_per_seat
+					// admits one active hold per seat (ErrSeatTaken: again).
+					if err := s.holds.QueueHoldSeats(last, h, *read, CheckAvailable); err != nil {
+						return nil, err
+					}
+					// Layer 4 of the caps: the hold counted in the user's
+					// holding; holdings_within_caps refuses a count past a
+					// cap (ErrOverCaps: again, and the caps refuse).
+					s.store.QueueCountHold(last, h, s.caps)
+					// Layer 0: the key's answer, with the hold or not at all.
+					out = h
+					return last, rec.QueueComplete(last, heldAnswer(h))
+				})
+			err = WriteError(err)
+			if errors.Is(err, ErrSeatUnavailable) {
+				s.hold.Stopped(ctx, layers.State)
+			}
 			return raced(err)
 		})
 	})
@@ -240,21 +315,6 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 		return Hold{}, err
 	}
 	return out, nil
-}
-
-// raced marks the store's errors that lost a race, for Flow.Retry: a
-// seat or hold written since it was read (layer 3), a seat another hold
-// took first (layer 4), or a deadlock PostgreSQL broke.
-func raced(err error) error {
-	switch {
-	case errors.Is(err, ErrVersionConflict):
-		return layers.Lost(layers.Version, err)
-	case errors.Is(err, ErrSeatTaken):
-		return layers.Lost(layers.Constraint, err)
-	case errors.Is(err, ErrDeadlock):
-		return layers.Again(err)
-	}
-	return err
 }
 
 // Confirm books the seats of userID's hold. Confirming a confirmed hold
@@ -268,20 +328,63 @@ func (s *Service) Confirm(ctx context.Context, userID, holdID string) (Booking, 
 	if err != nil {
 		return Booking{}, fmt.Errorf("new booking id: %w", err)
 	}
+	// Layer 0: the key's record, when the route has the layer (Atomic).
+	rec := idempotency.RecordFrom(ctx)
 	var b Booking
-	err = s.update(ctx, FlowConfirm, userID, holdID, nil, &b, func(h *Hold, now time.Time) (Move, error) {
-		// Layer 2: only an active hold whose time is not up is confirmed.
-		if !s.layers.On(layers.State) {
-			return Move{To: Confirmed, BookingID: id.String()}, nil
-		}
-		if err := h.Confirm(now); err != nil {
-			return Move{}, err
-		}
-		return Move{To: Confirmed, BookingID: id.String()}, nil
+	// Layer 1 in Redis, with SHOP_SEAT_LOCK=redsync: the hold's lock, so a
+	// double click runs once and the second finds the first's booking.
+	err = s.confirm.LockAll(ctx, s.holdKeys(holdID), func(ctx context.Context) error {
+		return s.confirm.Retry(ctx, func(int) error {
+			now := s.stamp()
+			var h *Hold
+			err := postgres.InTxBatched(ctx, s.db,
+				// Layer 0: BEGIN and the key's claim, with the hold as it
+				// is now: the loser of a race asks its own row first, so a
+				// confirm the expiry job beat finds its hold expired. The
+				// read waits for no lock, so it travels with the claim.
+				func(first *pgx.Batch) {
+					rec.QueueClaim(first)
+					h = s.store.QueueReadHold(first, holdID, userID)
+				},
+				func(tx pgx.Tx) (*pgx.Batch, error) {
+					if h.ID == "" {
+						return nil, ErrNotFound
+					}
+					// Layer 2: Confirm, only an active hold whose time is not
+					// up (hold_expired, invalid_state). Layer 3: the move at
+					// the version read; a hold someone else moved since fails
+					// it (ErrHoldMoved), and the confirm reads again. Layer 4:
+					// bookings_one_per_hold, tickets_one_per_seat.
+					last := &pgx.Batch{}
+					booked, moved, err := s.holds.QueueConfirm(ctx, last, *h, id.String(), now, Confirm(now))
+					if err != nil {
+						return nil, err
+					}
+					if !moved {
+						// Confirmed before: its booking is the answer.
+						b, err = s.store.BookingOfHold(ctx, tx, holdID)
+						if err != nil {
+							return nil, err
+						}
+						_, err = rec.Complete(ctx, tx, bookedAnswer(b))
+						return nil, err
+					}
+					// Layer 0: the key's answer, with the booking or not at
+					// all.
+					b = booked
+					return last, rec.QueueComplete(last, bookedAnswer(b))
+				})
+			err = WriteError(err)
+			if errors.Is(err, ErrHoldExpired) || errors.Is(err, ErrInvalidState) {
+				s.confirm.Stopped(ctx, layers.State)
+			}
+			return raced(err)
+		})
 	})
 	if err != nil {
 		return Booking{}, err
 	}
+	s.counts.moves.WithLabelValues(FlowConfirm).Inc()
 	return b, nil
 }
 
@@ -292,95 +395,85 @@ func (s *Service) Release(ctx context.Context, userID, holdID string) (Hold, err
 		return Hold{}, ErrNotFound
 	}
 	var out Hold
-	err := s.update(ctx, FlowRelease, userID, holdID, &out, nil, func(h *Hold, now time.Time) (Move, error) {
-		// Layer 2: only an active hold is released, once.
-		if !s.layers.On(layers.State) {
-			h.Status = Released
-			return Move{To: Released}, nil
-		}
-		changed, err := h.Release(now)
-		if err != nil || !changed {
-			return Move{}, err
-		}
-		return Move{To: Released}, nil
+	// Layer 1 in Redis, with SHOP_SEAT_LOCK=redsync: the hold's lock.
+	err := s.release.LockAll(ctx, s.holdKeys(holdID), func(ctx context.Context) error {
+		return s.release.Retry(ctx, func(int) error {
+			now := s.stamp()
+			var h *Hold
+			err := postgres.InTxBatched(ctx, s.db,
+				// BEGIN with the hold as it is now: the loser of a race
+				// asks its own row first.
+				func(first *pgx.Batch) { h = s.store.QueueReadHold(first, holdID, userID) },
+				func(pgx.Tx) (*pgx.Batch, error) {
+					if h.ID == "" {
+						return nil, ErrNotFound
+					}
+					// Layer 2: Release, only an active hold whose time is not
+					// up, once (hold_expired, invalid_state; a released one
+					// is answered as it is). Layer 3: the move at the version
+					// read; a hold someone else moved since makes it write
+					// nothing (ErrHoldMoved), and the release reads again.
+					last := &pgx.Batch{}
+					var moved bool
+					var err error
+					out, moved, err = s.holds.QueueRelease(last, *h, now, Release(now))
+					if err != nil || !moved {
+						return nil, err
+					}
+					return last, nil
+				})
+			err = WriteError(err)
+			if errors.Is(err, ErrHoldExpired) || errors.Is(err, ErrInvalidState) {
+				s.release.Stopped(ctx, layers.State)
+			}
+			return raced(err)
+		})
 	})
 	if err != nil {
 		return Hold{}, err
 	}
+	s.counts.moves.WithLabelValues(FlowRelease).Inc()
 	return out, nil
 }
 
-// update runs one move of a hold (confirm or release) under the hold's
-// lock, re-reading after a lost race at layer 3 or 4.
-func (s *Service) update(ctx context.Context, flow, userID, holdID string, hold *Hold, booking *Booking,
-	rule func(h *Hold, now time.Time) (Move, error)) error {
-	f := s.moves[flow]
-	// Layer 0 on a confirm: the key's record, claimed and completed in
-	// the move's transaction (a release has none).
-	rec := idempotency.RecordFrom(ctx)
-	// Layer 1: the hold's lock, so a double click on confirm runs once
-	// and the second finds the first's booking.
-	err := f.LockAll(ctx, s.holdKeys(holdID), func(ctx context.Context) error {
-		return f.Retry(ctx, func(int) error {
-			now := s.stamp()
-			h, b, err := s.store.Update(ctx, holdID, userID, s.layers, now, rec, func(h *Hold) (Move, error) {
-				m, err := rule(h, now)
-				if err != nil && !errors.Is(err, ErrAlreadyConfirmed) {
-					f.Stopped(ctx, layers.State)
-				}
-				return m, err
-			})
-			if err != nil {
-				return raced(err)
-			}
-			if hold != nil {
-				*hold = h
-			}
-			if booking != nil {
-				*booking = b
-			}
-			return nil
-		})
-	})
-	if err == nil {
-		s.counts.moves.WithLabelValues(flow).Inc()
+// raced marks the errors of a transaction that lost a race, for
+// Flow.Retry: a seat or hold written since it was read (layer 3), a seat
+// another hold took first or a count another hold of the user made first
+// (layer 4), or a deadlock PostgreSQL broke.
+func raced(err error) error {
+	switch {
+	case errors.Is(err, ErrVersionConflict):
+		return layers.Lost(layers.Version, err)
+	case errors.Is(err, ErrSeatTaken), errors.Is(err, ErrOverCaps):
+		return layers.Lost(layers.Constraint, err)
+	case errors.Is(err, ErrDeadlock):
+		return layers.Again(err)
 	}
 	return err
 }
 
 // seatKeys are the Redis locks of a hold of sorted seats, in seat order:
-// one per seat (LockRedsync), or one per section (LockSection). The
-// advisory strategy locks inside the store's transaction instead, and
-// takes none here.
+// one per seat with LockRedsync. The advisory strategy locks inside the
+// hold's transaction instead (Store.QueueLocks), and none takes none.
 func (s *Service) seatKeys(eventID string, sorted []string) []string {
-	var keys []string
-	switch s.lock {
-	case LockRedsync:
-		for _, seat := range sorted {
-			keys = append(keys, "seat:"+eventID+":"+seat)
-		}
-	case LockSection:
-		for _, seat := range sorted {
-			key := "section:" + eventID + ":" + seat[:1]
-			if len(keys) == 0 || keys[len(keys)-1] != key {
-				keys = append(keys, key)
-			}
-		}
+	if s.lock != LockRedsync {
+		return nil
+	}
+	keys := make([]string, len(sorted))
+	for i, seat := range sorted {
+		keys[i] = "seat:" + eventID + ":" + seat
 	}
 	return keys
 }
 
-// holdKeys is the Redis lock of a confirm or release of the hold, with a
-// Redis strategy; none with the others.
+// holdKeys is the Redis lock of a confirm or release of the hold with
+// LockRedsync; none with the others.
 func (s *Service) holdKeys(holdID string) []string {
-	if s.lock != LockRedsync && s.lock != LockSection {
+	if s.lock != LockRedsync {
 		return nil
 	}
 	return []string{"hold:" + holdID}
 }
-
-// lockOn reports whether layer 1 is on with strategy l.
-func (s *Service) lockOn(l LockStrategy) bool { return s.layers.On(layers.Lock) && s.lock == l }
 
 // countHold counts a hold's outcome, and a lock that stopped one. A
 // copy of a request its key refused is not a hold's outcome: the
@@ -405,63 +498,5 @@ func (s *Service) countHold(err error) {
 	s.counts.holds.WithLabelValues(outcome).Inc()
 }
 
-// CreateEvent creates an event with rows × perRow seats, all available.
-func (s *Service) CreateEvent(ctx context.Context, name string, rows, perRow int) (Event, error) {
-	if err := ValidateEvent(name, rows, perRow); err != nil {
-		return Event{}, err
-	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return Event{}, fmt.Errorf("new event id: %w", err)
-	}
-	ev := Event{ID: id.String(), Name: name, Rows: rows, SeatsPerRow: perRow, CreatedAt: s.stamp(), Available: rows * perRow}
-	if err := s.store.CreateEvent(ctx, ev); err != nil {
-		return Event{}, err
-	}
-	return ev, nil
-}
-
-// Event returns an event with its counts.
-func (s *Service) Event(ctx context.Context, id string) (Event, error) {
-	if !ids.Valid(id) {
-		return Event{}, ErrNotFound
-	}
-	return s.store.Event(ctx, id)
-}
-
-// SeatMap returns an event's seats in seat order.
-func (s *Service) SeatMap(ctx context.Context, id string) ([]Seat, error) {
-	if !ids.Valid(id) {
-		return nil, ErrNotFound
-	}
-	m, err := s.store.SeatMap(ctx, id)
-	if err == nil && len(m) == 0 {
-		return nil, ErrNotFound
-	}
-	return m, err
-}
-
-// Booking returns userID's booking.
-func (s *Service) Booking(ctx context.Context, userID, id string) (Booking, error) {
-	if !ids.Valid(id) {
-		return Booking{}, ErrNotFound
-	}
-	return s.store.Booking(ctx, id, userID)
-}
-
 // stamp is the time now as PostgreSQL keeps it.
 func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
-
-// ActiveHolds returns a page of userID's active holds, newest first: a
-// client that lost the answer to a hold finds it here.
-func (s *Service) ActiveHolds(ctx context.Context, userID, cursor string, limit int) ([]Hold, string, error) {
-	return s.store.ActiveHolds(ctx, userID, s.stamp(), cursor, limit)
-}
-
-// HoldOf returns userID's hold.
-func (s *Service) HoldOf(ctx context.Context, userID, id string) (Hold, error) {
-	if !ids.Valid(id) {
-		return Hold{}, ErrNotFound
-	}
-	return s.store.HoldOf(ctx, id, userID)
-}
