@@ -5,9 +5,9 @@ package bench
 //
 //   - the counter design alone (SQL: no HTTP, no auth, no lock): the like
 //     row and the post's count written in one statement, as
-//     likes.Store.Update writes them, on a post whose count is spread over
-//     1, 4, 16 or 64 counter rows (-shards), against the baseline of one
-//     counter row, posts.like_count, updated in the same statement
+//     likes.Store.QueueMove writes them, on a post whose count is spread
+//     over 1, 4, 16 or 64 counter rows (-shards), against the baseline of
+//     one counter row, posts.like_count, updated in the same statement
 //     (UPDATE posts SET like_count = like_count + 1);
 //   - the whole layered flow (the real service behind a real http.Server on
 //     127.0.0.1: bearer token, the lock on like:{user}:{post}, the state,

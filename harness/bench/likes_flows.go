@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/likes"
-	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
@@ -41,17 +40,25 @@ func newSQLLikeFlow(pool *pgxpool.Pool, users []string) *sqlLikeFlow {
 	return &sqlLikeFlow{pool: pool, store: likes.NewStore(pool), users: users, liked: newLiked(len(users))}
 }
 
-// toggle flips the client's like of post through likes.Store.Update, the
-// statements the service runs: the counter rows.
+// toggle flips the client's like of post with the store's read and write
+// (likes.Store.QueueRead, QueueMove), the statements the service runs in
+// its transaction, each sent on its own: the counter rows.
 func (f *sqlLikeFlow) toggle(ctx context.Context, client int, post string) string {
 	want := likes.Unliked
 	if !f.liked[client][post] {
 		want = likes.Liked
 	}
-	_, _, err := f.store.Update(ctx, post, f.users[client], layers.Set{}, time.Now().UTC(), func(l *likes.Like) (bool, error) {
-		return l.Set(want), nil
-	})
-	if err != nil {
+	first := &pgx.Batch{}
+	read := f.store.QueueRead(first, post, f.users[client])
+	err := f.pool.SendBatch(ctx, first).Close()
+	var move *likes.LikeMove
+	if err == nil {
+		last := &pgx.Batch{}
+		if move, err = f.store.QueueMove(last, read, time.Now().UTC(), likes.SetTo(want)); err == nil {
+			err = f.pool.SendBatch(ctx, last).Close()
+		}
+	}
+	if _, _, _, err := move.Result(err); err != nil {
 		return failureOf(ctx, err)
 	}
 	f.liked[client][post] = want == likes.Liked
@@ -68,7 +75,7 @@ func (f *sqlLikeFlow) read(ctx context.Context, client int, post string) string 
 }
 
 // The single-row baseline: the same read and the same one-statement write
-// as likes.Store.Update, with the count kept in one row per post,
+// as the store's (likes.Store.QueueRead, QueueMove), with the count kept in one row per post,
 // posts.like_count (a column the bench adds to its scratch database),
 // instead of counter rows.
 const (

@@ -9,7 +9,8 @@
 //
 //   - the idempotency layer: the keyed routes' middleware left out (Keys),
 //     a consumer's inbox that has seen nothing (Inbox);
-//   - the lock: a Locker that takes none (Locker);
+//   - the lock: a Locker that takes none (Locker); an advisory lock's
+//     statements left out of the flow's batch (UnlockedLikes);
 //   - the state rule: the flow's rule applied as code without it would,
 //     moving the row from whatever state it is in (Blind);
 //   - the version check: the production statement with its version

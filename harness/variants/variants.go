@@ -2,6 +2,7 @@ package variants
 
 import (
 	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
@@ -32,6 +33,9 @@ func For(off layers.Set, naive string, probe *layers.Probe) app.Variants {
 	}
 	if isOff(off, layers.Version) {
 		v.Stock = func(s orders.Stock) orders.Stock { return Stock(s, off, naive, probe) }
+	}
+	if isOff(off, layers.Lock) || isOff(off, layers.State) || isOff(off, layers.Version) {
+		v.Likes = func(rows likes.LikeRows) likes.LikeRows { return Likes(rows, off, probe) }
 	}
 	return v
 }

@@ -377,16 +377,15 @@ func newLikes(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.Metr
 	if err != nil {
 		return nil, err
 	}
-	return likes.NewService(likes.Config{
-		Store:   likes.NewStore(deps.Pool),
+	return likes.NewService(deps.Variants.likes(likes.Config{
+		DB:      deps.Pool,
 		Locker:  likeLocker,
 		Metrics: m,
 		Logger:  deps.Logger,
 		Now:     deps.Now,
 		Shards:  deps.LikeShards,
 		Lock:    strategy,
-		Layers:  deps.Layers,
-	})
+	}))
 }
 
 // newSeats builds events, holds and bookings with the seat lock strategy

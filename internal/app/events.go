@@ -15,7 +15,6 @@ import (
 	"github.com/shop-example/shop/internal/notify"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/platform/config"
-	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/mail"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/outbox"
@@ -28,8 +27,6 @@ type EventDeps struct {
 	// mail) run on, apart from the API's: the ablation test takes layers
 	// off the consumers only. The zero value takes none off.
 	Consumers Variants
-	// ConsumerLayers are the defences on in the mail consumer.
-	ConsumerLayers layers.Set
 	// PublishAfterCommit takes the outbox off: a request's events are
 	// published to their streams once its answer is written, as a flow
 	// that publishes after its commit does (outbox.Deferred). Lost, when
@@ -81,10 +78,10 @@ func newEvents(cfg config.Config, deps Deps, orderCfg orders.Config, m *metrics.
 		Handle: fulfilment.Fulfil, Concurrency: consumersPerStream,
 	})
 	if cfg.MailerURL != "" {
-		mail, err := notify.New(notify.Config{
+		mail, err := notify.New(deps.Events.Consumers.notify(notify.Config{
 			DB: deps.Pool, Sender: mailSender{mail.NewClient(cfg.MailerURL, cfg.MailerTimeout, nil)},
-			Metrics: m, Now: deps.Now, Layers: deps.Events.ConsumerLayers,
-		})
+			Metrics: m, Now: deps.Now,
+		}))
 		if err != nil {
 			_ = ev.rdb.Close()
 			return nil, err

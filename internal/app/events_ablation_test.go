@@ -39,7 +39,7 @@ func TestAblation_FulfilOrder(t *testing.T) {
 		ProgressWant: n,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
 		e := apptest.NewWith(t, 2, map[string]string{"SHOP_LOCK_MODE": "strict"},
-			app.Deps{Events: app.EventDeps{Consumers: variants.For(row.Layers, "", probe), ConsumerLayers: row.Layers}})
+			app.Deps{Events: app.EventDeps{Consumers: variants.For(row.Layers, "", probe)}})
 		if !row.Layers.On(layers.Constraint) {
 			e.Drop(t, orders.ConstraintFulfilledOnce)
 		}
@@ -67,7 +67,7 @@ func TestAblation_MailReceipt(t *testing.T) {
 		Progress:     fmt.Sprintf("paid orders with their receipt, of %d", n),
 		ProgressWant: n,
 	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
-		deps := app.Deps{Events: app.EventDeps{Consumers: variants.For(row.Layers, "", probe), ConsumerLayers: row.Layers}}
+		deps := app.Deps{Events: app.EventDeps{Consumers: variants.For(row.Layers, "", probe)}}
 		var publishes atomic.Int64
 		if row.Variant == ablation.PublishAfterCommit {
 			deps.Events.PublishAfterCommit = true

@@ -4,6 +4,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/shop-example/shop/internal/inventory"
+	"github.com/shop-example/shop/internal/likes"
+	"github.com/shop-example/shop/internal/notify"
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
@@ -25,6 +27,8 @@ type Variants struct {
 	Orders   func(orders.OrderRows) orders.OrderRows
 	Stock    func(orders.Stock) orders.Stock
 	Payments func(payments.PaymentRows) payments.PaymentRows
+	// Likes wraps the like rows of the like flow.
+	Likes func(likes.LikeRows) likes.LikeRows
 	// Inbox wraps a consumer's inbox.
 	Inbox func(outbox.Inbox) outbox.Inbox
 	// Holds wraps the steps of the seat flows (their locks in PostgreSQL,
@@ -77,6 +81,16 @@ func (v Variants) payments(cfg payments.Config) payments.Config {
 	return cfg
 }
 
+// likes returns the like flow's config with its step, cfg's own or its
+// variant.
+func (v Variants) likes(cfg likes.Config) likes.Config {
+	if v.Likes != nil {
+		cfg.Likes = v.Likes(likes.NewStore(cfg.DB))
+	}
+	cfg.Locker = v.locker(cfg.Locker)
+	return cfg
+}
+
 // seats returns the seat flows' config with their steps, cfg's own or
 // their variants.
 func (v Variants) seats(cfg seats.Config) seats.Config {
@@ -84,5 +98,14 @@ func (v Variants) seats(cfg seats.Config) seats.Config {
 		cfg.Holds = v.Holds(seats.NewStore(cfg.DB))
 	}
 	cfg.Locker = v.locker(cfg.Locker)
+	return cfg
+}
+
+// notify returns the mail consumer's config with its inbox, cfg's own or
+// its variant.
+func (v Variants) notify(cfg notify.Config) notify.Config {
+	if v.Inbox != nil {
+		cfg.Inbox = v.Inbox(outbox.NewInbox(cfg.DB))
+	}
 	return cfg
 }

@@ -10,13 +10,16 @@
 // few round trips as the layers allow.
 //
 // The flow (Service.Set; like and unlike are the same flow with another
-// target state) reads top to bottom in service.go as its layers:
+// target state) is one function in service.go that owns its transaction
+// and reads top to bottom as its layers, each step one hop from the SQL
+// it runs in postgres.go. The rule is a value (SetTo(want), a Change) that
+// the store applies to the like it reads:
 //
 //   - Layer 0, the Idempotency-Key, does not apply. PUT and DELETE name
 //     the state the client wants, not a change to make: a retry asks for
 //     what the first request already made true, and layer 2 answers it
 //     with the current state without writing.
-//   - Layer 2 first, on the like as the database shows it (Store.Read,
+//   - Layer 2 first, on the like as the database shows it (Store.Look,
 //     one statement that also sums the count): a like already where it
 //     is asked to be is answered at once, with no lock and no write. A
 //     double click whose twin is done, or a PUT sent again after a lost
@@ -26,24 +29,28 @@
 //     first wrote; other users never wait on each other. The post is
 //     never locked: that would queue every user of a viral post behind
 //     one key. By default (SHOP_LIKE_LOCK=advisory) it is
-//     pg_advisory_xact_lock on (user, post), taken inside the like's
-//     transaction in the round trip that begins it, and released at its
-//     commit: no Redis, and no round trip of its own. A like's work is
-//     all in PostgreSQL, so a lock there serialises all of it. The
-//     alternative (SHOP_LIKE_LOCK=redsync) is a redsync lock on
-//     like:{user}:{post} around the write, as the other flows lock:
-//     two rounds of calls to the Redis nodes more per like. Either way
-//     the wait is short (LockWait: a like is worth less than a wait) and
-//     bounded; then 409 resource_busy.
+//     pg_advisory_xact_lock on (user, post) (Store.QueueLock), taken
+//     inside the like's transaction in the round trip that begins it, and
+//     released at its commit: no Redis, and no round trip of its own. A
+//     like's work is all in PostgreSQL, so a lock there serialises all of
+//     it. The alternative (SHOP_LIKE_LOCK=redsync) is a redsync lock on
+//     like:{user}:{post} around the same transaction, as the other flows
+//     lock: two rounds of calls to the Redis nodes more per like. Either
+//     way the wait is short (LockWait: a like is worth less than a wait)
+//     and bounded; then 409 resource_busy.
 //   - Layer 2 again, the like's state, unliked ⇄ liked (Like.Set), on the
-//     like read under the lock: liking a liked post, or unliking an
-//     unliked one, changes nothing.
+//     like read under the lock (Store.QueueRead, Store.QueueMove): liking
+//     a liked post, or unliking an unliked one, changes nothing.
 //   - Layer 3, the version on the like row: it is written only at the
-//     version read ("WHERE version = $read"), so two requests that both
-//     read "unliked" cannot both count a like.
+//     version read ("WHERE version = $read", Store.QueueMove), so two
+//     requests that both read "unliked" cannot both count a like.
 //   - Layer 4, the primary key (post_id, user_id): one like row per user
 //     and post, ever, so two racing first likes cannot both insert one;
 //     and a CHECK keeps every counter row at zero or more.
+//
+// None of it can be switched off in this package: the layer tests hand
+// the service variants of its steps (LikeRows) that take one layer off,
+// from harness/variants.
 //
 // The count is exact and scalable. It is spread over a fixed number of
 // counter rows per post (post_like_shards, DefaultShards of them): a like
@@ -64,7 +71,6 @@
 // (a pgx batch); then the write and COMMIT, sent together
 // (postgres.InTxBatched). Three round trips to PostgreSQL, one commit,
 // none to Redis; a like that changes nothing costs the first alone.
-// Under the Redis lock the read and the write need no transaction (the
-// write is version-checked and atomic on its own, Store.Update): the
-// first look, two rounds to the Redis nodes, the read and the write.
+// Under the Redis lock: the first look, two rounds to the Redis nodes,
+// then BEGIN with the read, and the write with COMMIT.
 package likes

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
@@ -35,7 +37,8 @@ func newFixture(t *testing.T) *fixture {
 
 // service builds a like service with the layers on and shards counter
 // rows per new post, with the default lock (in PostgreSQL). Each is a
-// replica: its own Redis clients and metrics.
+// replica: its own Redis clients and metrics. The layers off run on their
+// variants (harness/variants), which tell on's probe when they act.
 func (f *fixture) service(t *testing.T, on layers.Set, shards int) (*likes.Service, *metrics.Metrics) {
 	t.Helper()
 	return f.serviceLocking(t, "", on, shards)
@@ -45,19 +48,52 @@ func (f *fixture) service(t *testing.T, on layers.Set, shards int) (*likes.Servi
 // lock runs over the test's Redis nodes.
 func (f *fixture) serviceLocking(t *testing.T, strategy likes.LockStrategy, on layers.Set, shards int) (*likes.Service, *metrics.Metrics) {
 	t.Helper()
-	clients := redisx.Clients(f.addrs)
-	t.Cleanup(func() { _ = redisx.Close(clients) })
+	return f.serviceOn(t, strategy, variants.Likes(f.store, on, on.Probe()), on, shards)
+}
+
+// serviceOn is serviceLocking on rows, the production step or a variant
+// of it; with on's lock off the Redis lock is not taken either.
+func (f *fixture) serviceOn(t *testing.T, strategy likes.LockStrategy, rows likes.LikeRows, on layers.Set, shards int) (*likes.Service, *metrics.Metrics) {
+	t.Helper()
 	m := metrics.New()
-	locker, err := lock.New(clients, lock.Options{Metrics: m, WaitBudget: likes.LockWait})
-	if err != nil {
-		t.Fatalf("lock.New: %v", err)
+	var locker layers.Locker = variants.NoLock{Probe: on.Probe()}
+	if !on.Takes(layers.Lock) {
+		clients := redisx.Clients(f.addrs)
+		t.Cleanup(func() { _ = redisx.Close(clients) })
+		l, err := lock.New(clients, lock.Options{Metrics: m, WaitBudget: likes.LockWait})
+		if err != nil {
+			t.Fatalf("lock.New: %v", err)
+		}
+		locker = l
 	}
-	svc, err := likes.NewService(likes.Config{Store: f.store, Locker: locker, Metrics: m, Now: f.clock.Now,
-		Shards: shards, Lock: strategy, Layers: on})
+	svc, err := likes.NewService(likes.Config{DB: f.pool, Locker: locker, Metrics: m, Now: f.clock.Now,
+		Shards: shards, Lock: strategy, Likes: rows})
 	if err != nil {
 		t.Fatalf("NewService: %v", err)
 	}
 	return svc, m
+}
+
+// move reads userID's like of postID and moves it by change through rows,
+// in one transaction as the flow does, but with no lock, running between
+// after the read and before the write: another request's work in the gap
+// that layers 3 and 4 guard.
+func (f *fixture) move(t *testing.T, rows likes.LikeRows, postID, userID string, change likes.Change, between func()) (likes.Like, int64, bool, error) {
+	t.Helper()
+	var read *likes.LikeRead
+	var move *likes.LikeMove
+	err := postgres.InTxBatched(context.Background(), f.pool, func(b *pgx.Batch) {
+		read = rows.QueueRead(b, postID, userID)
+	}, func(pgx.Tx) (*pgx.Batch, error) {
+		if between != nil {
+			between()
+		}
+		last := &pgx.Batch{}
+		var err error
+		move, err = rows.QueueMove(last, read, f.clock.Now(), change)
+		return last, err
+	})
+	return move.Result(err)
 }
 
 func (f *fixture) mustPost(t *testing.T, svc *likes.Service, author string) likes.Post {

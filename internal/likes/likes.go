@@ -63,6 +63,25 @@ func (l *Like) Set(want State) (changed bool) {
 	return true
 }
 
+// States are the states of a like, in order.
+var States = []State{Unliked, Liked}
+
+// A Change is one move of a like's state machine, layer 2: given the like
+// as it was read, it makes the move and reports whether the like moved.
+// A move to where the like already is leaves it as it is and reports
+// false. No move is ever refused, so a Change returns no error.
+//
+// A change is pure: the store applies it to the like it reads
+// (Store.Look, Store.QueueMove), and writes the like only if it moved, at
+// the version read (layer 3).
+type Change func(l *Like) (moved bool)
+
+// SetTo is the move of a like to want (Like.Set): the change of PUT
+// (Liked) and DELETE (Unliked).
+func SetTo(want State) Change {
+	return func(l *Like) bool { return l.Set(want) }
+}
+
 // Delta is how much a move of a like from before to after changes its
 // post's count: +1 when it becomes liked, -1 when it stops being liked,
 // 0 otherwise. The count moves by what the row changed, never by what

@@ -3,9 +3,13 @@ package likes_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
@@ -108,13 +112,14 @@ func TestSet_AlreadyThereAnsweredWithoutLock(t *testing.T) {
 }
 
 // Layer 1 in PostgreSQL, on its own: the version check is off, and two
-// clicks that both want the like made race. The first holds the lock
-// (inside its change, before its write) while the second comes: with the
-// lock, the second waits in PostgreSQL, then reads what the first wrote
-// and writes nothing; the like is counted once. With the lock off too
-// (the second case) the second reads the like unliked before the first
-// writes, and writes and counts it again: the failure the lock prevents.
-func TestStore_UpdateLockedSerialisesClicks(t *testing.T) {
+// clicks that both want the like made race. The first pauses between its
+// read and its write while the second comes: with the lock, the second
+// waits in PostgreSQL, then reads what the first wrote and writes
+// nothing; the like is counted once. With the lock off too (the second
+// case: its statements left out of the batch) the second reads the like
+// unliked before the first writes, and both write it and count it: the
+// failure the lock prevents.
+func TestSet_AdvisoryLockSerialisesClicks(t *testing.T) {
 	tests := []struct {
 		name      string
 		on        layers.Set
@@ -127,37 +132,43 @@ func TestStore_UpdateLockedSerialisesClicks(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			f := newFixture(t)
-			svc, _ := f.service(t, layers.Set{}, 4)
+			setup, _ := f.service(t, layers.Set{}, 4)
 			users := f.users(t, 1)
-			p := f.mustPost(t, svc, users[0])
+			p := f.mustPost(t, setup, users[0])
 			// A row that exists, unliked, so both writes are updates.
 			for _, want := range []likes.State{likes.Liked, likes.Unliked} {
-				if _, err := svc.Set(ctx, users[0], p.ID, want); err != nil {
+				if _, err := setup.Set(ctx, users[0], p.ID, want); err != nil {
 					t.Fatal(err)
 				}
 			}
+			var probe layers.Probe
 			read := make(chan struct{})
 			second := make(chan error, 1)
-			_, _, err := f.store.UpdateLocked(ctx, p.ID, users[0], tt.on, f.clock.Now(), func(l *likes.Like) (bool, error) {
-				go func() {
-					_, _, err := f.store.UpdateLocked(ctx, p.ID, users[0], tt.on, f.clock.Now(), func(l *likes.Like) (bool, error) {
-						close(read)
-						return l.Set(likes.Liked), nil
-					})
-					second <- err
-				}()
-				if tt.on.On(layers.Lock) {
+			rows := &pausing{LikeRows: variants.Likes(f.store, tt.on, &probe)}
+			svc, _ := f.serviceOn(t, likes.LockAdvisory, rows, tt.on, 4)
+			rows.before = []func(){
+				// The first click, read and about to write: the second
+				// comes.
+				func() {
+					go func() {
+						_, err := svc.Set(ctx, users[0], p.ID, likes.Liked)
+						second <- err
+					}()
+					if tt.on.Takes(layers.Lock) {
+						<-read
+						return
+					}
 					waitFor(t, "the second click to wait for the lock", func() bool {
 						return f.count(t, `SELECT count(*)::int FROM pg_locks
 							WHERE locktype = 'advisory' AND NOT granted
 							AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == 1
 					})
-				} else {
-					<-read
-				}
-				return l.Set(likes.Liked), nil
-			})
-			if err != nil {
+				},
+				// The second click, read (with the lock: after the first's
+				// commit).
+				func() { close(read) },
+			}
+			if _, err := svc.Set(ctx, users[0], p.ID, likes.Liked); err != nil {
 				t.Fatalf("first click: %v", err)
 			}
 			if err := <-second; err != nil {
@@ -166,26 +177,48 @@ func TestStore_UpdateLockedSerialisesClicks(t *testing.T) {
 			if n := f.count(t, `SELECT sum(n)::int FROM post_like_shards WHERE post_id = $1`, p.ID); n != tt.wantCount {
 				t.Errorf("count = %d, want %d (one liked row)", n, tt.wantCount)
 			}
+			if probe.Asked(layers.Lock) != tt.on.Takes(layers.Lock) {
+				t.Errorf("the lock taken off: %v, want %v", probe.Asked(layers.Lock), tt.on.Takes(layers.Lock))
+			}
 		})
 	}
 }
 
+// pausing are like rows that run before[i] when the i-th move is queued,
+// between that click's read and its write.
+type pausing struct {
+	likes.LikeRows
+	before []func()
+	moves  atomic.Int64
+}
+
+func (p *pausing) QueueMove(b *pgx.Batch, r *likes.LikeRead, now time.Time, change likes.Change) (*likes.LikeMove, error) {
+	if i := int(p.moves.Add(1)) - 1; i < len(p.before) {
+		p.before[i]()
+	}
+	return p.LikeRows.QueueMove(b, r, now, change)
+}
+
 // A like of a post that does not exist is ErrNotFound from each way of
-// reading and writing it, and nothing is written.
+// reading and writing it, under each lock, and nothing is written.
 func TestStore_NoSuchPost(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	users := f.users(t, 1)
 	missing := "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
-	change := func(l *likes.Like) (bool, error) { return l.Set(likes.Liked), nil }
-	if _, _, err := f.store.Read(ctx, missing, users[0]); !errors.Is(err, likes.ErrNotFound) {
-		t.Errorf("Read = %v, want ErrNotFound", err)
+	if _, _, _, err := f.store.Look(ctx, missing, users[0], likes.SetTo(likes.Liked)); !errors.Is(err, likes.ErrNotFound) {
+		t.Errorf("Look = %v, want ErrNotFound", err)
 	}
-	if _, _, err := f.store.Update(ctx, missing, users[0], layers.Set{}, f.clock.Now(), change); !errors.Is(err, likes.ErrNotFound) {
-		t.Errorf("Update = %v, want ErrNotFound", err)
+	if _, _, _, err := f.move(t, f.store, missing, users[0], likes.SetTo(likes.Liked), nil); !errors.Is(err, likes.ErrNotFound) {
+		t.Errorf("QueueRead and QueueMove = %v, want ErrNotFound", err)
 	}
-	if _, _, err := f.store.UpdateLocked(ctx, missing, users[0], layers.Set{}, f.clock.Now(), change); !errors.Is(err, likes.ErrNotFound) {
-		t.Errorf("UpdateLocked = %v, want ErrNotFound", err)
+	for _, strategy := range []likes.LockStrategy{likes.LockAdvisory, likes.LockRedsync} {
+		for _, on := range []layers.Set{{}, layers.Off(layers.State)} {
+			svc, _ := f.serviceLocking(t, strategy, on, 4)
+			if _, err := svc.Set(ctx, users[0], missing, likes.Liked); !errors.Is(err, likes.ErrNotFound) {
+				t.Errorf("Set with the %s lock, %s = %v, want ErrNotFound", strategy, on, err)
+			}
+		}
 	}
 	if n := f.count(t, `SELECT count(*)::int FROM likes`); n != 0 {
 		t.Errorf("%d like rows written for no post", n)

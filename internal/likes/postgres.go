@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/platform/keyset"
-	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
@@ -103,13 +102,6 @@ const (
 			WHERE post_id = $1 AND user_id = $2 AND version = $7
 			RETURNING post_id)` + countAfter
 
-	// The same without the version check, as a naive implementation would
-	// write it. Only the layer tests use it.
-	sqlUpdateLikeUnversioned = `WITH l AS (
-			UPDATE likes SET liked = $3, shard = $4, version = version + 1, updated_at = $5
-			WHERE post_id = $1 AND user_id = $2
-			RETURNING post_id)` + countAfter
-
 	// The reconciliation of a page of posts, in one statement (one
 	// snapshot, so a like committing meanwhile is seen in both sums or in
 	// neither): what the counter rows say against the liked rows.
@@ -170,180 +162,144 @@ func (s *Store) Posts(ctx context.Context, viewerID, cursor string, limit int) (
 	return page, next, nil
 }
 
-// Read returns userID's like of postID as it is now (Version 0 if there
-// is no row) and its post's count, in one statement.
-func (s *Store) Read(ctx context.Context, postID, userID string) (Like, int64, error) {
+// Look reads userID's like of postID as it is now (Version 0 if there is
+// no row) with its post's count, in one statement, and reports whether
+// change would move it: the flow's first look, which answers a like that
+// is already where it is asked to be. change is asked of a copy; nothing
+// is written. No post is ErrNotFound.
+func (s *Store) Look(ctx context.Context, postID, userID string, change Change) (Like, int64, bool, error) {
 	var r likeRow
 	err := s.db.QueryRow(ctx, sqlReadLikeCounted, postID, userID).Scan(&r.shards, &r.liked, &r.shard, &r.version, &r.count)
 	if err := r.check(postID, err); err != nil {
-		return Like{}, 0, err
+		return Like{}, 0, false, err
 	}
-	return r.like(postID, userID), r.count, nil
+	l := r.like(postID, userID)
+	try := l
+	return l, r.count, change(&try), nil
 }
 
-// Update reads userID's like of postID, lets change apply a domain rule
-// to it, and, when change says so, writes it back together with its
-// post's count, and returns the like and the count.
-//
-// The read and the write are two statements, not one transaction: the
-// write is checked against the version read (layer 3) and is a single
-// statement, so a like that moved in between makes it write nothing
-// (ErrVersionConflict), a first like that another request made in
-// between makes it fail on likes_pkey (ErrDuplicateLike), and either way
-// the counter does not move. That saves BEGIN and COMMIT where layer 1
-// is a lock outside the database (SHOP_LIKE_LOCK=redsync). The caller
-// re-reads and decides again.
+// QueueLock queues in b layer 1's lock in PostgreSQL on userID's like of
+// postID (SHOP_LIKE_LOCK=advisory): pg_advisory_xact_lock, waiting at most
+// LockWait, taken in the transaction that b begins and released at its
+// commit or rollback. A second click of the same user on the same post
+// waits there for the first's commit. A lock still taken after LockWait
+// fails b (55P03, which Result answers as ErrLockBusy), and nothing is
+// written.
+func (s *Store) QueueLock(b *pgx.Batch, postID, userID string) {
+	b.Queue(sqlLockWait, strconv.FormatInt(LockWait.Milliseconds(), 10))
+	b.Queue(sqlLockLike, userID, postID)
+	b.Queue(sqlLockWaitDone)
+}
+
+// A LikeRead is a like as a batch read it (QueueRead): once the batch is
+// sent, the like as it was then and its post's number of counter rows, or
+// ErrNotFound.
+type LikeRead struct {
+	postID, userID string
+	row            likeRow
+	err            error
+}
+
+// QueueRead queues in b the read of userID's like of postID. Once b is
+// sent, the read holds what it found, for QueueMove.
+func (s *Store) QueueRead(b *pgx.Batch, postID, userID string) *LikeRead {
+	r := &LikeRead{postID: postID, userID: userID}
+	b.Queue(sqlReadLike, postID, userID).QueryRow(func(row pgx.Row) error {
+		// Kept out of the batch's error: pgx drops a failed batch's
+		// statements from its cache, and a like of no post is only a 404.
+		r.err = r.row.check(postID, row.Scan(&r.row.shards, &r.row.liked, &r.row.shard, &r.row.version))
+		return nil
+	})
+	return r
+}
+
+// A LikeMove is what QueueMove queued for a like: its write, or the read
+// of its post's count; once the batch is sent, what that statement
+// answered (Result).
+type LikeMove struct {
+	postID        string
+	before, after Like
+	moved         bool   // the statement writes the like (else it reads the count)
+	rows          int    // like rows written: 0 means the version moved
+	count         *int64 // the post's count then; nil: no counter row
+}
+
+// QueueMove applies change to the like r read (layer 2), and queues in b
+// what it decided. A like that moved is written at the version read
+// ("WHERE version = $read", layer 3), or, when there was no row, inserted
+// under likes_pkey (layer 4); its counter row moves in the same statement
+// (countAfter). A like that did not move is not written; the statement
+// reads its post's count. No post is ErrNotFound, and nothing is queued.
 //
 // The counter moves by what the write changes in the row (Delta of the
 // state read and the state written), never by what the request asked
 // for: a write that changes nothing counts nothing. A like is counted in
 // a counter row picked at random, so that concurrent likes of one post
 // spread over its rows; an unlike takes it back from the row it was
-// counted in. When on has Version off (layer tests only) the write is
-// not version-checked.
-func (s *Store) Update(ctx context.Context, postID, userID string, on layers.Set, now time.Time,
-	change func(*Like) (write bool, err error)) (Like, int64, error) {
-	var r likeRow
-	err := s.db.QueryRow(ctx, sqlReadLike, postID, userID).Scan(&r.shards, &r.liked, &r.shard, &r.version)
-	if err := r.check(postID, err); err != nil {
-		return Like{}, 0, err
-	}
-	w, err := decide(r, postID, userID, on, now, change)
-	if err != nil {
-		return Like{}, 0, err
-	}
-	return w.result(w.scan(s.db.QueryRow(ctx, w.sql, w.args...)))
-}
-
-// UpdateLocked is Update in one transaction under layer 1's lock in
-// PostgreSQL (SHOP_LIKE_LOCK=advisory), in two round trips. The first
-// begins the transaction, takes pg_advisory_xact_lock on (user, post),
-// waiting at most LockWait, and reads the like: a second click of the
-// same user on the same post waits there for the first's commit, and
-// then reads what it wrote. The second writes at the version read and
-// commits, which releases the lock (postgres.InTxBatched). A lock still
-// taken after LockWait gives ErrLockBusy, and nothing is written.
+// counted in.
 //
-// When on has Lock off (layer tests only) the lock is not taken; the
-// transaction is the same.
-func (s *Store) UpdateLocked(ctx context.Context, postID, userID string, on layers.Set, now time.Time,
-	change func(*Like) (write bool, err error)) (Like, int64, error) {
-	var r likeRow
-	var readErr error
-	first := func(b *pgx.Batch) {
-		if on.On(layers.Lock) {
-			b.Queue(sqlLockWait, strconv.FormatInt(LockWait.Milliseconds(), 10))
-			b.Queue(sqlLockLike, userID, postID)
-			b.Queue(sqlLockWaitDone)
-		}
-		b.Queue(sqlReadLike, postID, userID).QueryRow(func(row pgx.Row) error {
-			// Kept out of the batch's error: pgx drops a failed batch's
-			// statements from its cache, and a like of no post is only a 404.
-			readErr = row.Scan(&r.shards, &r.liked, &r.shard, &r.version)
-			return nil
-		})
+// The write is one statement: when it matches no row (the version moved)
+// it writes nothing and moves no counter, so it may travel with COMMIT;
+// Result tells the caller, which reads again.
+func (s *Store) QueueMove(b *pgx.Batch, r *LikeRead, now time.Time, change Change) (*LikeMove, error) {
+	if r.err != nil {
+		return nil, r.err
 	}
-	var w *likeWrite
-	var ruled error // the read's or the rule's error: the transaction's, not the database's
-	err := postgres.InTxBatched(ctx, s.db, first, func(pgx.Tx) (*pgx.Batch, error) {
-		if ruled = r.check(postID, readErr); ruled != nil {
-			return nil, ruled
-		}
-		if w, ruled = decide(r, postID, userID, on, now, change); ruled != nil {
-			return nil, ruled
-		}
-		last := &pgx.Batch{}
-		last.Queue(w.sql, w.args...).QueryRow(func(row pgx.Row) error { return w.scan(row) })
-		return last, nil
-	})
-	switch {
-	case postgres.SQLState(err) == "55P03": // lock_not_available: LockWait ran out
-		return Like{}, 0, ErrLockBusy
-	case ruled != nil:
-		return Like{}, 0, ruled
-	case w == nil:
-		return Like{}, 0, fmt.Errorf("lock and read like of %s: %w", postID, err)
+	before := r.row.like(r.postID, r.userID)
+	m := &LikeMove{postID: r.postID, before: before, after: before}
+	if !change(&m.after) {
+		m.after = before
+		b.Queue(sqlCount, r.postID).QueryRow(func(row pgx.Row) error { return row.Scan(&m.count) })
+		return m, nil
 	}
-	return w.result(err)
-}
-
-// likeWrite is what change made of a like read: the statement that
-// writes it with its counter row, or, when there is nothing to write,
-// the one that reads the post's count; and, once it ran, its answer.
-type likeWrite struct {
-	postID        string
-	before, after Like
-	write         bool // sql writes the like (else it reads the count)
-	sql           string
-	args          []any
-	rows          int    // like rows written: 0 means the version moved
-	count         *int64 // the post's count then; nil: no counter row
-}
-
-// decide lets change apply the rule to the like r read, and returns the
-// statement that carries out what it decided.
-func decide(r likeRow, postID, userID string, on layers.Set, now time.Time,
-	change func(*Like) (bool, error)) (*likeWrite, error) {
-	before := r.like(postID, userID)
-	w := &likeWrite{postID: postID, before: before, after: before}
-	changed, err := change(&w.after)
-	if err != nil {
-		return nil, err
-	}
-	if !changed {
-		w.sql, w.args = sqlCount, []any{postID}
-		return w, nil
-	}
-	w.write = true
-	delta := Delta(before.State, w.after.State)
+	m.moved = true
+	delta := Delta(before.State, m.after.State)
 	if delta > 0 {
-		w.after.Shard = rand.IntN(int(r.shards))
+		m.after.Shard = rand.IntN(int(r.row.shards))
 	}
-	liked := w.after.State == Liked
-	switch {
-	case !before.Exists():
-		w.sql, w.args = sqlInsertLike, []any{postID, userID, liked, w.after.Shard, now, delta}
-	case on.On(layers.Version):
-		w.sql, w.args = sqlUpdateLike, []any{postID, userID, liked, w.after.Shard, now, delta, before.Version}
-	default:
-		w.sql, w.args = sqlUpdateLikeUnversioned, []any{postID, userID, liked, w.after.Shard, now, delta}
+	sql, args := sqlInsertLike, []any{r.postID, r.userID, m.after.State == Liked, m.after.Shard, now, delta}
+	if before.Exists() {
+		sql, args = sqlUpdateLike, append(args, before.Version)
 	}
-	return w, nil
+	b.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&m.rows, &m.count) })
+	return m, nil
 }
 
-// scan reads the answer of w's statement.
-func (w *likeWrite) scan(row pgx.Row) error {
-	if !w.write {
-		return row.Scan(&w.count)
-	}
-	return row.Scan(&w.rows, &w.count)
-}
-
-// result is the like and its post's count after w's statement ran and
-// answered err.
-func (w *likeWrite) result(err error) (Like, int64, error) {
-	// The database's error stays wrapped: what is logged names the
-	// constraint that refused the write.
+// Result is the like and its post's count after the transaction that
+// carried m, given the error it ended with (postgres.InTxBatched's), and
+// whether the like was written. What PostgreSQL answered is translated:
+// the lock not had within LockWait is ErrLockBusy, a write that matched
+// no row ErrVersionConflict, and the constraints ErrDuplicateLike and
+// ErrCountBelowZero (the database's error stays wrapped, so that what is
+// logged names the constraint). m is nil when the transaction ended
+// before QueueMove queued it; then err is all there is.
+func (m *LikeMove) Result(err error) (Like, int64, bool, error) {
 	switch postgres.ConstraintViolated(err) {
 	case ConstraintOneLike:
-		return Like{}, 0, fmt.Errorf("%w: %w", ErrDuplicateLike, err)
+		return Like{}, 0, false, fmt.Errorf("%w: %w", ErrDuplicateLike, err)
 	case ConstraintCountNotBelow0:
-		return Like{}, 0, fmt.Errorf("%w: %w", ErrCountBelowZero, err)
+		return Like{}, 0, false, fmt.Errorf("%w: %w", ErrCountBelowZero, err)
 	}
 	switch {
-	case err != nil && !w.write:
-		return Like{}, 0, fmt.Errorf("count likes of %s: %w", w.postID, err)
+	case postgres.SQLState(err) == "55P03": // lock_not_available: LockWait ran out
+		return Like{}, 0, false, ErrLockBusy
+	case errors.Is(err, ErrNotFound):
+		return Like{}, 0, false, err
+	case err != nil && m == nil:
+		return Like{}, 0, false, fmt.Errorf("lock and read like: %w", err)
+	case err != nil && !m.moved:
+		return Like{}, 0, false, fmt.Errorf("count likes of %s: %w", m.postID, err)
 	case err != nil:
-		return Like{}, 0, fmt.Errorf("write like of %s: %w", w.postID, err)
-	case !w.write:
-		return w.before, *w.count, nil
-	case w.rows == 0:
-		return Like{}, 0, ErrVersionConflict
-	case w.count == nil:
-		return Like{}, 0, fmt.Errorf("write like of %s: the post has no counter row %d", w.postID, w.after.Shard)
+		return Like{}, 0, false, fmt.Errorf("write like of %s: %w", m.postID, err)
+	case !m.moved:
+		return m.before, *m.count, false, nil
+	case m.rows == 0:
+		return Like{}, 0, false, ErrVersionConflict
+	case m.count == nil:
+		return Like{}, 0, false, fmt.Errorf("write like of %s: the post has no counter row %d", m.postID, m.after.Shard)
 	}
-	w.after.Version = w.before.Version + 1
-	return w.after, *w.count, nil
+	m.after.Version = m.before.Version + 1
+	return m.after, *m.count, true, nil
 }
 
 // likeRow is a like as sqlReadLike reads it: its post's number of

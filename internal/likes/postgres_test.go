@@ -5,19 +5,16 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/platform/layers"
 )
 
-// set is a write of the like through the store, asking the state rule.
-func set(want likes.State) func(*likes.Like) (bool, error) {
-	return func(l *likes.Like) (bool, error) { return l.Set(want), nil }
-}
-
 // A like read as unliked, then liked by another request before its own
 // write: the version check makes that write change nothing, so the like
-// is counted once. Without the check (the second case) the stale writer
-// counts it again: the failure layer 3 prevents.
+// is counted once. Without the check (the second case, the store's write
+// with its version condition cut out) the stale writer counts it again:
+// the failure layer 3 prevents.
 func TestStore_StaleWriteRefused(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -41,18 +38,22 @@ func TestStore_StaleWriteRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, _, err := f.store.Update(ctx, p.ID, users[0], tt.on, f.clock.Now(), func(l *likes.Like) (bool, error) {
+			var probe layers.Probe
+			rows := variants.Likes(f.store, tt.on, &probe)
+			_, _, _, err := f.move(t, rows, p.ID, users[0], likes.SetTo(likes.Liked), func() {
 				// Between this read and its write, another request likes.
-				if _, _, err := f.store.Update(ctx, p.ID, users[0], layers.Set{}, f.clock.Now(), set(likes.Liked)); err != nil {
+				if _, err := svc.Set(ctx, users[0], p.ID, likes.Liked); err != nil {
 					t.Fatalf("the other request: %v", err)
 				}
-				return l.Set(likes.Liked), nil
 			})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("stale write = %v, want %v", err, tt.wantErr)
 			}
 			if n := f.count(t, `SELECT sum(n)::int FROM post_like_shards WHERE post_id = $1`, p.ID); n != tt.wantCount {
 				t.Errorf("count = %d, want %d (one liked row)", n, tt.wantCount)
+			}
+			if tt.on.Takes(layers.Version) != probe.Asked(layers.Version) {
+				t.Errorf("the version check taken off: %v, want %v", probe.Asked(layers.Version), tt.on.Takes(layers.Version))
 			}
 			if tt.wantErr != nil {
 				f.checkCounts(t, p.ID)
@@ -85,14 +86,15 @@ func TestStore_SecondFirstLikeRefused(t *testing.T) {
 			if tt.dropKey {
 				f.mustDrop(t, likes.ConstraintOneLike)
 			}
-			_, _, err := f.store.Update(ctx, p.ID, users[0], layers.Set{}, f.clock.Now(), func(l *likes.Like) (bool, error) {
+			_, _, _, err := f.move(t, f.store, p.ID, users[0], func(l *likes.Like) bool {
 				if l.Exists() {
 					t.Fatal("read a like row before any like")
 				}
-				if _, _, err := f.store.Update(ctx, p.ID, users[0], layers.Set{}, f.clock.Now(), set(likes.Liked)); err != nil {
+				return l.Set(likes.Liked)
+			}, func() {
+				if _, err := svc.Set(ctx, users[0], p.ID, likes.Liked); err != nil {
 					t.Fatalf("the other request: %v", err)
 				}
-				return l.Set(likes.Liked), nil
 			})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("second first like = %v, want %v", err, tt.wantErr)
@@ -120,7 +122,7 @@ func TestStore_CountBelowZeroRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.mustExec(t, `UPDATE post_like_shards SET n = 0 WHERE post_id = $1`, p.ID)
-	_, _, err := f.store.Update(ctx, p.ID, users[0], layers.Set{}, f.clock.Now(), set(likes.Unliked))
+	_, _, _, err := f.move(t, f.store, p.ID, users[0], likes.SetTo(likes.Unliked), nil)
 	if !errors.Is(err, likes.ErrCountBelowZero) {
 		t.Fatalf("unlike = %v, want %v", err, likes.ErrCountBelowZero)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shop-example/shop/harness/apptest"
 	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/layers"
 )
@@ -99,7 +100,8 @@ func TestLikes_Spam(t *testing.T) {
 		{"advisory", layers.Off(layers.Lock, layers.Version), true},
 	} {
 		t.Run(tt.lock+"/"+strings.ReplaceAll(tt.on.String(), ", ", "+"), func(t *testing.T) {
-			e := apptest.NewWith(t, 2, map[string]string{"SHOP_LIKE_LOCK": tt.lock}, app.Deps{Layers: tt.on})
+			e := apptest.NewWith(t, 2, map[string]string{"SHOP_LIKE_LOCK": tt.lock},
+				app.Deps{Layers: tt.on, Variants: variants.For(tt.on, "", nil)})
 			u := testenv.Users(t, e.DB, 1)[0]
 			p := apptest.MustCreatePost(t, e.R(0), u.Token, "spammed")
 			e.Warm(t, 16)

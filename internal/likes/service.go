@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/platform/ids"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/metrics"
+	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -21,19 +24,19 @@ import (
 //	layer           where                                        backed by
 //	0 idempotency   none: PUT and DELETE are idempotent by        —
 //	                meaning (the state is the request)
-//	2 state, first  the like as the database shows it: already    Set: Store.Read
+//	2 state, first  the like as the database shows it: already    SetTo: Store.Look
 //	                where it is asked to be, it is answered at
 //	                once, with no lock and no write
-//	1 lock          one user's clicks on one post, never the      Store.UpdateLocked: sqlLockLike
+//	1 lock          one user's clicks on one post, never the      Store.QueueLock: sqlLockLike
 //	                post: pg_advisory_xact_lock on (user, post)
 //	                in the round trip that begins the like's
 //	                transaction (the default), or                 Service.redisKeys
 //	                like:{user}:{post} in Redis around it
 //	                (SHOP_LIKE_LOCK=redsync)
-//	2 state         unliked ⇄ liked, asked again of the like      Like.Set
+//	2 state         unliked ⇄ liked, asked again of the like      SetTo (Like.Set): Store.QueueMove
 //	                read under the lock; a move to where the
 //	                like already is changes nothing
-//	3 version       the like row written WHERE version = $read,   decide: sqlUpdateLike
+//	3 version       the like row written WHERE version = $read,   Store.QueueMove: sqlUpdateLike
 //	                with its counter row in the same statement
 //	4 constraint    one like row per (post, user), ever; no       likes_pkey,
 //	                counter row below zero                        post_like_shards_n_nonnegative
@@ -54,9 +57,10 @@ const (
 	// on a connection of its own, for at most LockWait.
 	LockAdvisory LockStrategy = "advisory"
 	// LockRedsync takes a redsync lock on like:{user}:{post} over the
-	// Redis nodes, waiting at most LockWait, and writes under it without
-	// a transaction: two round trips to a quorum of nodes, and waiters
-	// that hold no connection.
+	// Redis nodes, waiting at most LockWait, around the like's
+	// transaction (the same one, without the advisory lock's statements):
+	// two round trips to a quorum of nodes more, and waiters that hold no
+	// connection.
 	LockRedsync LockStrategy = "redsync"
 )
 
@@ -90,9 +94,21 @@ const FlowLike = "like_post"
 // rows.
 const DefaultShards = 16
 
+// LikeRows are the steps the like flow takes on its rows: *Store
+// (postgres.go). It is an interface so that a layer test can take one
+// layer off by handing in a variant of the production step
+// (harness/variants); production leaves it nil in Config, and gets the
+// store.
+type LikeRows interface {
+	Look(ctx context.Context, postID, userID string, change Change) (l Like, count int64, moves bool, err error)
+	QueueLock(b *pgx.Batch, postID, userID string)
+	QueueRead(b *pgx.Batch, postID, userID string) *LikeRead
+	QueueMove(b *pgx.Batch, r *LikeRead, now time.Time, change Change) (*LikeMove, error)
+}
+
 // Config holds what the service is built from.
 type Config struct {
-	Store *Store
+	DB *pgxpool.Pool // the like's transactions, and the store's reads
 	// Locker is the Redis lock of LockRedsync; the other strategy needs
 	// none.
 	Locker  layers.Locker
@@ -104,14 +120,16 @@ type Config struct {
 	Shards int
 	// Lock is the strategy of layer 1; "" means LockAdvisory.
 	Lock LockStrategy
-	// Layers are the defences on. The zero value is all of them; only the
-	// layer tests take some off.
-	Layers layers.Set
+
+	// The step; nil is production's (NewStore(DB)).
+	Likes LikeRows
 }
 
 // Service runs posts, likes and the count's reconciliation.
 type Service struct {
+	db      *pgxpool.Pool
 	store   *Store
+	likes   LikeRows
 	like    layers.Flow
 	metrics *metrics.Metrics
 	counts  *counters
@@ -119,7 +137,6 @@ type Service struct {
 	now     func() time.Time
 	shards  int
 	lock    LockStrategy
-	layers  layers.Set
 }
 
 // NewService returns the likes service.
@@ -130,8 +147,8 @@ func NewService(cfg Config) (*Service, error) {
 	if _, err := ParseLockStrategy(string(cfg.Lock)); err != nil {
 		return nil, fmt.Errorf("likes: lock: %w", err)
 	}
-	if cfg.Store == nil || (cfg.Locker == nil && cfg.Lock == LockRedsync) {
-		return nil, errors.New("likes: a store is required, and a locker for the redsync lock")
+	if cfg.DB == nil || (cfg.Locker == nil && cfg.Lock == LockRedsync) {
+		return nil, errors.New("likes: a pool is required, and a locker for the redsync lock")
 	}
 	if cfg.Shards == 0 {
 		cfg.Shards = DefaultShards
@@ -145,13 +162,17 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	store := NewStore(cfg.DB)
+	if cfg.Likes == nil {
+		cfg.Likes = store
+	}
 	counts, err := newCounters(cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
-	flow := layers.Flows("like", cfg.Layers, cfg.Locker, cfg.Metrics)
-	return &Service{store: cfg.Store, like: flow(FlowLike), metrics: cfg.Metrics, counts: counts,
-		logger: cfg.Logger, now: cfg.Now, shards: cfg.Shards, lock: cfg.Lock, layers: cfg.Layers}, nil
+	flow := layers.Flows("like", layers.Set{}, cfg.Locker, cfg.Metrics)
+	return &Service{db: cfg.DB, store: store, likes: cfg.Likes, like: flow(FlowLike), metrics: cfg.Metrics,
+		counts: counts, logger: cfg.Logger, now: cfg.Now, shards: cfg.Shards, lock: cfg.Lock}, nil
 }
 
 // Set makes userID's like of postID what want says, and returns the like
@@ -161,47 +182,60 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 	if !ids.Valid(postID) {
 		return Result{}, ErrNotFound
 	}
-	// Layer 2, first on the like as the database shows it now: a like
-	// already where it is asked to be (a double click whose twin is done,
-	// a PUT sent again after a lost answer) is answered at once, in one
-	// round trip, with no lock and no write. The answer is true as of
-	// this read, which is all a later answer could say too.
-	if s.layers.On(layers.State) {
-		l, n, err := s.store.Read(ctx, postID, userID)
-		if err != nil {
-			return Result{}, err
-		}
-		if l.State == want {
-			s.like.Stopped(ctx, layers.State)
-			return Result{PostID: postID, State: l.State, LikeCount: n}, nil
-		}
+	change := SetTo(want)
+	// Layer 2, first on the like as the database shows it now (Look, one
+	// statement that sums the count too): a like already where it is
+	// asked to be (a double click whose twin is done, a PUT sent again
+	// after a lost answer) is answered at once, in one round trip, with
+	// no lock and no write. The answer is true as of this read, which is
+	// all a later answer could say too.
+	l, n, moves, err := s.likes.Look(ctx, postID, userID, change)
+	if err != nil {
+		return Result{}, err
+	}
+	if !moves {
+		s.like.Stopped(ctx, layers.State)
+		return Result{PostID: postID, State: l.State, LikeCount: n}, nil
 	}
 	var out Result
-	// Layer 1: lock this user's like of this post, across replicas. A
-	// double click waits for the first (briefly: LockWait) and then finds
-	// it done; other users never wait on this key. The post itself is not
-	// locked: its counter rows serialise what must be. With the advisory
-	// lock (the default) the lock is taken by s.update, in the
-	// transaction; with redsync, in Redis around it.
-	err := s.like.LockAll(ctx, s.redisKeys("like:"+userID+":"+postID), func(ctx context.Context) error {
+	// Layer 1 with SHOP_LIKE_LOCK=redsync: like:{user}:{post} in Redis,
+	// around the transaction. A double click waits for the first (briefly:
+	// LockWait) and then finds it done; other users never wait on this
+	// key. The post itself is never locked: its counter rows serialise
+	// what must be. With the advisory lock (the default) there is no key
+	// here: the lock is the transaction's first statement.
+	err = s.like.LockAll(ctx, s.redisKeys("like:"+userID+":"+postID), func(ctx context.Context) error {
 		return s.like.Retry(ctx, func(attempt int) error {
-			var wrote bool
-			// Layers 3 and 4: the write goes only at the version read, or
-			// inserts the first like under likes_pkey, and moves the
-			// counter in the same statement.
-			l, n, err := s.update(ctx, postID, userID, func(l *Like) (bool, error) {
-				// Layer 2 again, on the like read under the lock: the
-				// state machine says whether there is anything to write.
-				if !s.layers.On(layers.State) {
-					l.State, wrote = want, true
-					return true, nil
-				}
-				wrote = l.Set(want)
-				if !wrote {
-					s.like.Stopped(ctx, layers.State)
-				}
-				return wrote, nil
-			})
+			var read *LikeRead
+			var move *LikeMove
+			// One transaction, two round trips (postgres.InTxBatched):
+			err := postgres.InTxBatched(ctx, s.db,
+				func(first *pgx.Batch) {
+					// Layer 1 with SHOP_LIKE_LOCK=advisory (the default):
+					// pg_advisory_xact_lock on (user, post), sent with
+					// BEGIN, waited for LockWait at most (then
+					// ErrLockBusy), released by the COMMIT. A second click
+					// waits here for the first's commit.
+					if s.lock == LockAdvisory {
+						s.likes.QueueLock(first, postID, userID)
+					}
+					// The like as it is under the lock: what the click
+					// before wrote.
+					read = s.likes.QueueRead(first, postID, userID)
+				},
+				func(pgx.Tx) (*pgx.Batch, error) {
+					// Layer 2 again, on the like read under the lock: the
+					// change says whether there is anything to write.
+					// Layer 3: the write goes only at the version read;
+					// layer 4: a first like is inserted under likes_pkey,
+					// and the counter row, moved in the same statement,
+					// never goes below zero. With COMMIT.
+					last := &pgx.Batch{}
+					var err error
+					move, err = s.likes.QueueMove(last, read, s.stamp(), change)
+					return last, err
+				})
+			l, n, moved, err := move.Result(err)
 			switch {
 			case errors.Is(err, ErrVersionConflict):
 				return layers.Lost(layers.Version, err)
@@ -215,9 +249,11 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 				return layers.Lost(layers.Constraint, err)
 			case err != nil:
 				return err
-			}
-			if wrote {
+			case moved:
 				s.counts.changes.WithLabelValues(l.State.String()).Inc()
+			default:
+				// The click before, waited for, made the like.
+				s.like.Stopped(ctx, layers.State)
 			}
 			out = Result{PostID: postID, State: l.State, LikeCount: n}
 			return nil
@@ -230,16 +266,6 @@ func (s *Service) Set(ctx context.Context, userID, postID string, want State) (R
 			Detail: "another request is working on this like; retry shortly", RetryAfter: time.Second}
 	}
 	return out, err
-}
-
-// update is one try of the like's read and write: one transaction that
-// takes the advisory lock first (LockAdvisory), or the two statements
-// that the Redis lock around them serialises (LockRedsync).
-func (s *Service) update(ctx context.Context, postID, userID string, change func(*Like) (bool, error)) (Like, int64, error) {
-	if s.lock == LockAdvisory {
-		return s.store.UpdateLocked(ctx, postID, userID, s.layers, s.stamp(), change)
-	}
-	return s.store.Update(ctx, postID, userID, s.layers, s.stamp(), change)
 }
 
 // redisKeys is key when layer 1's strategy takes its lock in Redis, and

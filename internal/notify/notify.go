@@ -72,17 +72,19 @@ type Config struct {
 	Sender  Sender
 	Metrics *metrics.Metrics
 	Now     func() time.Time
-	// Layers are the defences on; the ablation test takes the inbox
-	// (layers.Idempotency) off.
-	Layers layers.Set
+	// Inbox is layer 0; nil is production's (outbox.NewInbox(DB)). The
+	// ablation test hands in one that has seen nothing
+	// (harness/variants.NoInbox).
+	Inbox outbox.Inbox
 }
 
 // Service is the mailing consumer.
 type Service struct {
-	db   *pgxpool.Pool
-	send Sender
-	now  func() time.Time
-	flow layers.Flow
+	db    *pgxpool.Pool
+	send  Sender
+	inbox outbox.Inbox
+	now   func() time.Time
+	flow  layers.Flow
 }
 
 // New returns the consumer.
@@ -93,8 +95,11 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{db: cfg.DB, send: cfg.Sender, now: cfg.Now,
-		flow: layers.Flow{Name: flowMail, Noun: "mail", Layers: cfg.Layers, Metrics: cfg.Metrics}}, nil
+	if cfg.Inbox == nil {
+		cfg.Inbox = outbox.NewInbox(cfg.DB)
+	}
+	return &Service{db: cfg.DB, send: cfg.Sender, inbox: cfg.Inbox, now: cfg.Now,
+		flow: layers.Flow{Name: flowMail, Noun: "mail", Metrics: cfg.Metrics}}, nil
 }
 
 // Consumer is the service as an outbox consumer.
@@ -105,14 +110,12 @@ func (s *Service) Consumer(concurrency int) outbox.Consumer {
 // Handle acts on one delivery.
 func (s *Service) Handle(ctx context.Context, e outbox.Event) (outbox.Outcome, error) {
 	// Layer 0: the inbox, before anything else.
-	if s.flow.On(layers.Idempotency) {
-		seen, err := outbox.Seen(ctx, s.db, Consumer, e)
-		if err != nil || seen {
-			if seen {
-				s.flow.Stopped(ctx, layers.Idempotency)
-			}
-			return outbox.Duplicate, err
+	seen, err := s.inbox.Seen(ctx, Consumer, e)
+	if err != nil || seen {
+		if seen {
+			s.flow.Stopped(ctx, layers.Idempotency)
 		}
+		return outbox.Duplicate, err
 	}
 	// Layer 2: the row as it is now.
 	mail, ok, err := s.compose(ctx, e)
@@ -130,12 +133,9 @@ func (s *Service) Handle(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 		s.flow.Stopped(ctx, layers.State)
 		outcome = outbox.Skipped
 	}
-	if !s.flow.On(layers.Idempotency) {
-		return outcome, nil
-	}
 	var fresh bool
 	err = postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		fresh, err = outbox.Record(ctx, tx, Consumer, e, s.now().UTC())
+		fresh, err = s.inbox.Record(ctx, tx, Consumer, e, s.now().UTC())
 		return err
 	})
 	if err == nil && !fresh {

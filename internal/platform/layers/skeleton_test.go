@@ -91,6 +91,48 @@ func TestFlows_ShareOneSkeleton(t *testing.T) {
 	}
 }
 
+// domainPackages are the lesson's packages whose production code must
+// read as what runs.
+var domainPackages = []string{"orders", "payments", "seats", "likes", "inventory", "notify"}
+
+// TestFlows_NoAblationSwitch keeps the production code of the domain
+// packages free of ablation switches: no layers.Set held or passed, no
+// layer asked whether it is on. A test takes a layer off by handing a
+// flow a variant of one of its steps (harness/variants), never by a
+// switch the production path reads.
+func TestFlows_NoAblationSwitch(t *testing.T) {
+	switches := regexp.MustCompile(`layers\.(On|Pick)\(|\.On\(layers\.|\blayers\.Set\b[^{]|Layers\s+layers\.Set`)
+	found := 0
+	for _, pkg := range domainPackages {
+		dir := filepath.Join("..", "..", pkg)
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			found++
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(strings.TrimSpace(line), "//") {
+					continue
+				}
+				if switches.MatchString(line) {
+					t.Errorf("%s:%d: %q: an ablation switch in production code; hand the flow a variant of the step instead (harness/variants)", path, i+1, strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+	if found < 20 {
+		t.Fatalf("found only %d production files in %v: the scan is broken", found, domainPackages)
+	}
+}
+
 // TestFlows_ArgumentOrder keeps one argument order across the flows'
 // functions: the context, what the call is about, then the layers on, the
 // time now, the request's idempotency record, and the functions that
