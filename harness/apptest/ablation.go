@@ -23,7 +23,6 @@ import (
 // clients).
 func NewAblation(t *testing.T, row ablation.Row, deps app.Deps, dropped ...string) *Env {
 	t.Helper()
-	deps.Layers = row.Layers
 	deps.Variants = variants.For(row.Layers, row.Variant, row.Layers.Probe())
 	e := NewWith(t, 2, map[string]string{"SHOP_LOCK_MODE": "strict"}, deps)
 	if !row.Layers.On(layers.Constraint) {
@@ -45,6 +44,7 @@ func (e *Env) Drop(t testing.TB, names ...string) {
 		if !ok {
 			t.Fatalf("%s is in no flow's catalogue of constraints (app.Layer4)", name)
 		}
+		e.broken.Store(true)
 		if _, err := e.DB.Exec(context.Background(), c.Drop()); err != nil {
 			t.Fatalf("%s: %v", c.Drop(), err)
 		}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,7 @@ type Env struct {
 	start   func(t testing.TB, c config.Config) *Replica
 	mu      sync.Mutex   // guards Replicas and down while a replica restarts
 	down    map[int]bool // replicas out of rotation (Restart)
+	broken  *atomic.Bool // layers taken off: the 500s they cause are not the contract's
 }
 
 // Replica is one app.New with its own pool, Redis clients and HTTP
@@ -102,8 +104,8 @@ func New(t testing.TB, replicas int, vars map[string]string) *Env {
 	return NewWith(t, replicas, vars, app.Deps{})
 }
 
-// NewWith is New with the layer switches of deps (Layers,
-// NaiveStock) in every replica: the ablation matrices take layers off.
+// NewWith is New with deps' variants (Variants, Events.Consumers) in
+// every replica: the ablation matrices take layers off.
 func NewWith(t testing.TB, replicas int, vars map[string]string, switches app.Deps) *Env {
 	t.Helper()
 	return NewThrough(t, replicas, vars, switches, nil)
@@ -186,27 +188,28 @@ func build(t testing.TB, s spec) *Env {
 	}
 	transport := &http.Transport{MaxIdleConns: 128, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
 	checked := CheckedTransport(t, transport)
-	if len(switches.Layers.Taken()) > 0 {
-		// A service with defences taken off is broken on purpose: the
-		// 500s the ablation counts (a constraint the missing layers let a
-		// write run into) are its breakage, not a drift of the contract.
-		// Every other answer is still checked.
-		checked.Skip = func(_ *http.Request, res *http.Response) bool {
-			return res.StatusCode == http.StatusInternalServerError
-		}
+	// A service with defences taken off (a variant, or a constraint
+	// dropped: Env.Drop) is broken on purpose: the 500s the ablation counts
+	// (a constraint the missing layers let a write run into) are its
+	// breakage, not a drift of the contract. Every other answer is still
+	// checked.
+	var broken atomic.Bool
+	broken.Store(anyVariant(switches.Variants) || anyVariant(switches.Events.Consumers))
+	checked.Skip = func(_ *http.Request, res *http.Response) bool {
+		return broken.Load() && res.StatusCode == http.StatusInternalServerError
 	}
 	client := &http.Client{Transport: checked, Timeout: 30 * time.Second}
 	t.Cleanup(transport.CloseIdleConnections)
 
 	e := &Env{DB: testenv.PoolFor(t, dbURL), Clock: testenv.NewClock(), Gateway: gw, Slow: slow, LabGateway: labGateway, LabMailer: labMailer, Mailer: mail, Cfg: cfg,
-		environ: environ, each: s.each, down: map[int]bool{}}
+		environ: environ, each: s.each, down: map[int]bool{}, broken: &broken}
 	e.start = func(t testing.TB, c config.Config) *Replica {
 		t.Helper()
 		pool := testenv.PoolFor(t, replicaURL)
 		clients := redisx.Clients(c.RedisAddrs)
 		t.Cleanup(func() { _ = redisx.Close(clients) })
 		deps := app.Deps{Pool: pool, Redis: clients, Logger: logger, Now: e.Clock.Now,
-			Layers: switches.Layers, Variants: switches.Variants, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
+			Variants: switches.Variants, BlindSchemes: switches.BlindSchemes, Events: switches.Events,
 			SpanProcessor: switches.SpanProcessor}
 		a, err := app.New(c, deps)
 		if err != nil {
@@ -413,4 +416,15 @@ func InParallel(n, workers int, fn func(i int)) {
 		})
 	}
 	wg.Wait()
+}
+
+// anyVariant reports whether v takes any layer off: any of its steps set.
+func anyVariant(v app.Variants) bool {
+	rv := reflect.ValueOf(v)
+	for i := range rv.NumField() {
+		if f := rv.Field(i); f.Kind() == reflect.Func && !f.IsNil() {
+			return true
+		}
+	}
+	return false
 }

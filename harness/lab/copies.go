@@ -173,7 +173,7 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ Target, _ func
 	}
 	v := variants.For(set, variants.ReadCheckWrite, nil)
 	sb, err := app.New(cfg, app.Deps{Pool: pool, Redis: s.a.deps.Redis, Logger: s.a.deps.Logger, Now: s.a.deps.Now,
-		Layers: set, Variants: v, Events: app.EventDeps{Consumers: v},
+		Variants: v, Events: app.EventDeps{Consumers: v},
 		KeepSpans: Traced, SpanProcessors: []sdktrace.SpanProcessor{recorder}})
 	if err != nil {
 		return Target{}, nil, err

@@ -29,7 +29,6 @@ import (
 	"github.com/shop-example/shop/internal/platform/config"
 	"github.com/shop-example/shop/internal/platform/httpx"
 	"github.com/shop-example/shop/internal/platform/idempotency"
-	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/lock"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/outbox"
@@ -51,11 +50,6 @@ type Deps struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests move it to expire orders.
 	Now func() time.Time
-	// Layers are the defences on in every flow. The zero value, what
-	// production runs, is all of them; the layer tests take some off
-	// (layers.Off), the idempotency layer included: its routes are then
-	// registered without the middleware.
-	Layers layers.Set
 	// Variants take layers off the flows that run on them, for the
 	// ablation tests and the race lab's sandboxes; the zero value, what
 	// production runs, takes none off.

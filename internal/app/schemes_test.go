@@ -108,7 +108,7 @@ func mixedVersionRace(t *testing.T, on layers.Set, blind bool) (e *apptest.Env, 
 		"SHOP_SEAT_LOCK": "redsync",
 		"SHOP_LIKE_LOCK": "redsync",
 	}, []map[string]string{{"SHOP_KEY_SCHEME": "1"}, {"SHOP_KEY_SCHEME": "2"}},
-		app.Deps{Layers: on, Variants: variants.For(on, "", nil), BlindSchemes: blind})
+		app.Deps{Variants: variants.For(on, "", nil), BlindSchemes: blind})
 	if !on.On(layers.Constraint) {
 		dropSchemeConstraints(t, e)
 	}
@@ -219,7 +219,7 @@ func rollingRestart(t *testing.T, on layers.Set, blind bool) (effects, lost int,
 	const clients = 8
 	e := apptest.NewEach(t, map[string]string{"SHOP_LOCK_MODE": "strict"},
 		[]map[string]string{{"SHOP_KEY_SCHEME": "1"}, {"SHOP_KEY_SCHEME": "1"}},
-		app.Deps{Layers: on, Variants: variants.For(on, "", nil), BlindSchemes: blind})
+		app.Deps{Variants: variants.For(on, "", nil), BlindSchemes: blind})
 	if !on.On(layers.Constraint) {
 		dropSchemeConstraints(t, e)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/shop-example/shop/harness/apptest"
 	"github.com/shop-example/shop/harness/gateway"
 	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/harness/variants"
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/platform/layers"
 )
@@ -288,7 +289,7 @@ func TestTraces_OffByDefault(t *testing.T) {
 func TestTraces_LosersNameTheirLayer(t *testing.T) {
 	const orders, cancels = 10, 8
 	exp := tracetest.NewInMemoryExporter()
-	e := apptest.NewWith(t, 1, nil, app.Deps{SpanProcessor: sdktrace.NewSimpleSpanProcessor(exp), Layers: layers.Off(layers.Lock)})
+	e := apptest.NewWith(t, 1, nil, app.Deps{SpanProcessor: sdktrace.NewSimpleSpanProcessor(exp), Variants: variants.For(layers.Off(layers.Lock), "", nil)})
 	apptest.MustCreateProduct(t, e.R(0), "TR-RACE", 100, orders)
 	u := apptest.MustCreateUser(t, e.R(0), "racer")
 	var ids []string

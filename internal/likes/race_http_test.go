@@ -101,7 +101,7 @@ func TestLikes_Spam(t *testing.T) {
 	} {
 		t.Run(tt.lock+"/"+strings.ReplaceAll(tt.on.String(), ", ", "+"), func(t *testing.T) {
 			e := apptest.NewWith(t, 2, map[string]string{"SHOP_LIKE_LOCK": tt.lock},
-				app.Deps{Layers: tt.on, Variants: variants.For(tt.on, "", nil)})
+				app.Deps{Variants: variants.For(tt.on, "", nil)})
 			u := testenv.Users(t, e.DB, 1)[0]
 			p := apptest.MustCreatePost(t, e.R(0), u.Token, "spammed")
 			e.Warm(t, 16)
