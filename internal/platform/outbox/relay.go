@@ -78,6 +78,7 @@ type Relay struct {
 	logger *slog.Logger
 	wm     watermill.LoggerAdapter
 	pub    message.Publisher
+	schema relaySchema // what the forwarder reads the outbox with
 }
 
 // NewRelay returns a relay from the outbox in db to the streams on rdb.
@@ -162,7 +163,7 @@ func (r *Relay) forward(ctx context.Context) {
 func (r *Relay) forwardOnce(ctx context.Context) error {
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(r.db), wsql.SubscriberConfig{
 		ConsumerGroup:  relayGroup,
-		SchemaAdapter:  schema,
+		SchemaAdapter:  r.schema,
 		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
 		PollInterval:   pollInterval,
 		ResendInterval: 500 * time.Millisecond,
