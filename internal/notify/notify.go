@@ -125,6 +125,11 @@ func (s *Service) Handle(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 		// The call, keyed by the event: one mail per event at the
 		// provider, for as long as it remembers the key.
 		if err := s.send.Send(ctx, "evt_"+e.ID, mail); err != nil {
+			if errors.Is(err, outbox.ErrPermanent) {
+				// Refused for good: recorded for an operator to see
+				// and replay (outbox.GiveUp) before it is acknowledged.
+				err = outbox.GiveUp(ctx, s.db, Consumer, e, err, s.now().UTC())
+			}
 			return outbox.Processed, err
 		}
 	} else {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -235,4 +237,98 @@ func randomHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// TestFailures_ListedReplayedResolved: an event a consumer gave up on is
+// listed, with its refusal and how many deliveries were refused, and
+// counted by shop_events_failed; a replay publishes it again to its
+// stream; once the consumer has it in its inbox, it is resolved: no
+// longer listed or counted, and the retention deletes its row.
+func TestFailures_ListedReplayedResolved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Pool(t)
+	relay, published := startRelay(t, db, relaySchema{})
+	e := mustWrite(t, db, BookingConfirmed, "booking-1")
+	waitPublished(t, published, e, "at first")
+
+	cause := fmt.Errorf("mail send: 400 invalid_request: subject: at most 200 characters: %w", ErrPermanent)
+	for range 2 { // the first delivery, then a redelivery refused again
+		if err := GiveUp(ctx, db, "mailer", e, cause, time.Now()); !errors.Is(err, ErrPermanent) {
+			t.Fatalf("GiveUp = %v, want the permanent cause back", err)
+		}
+	}
+	failures, err := Failures(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failures) != 1 || failures[0].Event.ID != e.ID || failures[0].Consumer != "mailer" ||
+		failures[0].Attempts != 2 || failures[0].Error != cause.Error() || string(failures[0].Event.Data) != string(e.Data) {
+		t.Fatalf("failures = %+v, want %s of mailer refused twice", failures, e.ID)
+	}
+	if n, err := relay.failedCount(ctx); err != nil || n != 1 {
+		t.Fatalf("failed count = %d, %v; want 1", n, err)
+	}
+
+	if _, err := relay.Replay(ctx, "00000000-0000-0000-0000-000000000000"); !errors.Is(err, ErrNoFailure) {
+		t.Errorf("replay of an event that did not fail: %v, want ErrNoFailure", err)
+	}
+	replayed, err := relay.Replay(ctx, e.ID)
+	if err != nil || len(replayed) != 1 {
+		t.Fatalf("replay = %+v, %v", replayed, err)
+	}
+	deadline := time.Now().Add(publishWithin)
+	for count(published(e.Name), e.ID) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replay is not on the stream: %v", published(e.Name))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	if err := postgres.InTx(ctx, db, func(tx pgx.Tx) error {
+		_, err := Record(ctx, tx, "mailer", e, time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if failures, err := Failures(ctx, db); err != nil || len(failures) != 0 {
+		t.Errorf("after the consumer recorded it: failures = %+v, %v; want none", failures, err)
+	}
+	if n, err := relay.failedCount(ctx); err != nil || n != 0 {
+		t.Errorf("failed count = %d, %v; want 0", n, err)
+	}
+	if err := relay.Trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox_failed`).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("outbox_failed holds %d rows (%v) after the retention, want 0", rows, err)
+	}
+}
+
+// TestGiveUp_UnrecordedIsNotPermanent: a failure that cannot be recorded
+// (here the table is gone) is not acknowledged: the error GiveUp returns
+// is not permanent, so the delivery is tried again later.
+func TestGiveUp_UnrecordedIsNotPermanent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Pool(t)
+	if _, err := db.Exec(ctx, `DROP TABLE outbox_failed`); err != nil {
+		t.Fatal(err)
+	}
+	e := mustNew(t, OrderPaid, "order-1")
+	err := GiveUp(ctx, db, "mailer", e, fmt.Errorf("refused: %w", ErrPermanent), time.Now())
+	if err == nil || errors.Is(err, ErrPermanent) {
+		t.Fatalf("GiveUp = %v, want an error that is not permanent", err)
+	}
+}
+
+func count(ids []string, id string) int {
+	n := 0
+	for _, x := range ids {
+		if x == id {
+			n++
+		}
+	}
+	return n
 }
