@@ -99,5 +99,5 @@ func Matrix(t *testing.T, flow ablation.Flow, scenario ablation.Scenario,
 // file so that any package's tests reach it.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..")
 }
