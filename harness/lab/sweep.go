@@ -27,7 +27,6 @@ var kept = []string{"schema_migrations", "watermill_offsets_outbox"}
 // The schema's run lock, keyed by the schema's name, and the sweep.
 const (
 	sqlHoldShared   = `SELECT pg_advisory_lock_shared(hashtextextended('shop-lab-run:' || current_schema(), 0))`
-	sqlReleaseShare = `SELECT pg_advisory_unlock_shared(hashtextextended('shop-lab-run:' || current_schema(), 0))`
 	sqlTryAlone     = `SELECT pg_try_advisory_lock(hashtextextended('shop-lab-run:' || current_schema(), 0))`
 	sqlReleaseAlone = `SELECT pg_advisory_unlock(hashtextextended('shop-lab-run:' || current_schema(), 0))`
 	sqlUsers        = `SELECT count(*) FROM users`
@@ -35,23 +34,20 @@ const (
 		WHERE schemaname = current_schema() AND tablename <> ALL ($1) ORDER BY tablename`
 )
 
-// holdSchema holds pool's schema for a run, until release is called.
+// holdSchema holds pool's schema for a run, until release is called. The
+// lock is a session's, on a connection of its own: the run's requests keep
+// every connection of the pool.
 func holdSchema(ctx context.Context, pool *pgxpool.Pool) (release func(), err error) {
-	conn, err := pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, fmt.Errorf("hold the lab's schema: %w", err)
 	}
 	if _, err := conn.Exec(ctx, sqlHoldShared); err != nil {
-		conn.Release()
+		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("hold the lab's schema: %w", err)
 	}
-	return func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), sqlReleaseShare); err != nil {
-			// A session's advisory locks end with it.
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-		conn.Release()
-	}, nil
+	// Closing the session ends its advisory locks.
+	return func() { _ = conn.Close(context.WithoutCancel(ctx)) }, nil
 }
 
 // sweep empties pool's schema's tables (but kept) when they hold more
