@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // How long a test waits for an event the relay should publish, and how
 // long it watches for one it should not (the relay polls every 100 ms).
 const (
-	publishWithin = 3 * time.Second
+	publishWithin = 10 * time.Second
 	heldFor       = time.Second
 )
 
