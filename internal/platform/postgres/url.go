@@ -31,7 +31,7 @@ func CanonicalURL(raw string) (string, error) {
 	if !ok || (scheme != "postgres" && scheme != "postgresql") {
 		return "", ErrNotURL
 	}
-	want, err := pgconn.ParseConfig(raw)
+	want, err := parseSettings(raw)
 	if err != nil {
 		return "", err
 	}
@@ -75,11 +75,34 @@ func CanonicalURL(raw string) (string, error) {
 	if _, err := url.Parse(out); err != nil {
 		return "", fmt.Errorf("no form of this URL that net/url reads: %w", err)
 	}
-	got, err := pgconn.ParseConfig(out)
+	got, err := parseSettings(out)
 	if err != nil || !sameServers(want, got) {
 		return "", errors.New("no form of this URL that net/url reads names the same servers")
 	}
 	return out, nil
+}
+
+// fileSettings name files that pgconn reads while it parses (the TLS
+// certificates and keys): a URL is checked here as text, on a machine
+// that may not have them (a config check, a render of the manifests);
+// the connection reads them.
+var fileSettings = []string{"sslrootcert", "sslcert", "sslkey", "sslcrl", "sslcrldir", "sslpassword"}
+
+// parseSettings is pgconn's reading of raw, without the files its query
+// names.
+func parseSettings(raw string) (*pgconn.Config, error) {
+	head, query, found := strings.Cut(raw, "?")
+	if found {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return nil, fmt.Errorf("query: %w", err)
+		}
+		for _, k := range fileSettings {
+			q.Del(k)
+		}
+		raw = head + "?" + q.Encode()
+	}
+	return pgconn.ParseConfig(raw)
 }
 
 // sameServers reports whether a and b connect to the same servers, as

@@ -26,6 +26,12 @@ func TestCanonicalURL(t *testing.T) {
 		{"TwoSocketDirectories", "postgres://%2Frun%2Fa:5433,%2Frun%2Fb:5433/db?target_session_attrs=read-write", []string{"/run/a", "/run/b"}, 5433, "db", ""},
 		{"QueryHost", "postgresql:///db?host=/var/run/postgresql", []string{"/var/run/postgresql"}, 5432, "db", ""},
 		{"TCP", "postgres://shop:shop@localhost:5432/shop?sslmode=disable", []string{"localhost"}, 5432, "shop", "shop"},
+		// The CA file is the connection's to read, on the machine that
+		// connects: the check reads the URL only.
+		{"CertificateNotHere", "postgresql://app:pw@shop-pg-rw.shop:5432/app?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt&target_session_attrs=read-write",
+			[]string{"shop-pg-rw.shop"}, 5432, "app", "app"},
+		{"SocketDirectoryCertificateNotHere", "postgres://app@%2Frun%2Fpg/app?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt",
+			[]string{"/run/pg"}, 5432, "app", "app"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := CanonicalURL(tt.raw)
@@ -38,7 +44,7 @@ func TestCanonicalURL(t *testing.T) {
 			if _, err := url.Parse(tt.raw); err == nil && got != tt.raw {
 				t.Errorf("%q came back as %q; want it unchanged", tt.raw, got)
 			}
-			cfg, err := pgconn.ParseConfig(got)
+			cfg, err := parseSettings(got)
 			if err != nil {
 				t.Fatal(err)
 			}
