@@ -3,6 +3,8 @@
 //	shop serve                        run the HTTP API and the background jobs
 //	shop migrate up|down|version      manage the database schema
 //	shop seed                         load the demo catalogue
+//	shop events failed                list the events a consumer gave up on for good (see docs/OPERATIONS.md)
+//	shop events replay ID...|-all     send them again to their streams
 //	shop bench orders|payments|likes|seats  measure order creation, payment, likes or seat holds (see docs/BENCHMARKS.md)
 //	shop bench strategies                   every way to guard each flow, side by side (see docs/STRATEGIES.md)
 //	shop bench outside                      the four flows from a client outside two replicas (see docs/BENCHMARKS.md)
@@ -36,6 +38,8 @@ commands:
   serve                              run the HTTP API and background jobs
   migrate up|down|version            manage the database schema
   seed                               load the demo catalogue (safe to run again)
+  events failed                      list the events a consumer gave up on for good (a mail the provider refused)
+  events replay ID...|-all           send those events again to their streams, once the cause is fixed
   bench orders|payments|likes|seats  benchmark order creation, payment, likes or seat holds against a baseline
   bench strategies                   every way to guard each flow, side by side, with an anomaly audit
   bench outside                      the four flows over HTTP against two replicas, each its own process, audited
@@ -83,6 +87,8 @@ func run(ctx context.Context, args []string, logger *slog.Logger) error {
 		return migrateCmd(args[1], logger)
 	case "seed":
 		return seed(ctx, logger)
+	case "events":
+		return eventsCmd(ctx, args[1:], os.Stdout)
 	case "bench":
 		err := bench.Run(ctx, args[1:], logger)
 		if errors.Is(err, bench.ErrUsage) {

@@ -193,8 +193,9 @@ func readEvents(c *cluster) (eventsState, error) {
 
 // mailerMessage is what the audit reads of a message.
 type mailerMessage struct {
-	Reference string `json:"reference"`
-	Kind      string `json:"kind"`
+	Reference string    `json:"reference"`
+	Kind      string    `json:"kind"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // mailerMessages is the mailer's own audit of what it sent, read

@@ -79,6 +79,10 @@ type scenario struct {
 	// linearizable: the seat rush's history is checked with porcupine
 	// against the seat map's model.
 	linearizable bool
+	// receiptsWithin, when set, is a floor on the events: every order
+	// paid during the fault has its receipt within it of its payment
+	// (judgeReceipts).
+	receiptsWithin time.Duration
 }
 
 // result is what a scenario's run showed.
@@ -277,6 +281,13 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	}
 	for _, f := range sc.floors {
 		verdict, ok := f.judge(answers, p, w.clients)
+		r.floors = append(r.floors, verdict)
+		if !ok {
+			fail("floor missed: %s", verdict)
+		}
+	}
+	if sc.receiptsWithin > 0 {
+		verdict, ok := judgeReceipts(c, p, sc.receiptsWithin)
 		r.floors = append(r.floors, verdict)
 		if !ok {
 			fail("floor missed: %s", verdict)
@@ -538,6 +549,7 @@ func scenarios() []scenario {
 				c.mailer.kill()
 				return c.startMailer
 			}},
+		longTransaction(),
 	}
 }
 

@@ -41,6 +41,7 @@ func Scenarios() []Scenario {
 		{"11a", "mailer slow (2 s, beyond the 1 s mail timeout)"},
 		{"11b", "mailer failing (half of new messages answer 503)"},
 		{"11c", "mailer SIGKILLed, restarted"},
+		{"12", "a transaction that wrote a row held open 30 s in another database of the server, during a pay storm"},
 	}
 }
 

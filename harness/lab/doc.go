@@ -19,6 +19,10 @@
 // products and charges never reach the catalogue, the real users or the
 // journal the real orders are audited against.
 //
+// A lab schema keeps a window of runs, not all of them (sweep.go): before
+// a run starts, the rows of earlier runs go once the schema holds more
+// than keepUsers users, unless a run on some replica is using it.
+//
 // With layers taken off, a run goes to a sandbox instead: a second copy
 // of the service, built with the variants that take those layers off
 // (harness/variants) and serving on a loopback port of this process, over tables of its own (the shop_lab

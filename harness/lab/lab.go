@@ -269,6 +269,20 @@ func (l *Lab) race(c echo.Context) error {
 		target = sb
 	}
 
+	// The schema's window: the rows of earlier runs go once there are
+	// too many and no run uses them; this run holds the schema until it
+	// ends.
+	if swept, err := sweep(ctx, target.Pool, keepUsers); err != nil {
+		l.cfg.Logger.WarnContext(ctx, "lab: sweep the schema", "target", target.Name, "err", err)
+	} else if swept {
+		l.cfg.Logger.InfoContext(ctx, "lab: emptied the schema of earlier runs", "target", target.Name, "kept_at_most_users", keepUsers)
+	}
+	release, err := holdSchema(ctx, target.Pool)
+	if err != nil {
+		return err
+	}
+	defer release()
+
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
 	h.Set("X-Accel-Buffering", "no") // nginx: pass each event on as it comes

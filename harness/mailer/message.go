@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -62,18 +61,9 @@ func decodeMessage(c echo.Context) (Request, error) {
 	if err := httpx.Bind(c, &req); err != nil {
 		return Request{}, err
 	}
-	n := utf8.RuneCountInString // characters, not bytes
-	switch {
-	case req.Reference == "" || n(req.Reference) > 128:
-		return Request{}, problem.New(problem.Invalid, "reference: must be 1–128 characters")
-	case !knownKind(req.Kind):
-		return Request{}, problem.Errorf(problem.Invalid, "kind: must be %s or %s", KindReceipt, KindTicket)
-	case req.To == "" || n(req.To) > 254:
-		return Request{}, problem.New(problem.Invalid, "to: must be 1–254 characters")
-	case n(req.Subject) > 200:
-		return Request{}, problem.New(problem.Invalid, "subject: at most 200 characters")
-	case n(req.Text) > 10000:
-		return Request{}, problem.New(problem.Invalid, "text: at most 10000 characters")
+	// The bounds the shop's client fits its messages to (mail.Check).
+	if err := req.Check(); err != nil {
+		return Request{}, problem.New(problem.Invalid, err.Error())
 	}
 	return req, nil
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shop-example/shop/internal/platform/layers"
+	"github.com/shop-example/shop/internal/platform/mail"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/postgres"
@@ -127,6 +128,11 @@ func (s *Service) Handle(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 		// The call, keyed by the event: one mail per event at the
 		// provider, for as long as it remembers the key.
 		if err := s.send.Send(ctx, "evt_"+e.ID, mail); err != nil {
+			if errors.Is(err, outbox.ErrPermanent) {
+				// Refused for good: recorded for an operator to see
+				// and replay (outbox.GiveUp) before it is acknowledged.
+				err = outbox.GiveUp(ctx, s.db, Consumer, e, err, s.now().UTC())
+			}
 			return outbox.Processed, err
 		}
 	} else {
@@ -174,15 +180,7 @@ func (s *Service) compose(ctx context.Context, e outbox.Event) (Mail, bool, erro
 		if status != "paid" && status != "fulfilled" {
 			return Mail{}, false, nil
 		}
-		// One line: the provider's API, like the shop's, takes no
-		// control characters in a string.
-		lines := make([]string, len(skus))
-		for i := range skus {
-			lines[i] = fmt.Sprintf("%d × %s", qtys[i], skus[i])
-		}
-		text := fmt.Sprintf("Thank you for your order %s: %s. Paid: %d.%02d.", e.Subject, strings.Join(lines, ", "), total/100, total%100)
-		return Mail{Reference: e.Subject, Kind: KindReceipt, To: address(user),
-			Subject: "Your receipt for order " + e.Subject, Text: text}, true, nil
+		return receipt(e.Subject, user, total, skus, qtys), true, nil
 	case outbox.BookingConfirmed:
 		var user, event string
 		var seats []string
@@ -193,11 +191,33 @@ func (s *Service) compose(ctx context.Context, e outbox.Event) (Mail, bool, erro
 		if err != nil {
 			return Mail{}, false, fmt.Errorf("ticket of %s: %w", e.Subject, err)
 		}
-		return Mail{Reference: e.Subject, Kind: KindTicket, To: address(user),
-			Subject: "Your tickets for " + event,
-			Text:    fmt.Sprintf("Booking %s: seats %s.", e.Subject, strings.Join(seats, ", "))}, true, nil
+		return ticket(e.Subject, user, event, seats), true, nil
 	}
 	return Mail{}, false, nil
+}
+
+// The mails. A subject or a text holds user data (an event's name of up
+// to 200 characters, an order's SKUs) and is fitted to the provider's
+// bounds (mail.Fit): a mail the provider refused would never be sent,
+// whatever the redelivery did.
+
+// receipt is the mail of order's payment. One line: the provider's API,
+// like the shop's, takes no control characters in a string.
+func receipt(order, user string, total int64, skus []string, qtys []int32) Mail {
+	lines := make([]string, len(skus))
+	for i := range skus {
+		lines[i] = fmt.Sprintf("%d × %s", qtys[i], skus[i])
+	}
+	text := fmt.Sprintf("Thank you for your order %s: %s. Paid: %d.%02d.", order, strings.Join(lines, ", "), total/100, total%100)
+	return Mail{Reference: order, Kind: KindReceipt, To: address(user),
+		Subject: mail.Fit("Your receipt for order "+order, mail.MaxSubject), Text: mail.Fit(text, mail.MaxText)}
+}
+
+// ticket is the mail of booking's seats for the event named event.
+func ticket(booking, user, event string, seats []string) Mail {
+	return Mail{Reference: booking, Kind: KindTicket, To: address(user),
+		Subject: mail.Fit("Your tickets for "+event, mail.MaxSubject),
+		Text:    mail.Fit(fmt.Sprintf("Booking %s: seats %s.", booking, strings.Join(seats, ", ")), mail.MaxText)}
 }
 
 // address is where a user's mail goes: users have no address of their

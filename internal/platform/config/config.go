@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shop-example/shop/internal/platform/keyscheme"
+	"github.com/shop-example/shop/internal/platform/postgres"
 	"github.com/shop-example/shop/internal/platform/tracing"
 )
 
@@ -447,8 +448,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if len(c.RedisAddrs) == 0 {
 		errs = append(errs, errors.New("SHOP_REDIS_ADDRS: need at least one Redis node"))
 	}
-	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		errs = append(errs, errors.New("SHOP_DATABASE_URL: want a postgres:// URL"))
+	// As libpq reads it (a socket directory as the host included), in the
+	// form every reader of the setting understands (postgres.CanonicalURL).
+	// The error names no part of the URL: it may hold a password.
+	if u, err := postgres.CanonicalURL(c.DatabaseURL); err != nil {
+		errs = append(errs, errors.New("SHOP_DATABASE_URL: want a postgres:// URL that libpq accepts"))
+	} else {
+		c.DatabaseURL = u
 	}
 	if len(c.AdminToken) > 256 {
 		errs = append(errs, errors.New("SHOP_ADMIN_TOKEN: at most 256 characters"))

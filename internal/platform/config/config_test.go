@@ -619,6 +619,26 @@ func TestFromEnv_MultiHostDatabaseURL(t *testing.T) {
 	}
 }
 
+// A URL libpq accepts with a socket directory as its host, percent-encoded
+// in the authority, is accepted; it comes back in the form net/url reads
+// too (the host in the query), which the migrations' driver and the lab
+// set parameters on, naming the same socket.
+func TestFromEnv_SocketDirectoryDatabaseURL(t *testing.T) {
+	for u, want := range map[string]string{
+		"postgres://%2Fvar%2Frun%2Fpostgresql/db":               "postgres:///db?host=%2Fvar%2Frun%2Fpostgresql",
+		"postgresql://shop:pw@%2Ftmp:5440/shop?sslmode=disable": "postgresql://shop:pw@/shop?host=%2Ftmp&port=5440&sslmode=disable",
+	} {
+		got, err := FromEnv(env(map[string]string{"SHOP_DATABASE_URL": u}, nil))
+		if err != nil {
+			t.Errorf("SHOP_DATABASE_URL=%s: %v", u, err)
+			continue
+		}
+		if got.DatabaseURL != want {
+			t.Errorf("SHOP_DATABASE_URL=%s: DatabaseURL = %q, want %q", u, got.DatabaseURL, want)
+		}
+	}
+}
+
 func TestLogValue_NoAdminToken(t *testing.T) {
 	out := logged(t, Config{})
 	if !strings.Contains(out, `"admin_token_set":false`) {

@@ -62,6 +62,9 @@ func Status(code problem.Code) int {
 	return http.StatusInternalServerError
 }
 
+// StatusOf returns the HTTP status the error handler answers err with.
+func StatusOf(err error) int { return Status(toProblem(err).Code) }
+
 // Document is the JSON body of an error response.
 type Document map[string]any
 

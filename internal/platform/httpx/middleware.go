@@ -207,7 +207,7 @@ func observe(logger *slog.Logger, hm *httpMetrics) echo.MiddlewareFunc {
 			// replaces the request's with one it cancels on its way out.
 			client := c.Request().Context()
 			err := next(c)
-			gone := err != nil && errors.Is(client.Err(), context.Canceled) && Status(toProblem(err).Code) >= 500
+			gone := err != nil && errors.Is(client.Err(), context.Canceled) && StatusOf(err) >= 500
 			switch {
 			case gone:
 				if !c.Response().Committed {

@@ -119,6 +119,17 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 		unwrite(res)
 		return s.answerRefusal(c, rec.flow, refusal.prev, rec.fp)
 	}
+	if err != nil && httpx.StatusOf(err) >= http.StatusInternalServerError {
+		// A failure is never the key's answer: it goes to the edge as the
+		// handler returned it, so that the edge logs and counts it as it
+		// does on any route (499 at INFO when the client had gone, 500 at
+		// ERROR otherwise). A claim a committed phase left is freed.
+		done = true
+		res.Writer = held.ResponseWriter
+		s.freeOrRelease(c, rec)
+		unwrite(res)
+		return err
+	}
 	if err != nil {
 		c.Error(err) // rendered into the held answer, which may be stored
 	}
@@ -131,14 +142,7 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 		s.result(rec, resultStored)
 		return held.flush(res)
 	case !storable(res.Status, err) || held.buf.Len() > maxStoredBody:
-		if rec.claimed {
-			// A phase that committed may have left the claim: free it,
-			// so a retry runs again at once. Fenced by the owner token;
-			// a rolled-back claim or a completed key matches no row.
-			s.free(c, rec, "")
-		} else {
-			s.result(rec, resultReleased)
-		}
+		s.freeOrRelease(c, rec)
 		return held.flush(res)
 	}
 	resp := &response{status: res.Status, headers: keptHeaders(held.header), body: held.buf.Bytes()}
@@ -174,6 +178,18 @@ func (s *Store) runAtomic(c echo.Context, next echo.HandlerFunc, rec *Record) er
 	s.result(rec, resultStaleOwner)
 	unwrite(res)
 	return s.answerRefusal(c, rec.flow, prev, rec.fp)
+}
+
+// freeOrRelease lets go of rec's key after an answer that is not stored.
+// A phase that committed may have left the claim: it is freed, so a retry
+// runs again at once. Fenced by the owner token; a rolled-back claim or a
+// completed key matches no row.
+func (s *Store) freeOrRelease(c echo.Context, rec *Record) {
+	if rec.claimed {
+		s.free(c, rec, "")
+		return
+	}
+	s.result(rec, resultReleased)
 }
 
 // answerRefusal answers a request whose key is not its own: prev is the

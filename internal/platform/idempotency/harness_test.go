@@ -1,9 +1,11 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +61,7 @@ type harness struct {
 	srv     *httptest.Server
 	runs    atomic.Int64
 	stale   atomic.Int64 // second phases that found the key taken over
+	logs    *logBuffer   // the store's and the edge's log, as JSON lines
 
 	// crowd is how many copies of a request race (race sets it). A flow
 	// told to "wait_for_crowd" waits after its claim until the crowd is
@@ -100,8 +103,10 @@ func (h *harness) beside(t *testing.T, opts Options) *harness {
 
 func harnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *harness {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	h := &harness{
+		logs:    logs,
 		db:      db,
 		flowDB:  flowDB,
 		clock:   testenv.NewFrozenClock(),
@@ -322,6 +327,37 @@ func (h *harness) effects(t *testing.T, principal, key string) int {
 		t.Fatalf("count effects: %v", err)
 	}
 	return n
+}
+
+// logBuffer is a log that handlers of several requests write at once.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the lines logged so far, each decoded.
+func (b *logBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, l := range bytes.Split(bytes.TrimSpace(b.buf.Bytes()), []byte("\n")) {
+		if len(l) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func nonce() string {

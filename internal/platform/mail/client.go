@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shop-example/shop/internal/platform/tracing"
 )
@@ -40,6 +41,61 @@ type Request struct {
 	To        string `json:"to"`
 	Subject   string `json:"subject"`
 	Text      string `json:"text"`
+}
+
+// The provider's bounds on a request, in characters (not bytes): POST
+// /v1/messages refuses a field beyond its bound with 400, and no retry
+// cures that. A message the shop builds from user data is fitted to them
+// (Fit) before it is sent.
+const (
+	MaxReference = 128
+	MaxTo        = 254
+	MaxSubject   = 200
+	MaxText      = 10000
+)
+
+// Check returns the provider's refusal of r, worded as the provider words
+// it, or nil when the provider takes r.
+func (r Request) Check() error {
+	n := utf8.RuneCountInString
+	switch {
+	case r.Reference == "" || n(r.Reference) > MaxReference:
+		return fmt.Errorf("reference: must be 1–%d characters", MaxReference)
+	case r.Kind != KindReceipt && r.Kind != KindTicket:
+		return fmt.Errorf("kind: must be %s or %s", KindReceipt, KindTicket)
+	case r.To == "" || n(r.To) > MaxTo:
+		return fmt.Errorf("to: must be 1–%d characters", MaxTo)
+	case n(r.Subject) > MaxSubject:
+		return fmt.Errorf("subject: at most %d characters", MaxSubject)
+	case n(r.Text) > MaxText:
+		return fmt.Errorf("text: at most %d characters", MaxText)
+	}
+	return nil
+}
+
+// ellipsis stands for what Fit cut.
+const ellipsis = "…"
+
+// Fit returns s if it has at most limit characters, else its first
+// limit-1 characters and an ellipsis: a subject or a text made of user
+// data (an event's name) that the provider would refuse is shortened,
+// never refused for good.
+func Fit(s string, limit int) string {
+	if utf8.RuneCountInString(s) <= limit {
+		return s
+	}
+	if limit < 1 {
+		return ""
+	}
+	cut, n := 0, 0
+	for i := range s {
+		if n == limit-1 {
+			cut = i
+			break
+		}
+		n++
+	}
+	return s[:cut] + ellipsis
 }
 
 // Message is a sent message: the answer of POST /v1/messages and an item

@@ -15,6 +15,7 @@ type Metrics struct {
 	Redelivered *prometheus.CounterVec
 	Consumed    *prometheus.CounterVec
 	Retried     *prometheus.CounterVec
+	Failed      prometheus.Gauge
 }
 
 // NewMetrics registers the outbox's series with m.
@@ -51,7 +52,19 @@ func NewMetrics(m *metrics.Metrics) (*Metrics, error) {
 	}, []string{"consumer", "event", "reason"})); err != nil {
 		return nil, err
 	}
+	if o.Failed, err = metrics.Shared(m.Registry, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shop_events_failed",
+		Help: "Events a consumer gave up on for good (a provider refused the effect) and has not acted on since: each is a mail or an effect the shop owes. `shop events failed` lists them, `shop events replay` sends them again.",
+	})); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+func (m *Metrics) failed(n int) {
+	if m != nil {
+		m.Failed.Set(float64(n))
+	}
 }
 
 func (m *Metrics) lag(d time.Duration) {

@@ -78,6 +78,7 @@ type Relay struct {
 	logger *slog.Logger
 	wm     watermill.LoggerAdapter
 	pub    message.Publisher
+	schema relaySchema // what the forwarder reads the outbox with
 }
 
 // NewRelay returns a relay from the outbox in db to the streams on rdb.
@@ -133,6 +134,11 @@ func (r *Relay) Run(ctx context.Context) {
 			if err := r.measureLag(ctx); err != nil && ctx.Err() == nil {
 				r.logger.WarnContext(ctx, "outbox: lag", "err", err)
 			}
+			if n, err := r.failedCount(ctx); err != nil && ctx.Err() == nil {
+				r.logger.WarnContext(ctx, "outbox: failed events", "err", err)
+			} else if err == nil {
+				r.opts.Metrics.failed(n)
+			}
 		})
 	})
 	wg.Go(func() {
@@ -162,7 +168,7 @@ func (r *Relay) forward(ctx context.Context) {
 func (r *Relay) forwardOnce(ctx context.Context) error {
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(r.db), wsql.SubscriberConfig{
 		ConsumerGroup:  relayGroup,
-		SchemaAdapter:  schema,
+		SchemaAdapter:  r.schema,
 		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
 		PollInterval:   pollInterval,
 		ResendInterval: 500 * time.Millisecond,
@@ -351,7 +357,8 @@ const (
 	sqlTrimRedelivered = `DELETE FROM outbox_redeliveries WHERE last_at < now() - $1::interval`
 )
 
-// Trim deletes what the retention no longer needs.
+// Trim deletes what the retention no longer needs, and the failures
+// resolved since.
 func (r *Relay) Trim(ctx context.Context) error {
 	if _, err := r.db.Exec(ctx, sqlTrimOutbox, relayGroup, r.opts.Retention); err != nil {
 		return fmt.Errorf("trim outbox: %w", err)
@@ -361,6 +368,11 @@ func (r *Relay) Trim(ctx context.Context) error {
 	}
 	if _, err := r.db.Exec(ctx, sqlTrimRedelivered, r.opts.Retention); err != nil {
 		return fmt.Errorf("trim redeliveries: %w", err)
+	}
+	// A failure stays until its consumer has acted on the event: an
+	// unresolved one is a lost effect that an operator must see.
+	if _, err := r.db.Exec(ctx, sqlTrimFailed); err != nil {
+		return fmt.Errorf("trim failures: %w", err)
 	}
 	return nil
 }
@@ -388,9 +400,9 @@ func (r *Relay) PublishAtOnce(ctx context.Context, events ...Event) error {
 	return nil
 }
 
-// Publish publishes events straight to their streams, with no outbox:
-// what a flow that publishes after its commit does (Deferred). Only the
-// ablation test uses it.
+// Publish publishes events straight to their streams, now: a replay of
+// events that failed for good (Replay), and, with no outbox, what a flow
+// that publishes after its commit does (Deferred, the ablation test).
 func (r *Relay) Publish(ctx context.Context, events ...Event) error {
 	for _, e := range events {
 		m := e.message()

@@ -1,0 +1,334 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/internal/platform/postgres"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// How long a test waits for an event the relay should publish, and how
+// long it watches for one it should not (the relay polls every 100 ms).
+const (
+	publishWithin = 10 * time.Second
+	heldFor       = time.Second
+)
+
+// TestRelay_LongTransaction: a transaction that holds a transaction id
+// (any write does; pg_current_xact_id takes one without writing) stays
+// open while an event is committed. In another database of the same
+// server it cannot write to this outbox, and the relay publishes the
+// event at once: the issue's long migration, backup or batch job on a
+// neighbouring database no longer delays receipts. In the shop's own
+// database it holds the relay back until it ends, as DESIGN §9 says.
+func TestRelay_LongTransaction(t *testing.T) {
+	t.Parallel()
+	for _, where := range []string{"other_database", "same_database"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testenv.Pool(t)
+			other := db
+			if where == "other_database" {
+				other = testenv.Pool(t)
+			}
+			long := holdTransactionID(t, other)
+			relay, published := startRelay(t, db, relaySchema{})
+			e := mustWrite(t, db, OrderPaid, "order-1")
+
+			if where == "other_database" {
+				waitPublished(t, published, e, "with a transaction open in another database")
+				// The relay moves its offset in the transaction that read
+				// the event, which commits after the publish.
+				deadline := time.Now().Add(publishWithin)
+				for {
+					lag, err := relay.Lag(ctx)
+					if err == nil && lag == 0 {
+						return
+					}
+					if err != nil || time.Now().After(deadline) {
+						t.Fatalf("lag = %v, %v; want 0 once published", lag, err)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			time.Sleep(heldFor)
+			if slices.Contains(published(OrderPaid), e.ID) {
+				t.Fatal("published while an older transaction of this database was open; the gate is gone")
+			}
+			if lag, err := relay.Lag(ctx); err != nil || lag < heldFor/2 {
+				t.Errorf("lag = %v, %v; want the event's age while it is held", lag, err)
+			}
+			if err := long.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			waitPublished(t, published, e, "once the transaction ended")
+		})
+	}
+}
+
+// TestRelay_RowCommittedLateIsPublished: what the horizon is for. A
+// transaction that wrote an event commits after a younger one that wrote
+// another, and the relay has published the younger one's meanwhile. With
+// the relay's horizon the older transaction's event is published once it
+// commits. With the gate taken off (every transaction that had ended when
+// the relay looked: snapshot xmax), the relay moves past the older
+// transaction while it is in flight and its event is never published.
+func TestRelay_RowCommittedLateIsPublished(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		schema    relaySchema
+		published bool
+	}{
+		{"Horizon", relaySchema{}, true},
+		{"NoGate", relaySchema{horizon: "pg_snapshot_xmax(pg_current_snapshot())"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testenv.Pool(t)
+			_, published := startRelay(t, db, tt.schema)
+
+			older, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer older.Rollback(ctx) //nolint:errcheck // committed below
+			late := mustNew(t, OrderPaid, "order-late")
+			if err := Write(ctx, older, late); err != nil {
+				t.Fatal(err)
+			}
+			early := mustWrite(t, db, OrderPaid, "order-early")
+			if tt.published {
+				time.Sleep(heldFor) // the relay may not read past the older transaction
+			} else {
+				waitPublished(t, published, early, "past a transaction in flight")
+			}
+			if err := older.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !tt.published {
+				time.Sleep(heldFor)
+				if slices.Contains(published(OrderPaid), late.ID) {
+					t.Fatal("the late row was published with the gate off; this test no longer shows what the gate prevents")
+				}
+				return
+			}
+			waitPublished(t, published, late, "once its transaction committed")
+			waitPublished(t, published, early, "after the older transaction")
+		})
+	}
+}
+
+// startRelay runs a relay of db's outbox with schema, to streams of the
+// test's own, until the test ends. published lists the ids of the events
+// on an event's stream.
+func startRelay(t *testing.T, db *pgxpool.Pool, schema relaySchema) (*Relay, func(name string) []string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t)[0]})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := "test:" + randomHex(t) + ":"
+	relay, err := NewRelay(db, rdb, Options{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay.schema = schema
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); relay.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		keys, _ := rdb.Keys(context.Background(), prefix+"*").Result()
+		if len(keys) > 0 {
+			rdb.Del(context.Background(), keys...)
+		}
+	})
+	published := func(name string) []string {
+		entries, err := rdb.XRange(context.Background(), prefix+name, "-", "+").Result()
+		if err != nil {
+			t.Errorf("read stream %s: %v", name, err)
+			return nil
+		}
+		var ids []string
+		for _, e := range entries {
+			m, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(e.Values)
+			if err != nil {
+				t.Errorf("entry %s: %v", e.ID, err)
+				continue
+			}
+			ids = append(ids, m.UUID)
+		}
+		return ids
+	}
+	return relay, published
+}
+
+// waitPublished fails the test unless e is on its stream within publishWithin.
+func waitPublished(t *testing.T, published func(string) []string, e Event, when string) {
+	t.Helper()
+	deadline := time.Now().Add(publishWithin)
+	for !slices.Contains(published(e.Name), e.ID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s of %s not published within %s %s", e.Name, e.Subject, publishWithin, when)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holdTransactionID opens a transaction on db that holds a transaction id
+// until the test ends or the caller rolls it back.
+func holdTransactionID(t *testing.T, db *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+func mustNew(t *testing.T, name, subject string) Event {
+	t.Helper()
+	e, err := New(name, subject, time.Now(), map[string]string{"id": subject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// mustWrite commits the event name about subject in a transaction of its own.
+func mustWrite(t *testing.T, db *pgxpool.Pool, name, subject string) Event {
+	t.Helper()
+	e := mustNew(t, name, subject)
+	if err := postgres.InTx(context.Background(), db, func(tx pgx.Tx) error {
+		return Write(context.Background(), tx, e)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func randomHex(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// TestFailures_ListedReplayedResolved: an event a consumer gave up on is
+// listed, with its refusal and how many deliveries were refused, and
+// counted by shop_events_failed; a replay publishes it again to its
+// stream; once the consumer has it in its inbox, it is resolved: no
+// longer listed or counted, and the retention deletes its row.
+func TestFailures_ListedReplayedResolved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Pool(t)
+	relay, published := startRelay(t, db, relaySchema{})
+	e := mustWrite(t, db, BookingConfirmed, "booking-1")
+	waitPublished(t, published, e, "at first")
+
+	cause := fmt.Errorf("mail send: 400 invalid_request: subject: at most 200 characters: %w", ErrPermanent)
+	for range 2 { // the first delivery, then a redelivery refused again
+		if err := GiveUp(ctx, db, "mailer", e, cause, time.Now()); !errors.Is(err, ErrPermanent) {
+			t.Fatalf("GiveUp = %v, want the permanent cause back", err)
+		}
+	}
+	failures, err := Failures(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failures) != 1 || failures[0].Event.ID != e.ID || failures[0].Consumer != "mailer" ||
+		failures[0].Attempts != 2 || failures[0].Error != cause.Error() || string(failures[0].Event.Data) != string(e.Data) {
+		t.Fatalf("failures = %+v, want %s of mailer refused twice", failures, e.ID)
+	}
+	if n, err := relay.failedCount(ctx); err != nil || n != 1 {
+		t.Fatalf("failed count = %d, %v; want 1", n, err)
+	}
+
+	if _, err := relay.Replay(ctx, "00000000-0000-0000-0000-000000000000"); !errors.Is(err, ErrNoFailure) {
+		t.Errorf("replay of an event that did not fail: %v, want ErrNoFailure", err)
+	}
+	replayed, err := relay.Replay(ctx, e.ID)
+	if err != nil || len(replayed) != 1 {
+		t.Fatalf("replay = %+v, %v", replayed, err)
+	}
+	deadline := time.Now().Add(publishWithin)
+	for count(published(e.Name), e.ID) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replay is not on the stream: %v", published(e.Name))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	if err := postgres.InTx(ctx, db, func(tx pgx.Tx) error {
+		_, err := Record(ctx, tx, "mailer", e, time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if failures, err := Failures(ctx, db); err != nil || len(failures) != 0 {
+		t.Errorf("after the consumer recorded it: failures = %+v, %v; want none", failures, err)
+	}
+	if n, err := relay.failedCount(ctx); err != nil || n != 0 {
+		t.Errorf("failed count = %d, %v; want 0", n, err)
+	}
+	if err := relay.Trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox_failed`).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("outbox_failed holds %d rows (%v) after the retention, want 0", rows, err)
+	}
+}
+
+// TestGiveUp_UnrecordedIsNotPermanent: a failure that cannot be recorded
+// (here the table is gone) is not acknowledged: the error GiveUp returns
+// is not permanent, so the delivery is tried again later.
+func TestGiveUp_UnrecordedIsNotPermanent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Pool(t)
+	if _, err := db.Exec(ctx, `DROP TABLE outbox_failed`); err != nil {
+		t.Fatal(err)
+	}
+	e := mustNew(t, OrderPaid, "order-1")
+	err := GiveUp(ctx, db, "mailer", e, fmt.Errorf("refused: %w", ErrPermanent), time.Now())
+	if err == nil || errors.Is(err, ErrPermanent) {
+		t.Fatalf("GiveUp = %v, want an error that is not permanent", err)
+	}
+}
+
+func count(ids []string, id string) int {
+	n := 0
+	for _, x := range ids {
+		if x == id {
+			n++
+		}
+	}
+	return n
+}
