@@ -14,8 +14,6 @@ import (
 	"github.com/shop-example/shop/internal/platform/metrics"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
-
 // TestRace_SchemaKeepsAWindow: the live schema holds more users than the
 // lab keeps (earlier runs'); the next race empties it of them before it
 // starts, keeping the migrations' version and the relay's offsets, so the

@@ -37,7 +37,7 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 	}
 	id := e.Subject
 	if !ids.Valid(id) {
-		return outbox.Failed, fmt.Errorf("order.paid of %q: %w", id, outbox.ErrPermanent)
+		return outbox.Failed, s.giveUp(ctx, e, fmt.Errorf("order.paid of %q: %w", id, outbox.ErrPermanent))
 	}
 	// Layer 0: a copy of an event already acted on is dropped before it
 	// waits for any lock; the transaction's own inbox row is the proof.
@@ -94,7 +94,13 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 		})
 	})
 	if errors.Is(err, ErrNotFound) {
-		return outbox.Failed, fmt.Errorf("order.paid of %s: %w: %w", id, err, outbox.ErrPermanent)
+		return outbox.Failed, s.giveUp(ctx, e, fmt.Errorf("order.paid of %s: %w: %w", id, err, outbox.ErrPermanent))
 	}
 	return outcome, err
+}
+
+// giveUp records an event no redelivery can act on, for an operator to
+// see and replay (outbox.GiveUp), before it is acknowledged.
+func (s *Service) giveUp(ctx context.Context, e outbox.Event, cause error) error {
+	return outbox.GiveUp(ctx, s.db, ConsumerFulfilment, e, cause, s.stamp())
 }
