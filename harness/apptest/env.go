@@ -162,7 +162,8 @@ func build(t testing.TB, s spec) *Env {
 		t.Fatalf("config: %v", err)
 	}
 	slow := gatewaytest.NewHoldBack()
-	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Sleep: slow.Sleep, Logger: Logger(t)})
+	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, NoRefundLimit: cfg.GatewayNoRefundLimit,
+		Sleep: slow.Sleep, Logger: Logger(t)})
 	if vars["SHOP_GATEWAY_URL"] == "" {
 		cfg.GatewayURL = gwURL
 	}
