@@ -319,6 +319,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, moved ...move) error {
 // the units its lines returned, moved by what the move changed; into
 // cancelled or expired, its release, and it returns the lines whose stock
 // the caller queues back; into paid, cancelled or expired, its event. A
+// move that keeps the status (a refund held or settled) brings neither. A
 // write that matched no row fails the batch, and the transaction rolls
 // back.
 func queueWrite(ctx context.Context, b *pgx.Batch, m move) ([]inventory.Line, error) {
@@ -331,6 +332,11 @@ func queueWrite(ctx context.Context, b *pgx.Batch, m move) ([]inventory.Line, er
 	})
 	if skus, n := returnedBy(m); len(skus) > 0 {
 		b.Queue(sqlReturnItems, o.ID, skus, n)
+	}
+	if o.Status == m.from.Status {
+		// A move within a status (a refund held or settled) releases
+		// nothing and announces nothing of the order's.
+		return nil, nil
 	}
 	var returned []inventory.Line
 	if o.Status.ReleasesStock() {
