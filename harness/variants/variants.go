@@ -6,6 +6,7 @@ import (
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/refunds"
 )
 
 // For returns the variants that take off's layers off every flow of an
@@ -28,6 +29,9 @@ func For(off layers.Set, naive string, probe *layers.Probe) app.Variants {
 	}
 	if isOff(off, layers.Version) {
 		v.Stock = func(s orders.Stock) orders.Stock { return Stock(s, off, naive, probe) }
+	}
+	if isOff(off, layers.Lock) || isOff(off, layers.Version) {
+		v.Refunds = func(rows refunds.RefundRows) refunds.RefundRows { return Refunds(rows, off, probe) }
 	}
 	return v
 }

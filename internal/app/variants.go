@@ -8,6 +8,7 @@ import (
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/refunds"
 )
 
 // Variants are how the ablation tests and the race lab's sandboxes take
@@ -24,6 +25,9 @@ type Variants struct {
 	Orders   func(orders.OrderRows) orders.OrderRows
 	Stock    func(orders.Stock) orders.Stock
 	Payments func(payments.PaymentRows) payments.PaymentRows
+	// Refunds wraps the refunds' rows, where the refund flow's lock (the
+	// order's advisory lock) is one of the steps.
+	Refunds func(refunds.RefundRows) refunds.RefundRows
 	// Inbox wraps a consumer's inbox.
 	Inbox func(outbox.Inbox) outbox.Inbox
 }
@@ -70,5 +74,17 @@ func (v Variants) payments(cfg payments.Config) payments.Config {
 		cfg.Payments = v.Payments(payments.NewStore(cfg.DB))
 	}
 	cfg.Locker = v.locker(cfg.Locker)
+	return cfg
+}
+
+// refunds returns the refund flow's config with its steps, cfg's own or
+// their variants. Its lock is one of the refunds' rows, not the Locker.
+func (v Variants) refunds(cfg refunds.Config) refunds.Config {
+	if v.Orders != nil {
+		cfg.Orders = v.Orders(orders.NewStore(cfg.DB))
+	}
+	if v.Refunds != nil {
+		cfg.Refunds = v.Refunds(refunds.NewStore(cfg.DB))
+	}
 	return cfg
 }
