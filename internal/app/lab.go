@@ -35,6 +35,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/outbox"
 	"github.com/shop-example/shop/internal/platform/postgres"
+	"github.com/shop-example/shop/internal/refunds"
 	"github.com/shop-example/shop/internal/seats"
 )
 
@@ -54,7 +55,7 @@ const (
 // what the bare sandbox schema goes without, and what the ablation tests
 // drop.
 var Layer4 = slices.Concat(inventory.Constraints, orders.Constraints, payments.Constraints,
-	likes.Constraints, seats.Constraints, outbox.Constraints)
+	likes.Constraints, seats.Constraints, outbox.Constraints, refunds.Constraints)
 
 // replicaName is what X-Served-By says: SHOP_REPLICA_NAME, else the host's
 // name.
