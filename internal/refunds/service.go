@@ -47,7 +47,7 @@ import (
 //	                Idempotency-Key: one refund there per refund
 //
 // What one refund costs (auth's round trip aside): three round trips to
-// begin (BEGIN with the claim, the lock and the reads; the order's write,
+// begin (BEGIN with the lock, the claim and the reads; the order's write,
 // whose zero rows are checked before COMMIT is sent; the refund's insert
 // with COMMIT), the processor's call, and two to settle (BEGIN with the
 // claim, the refund's and the order's writes; the answer with COMMIT):
@@ -148,6 +148,19 @@ func NewService(cfg Config) (*Service, error) {
 		budget: cfg.Budget, reconcileAfter: cfg.ReconcileAfter}, nil
 }
 
+// keyBusyPause is how long a settle waits before it claims its key again,
+// when a copy of its request held the key's lock: the copy's refused
+// transaction, a round trip or two.
+const keyBusyPause = 20 * time.Millisecond
+
+// pause waits keyBusyPause, or until ctx ends.
+func pause(ctx context.Context) {
+	select {
+	case <-time.After(keyBusyPause):
+	case <-ctx.Done():
+	}
+}
+
 // standing is the order as the flow last knew it, what its refunds that
 // succeeded came to then, and the charge they give back.
 type standing struct {
@@ -218,7 +231,7 @@ func (s *Service) Refund(ctx context.Context, by orders.Refunder, requestKey, or
 func (s *Service) begin(ctx context.Context, by orders.Refunder, requestKey, orderID string, req Request, rec *idempotency.Record) (Refund, standing, error) {
 	var r Refund
 	var known standing
-	err := s.refund.Retry(ctx, func(int) error {
+	err := s.refund.Retry(ctx, func(attempt int) error {
 		now := s.stamp()
 		var (
 			o         orders.Order
@@ -228,14 +241,18 @@ func (s *Service) begin(ctx context.Context, by orders.Refunder, requestKey, ord
 			asked     int64 // what the rule held on the order
 		)
 		err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
-			// Round trip 1. Layer 0: BEGIN and the claim of the request's
-			// key: a copy of the request in flight is refused here.
-			rec.QueueClaim(b)
-			// Layer 1: the order's advisory lock, to COMMIT: the order's
-			// refunds begin one at a time, each reading what the one
-			// before held. A refused copy waits here at most for one
-			// begin, which has nothing outside the database in it.
+			// Round trip 1, with BEGIN. Layer 1: the order's advisory
+			// lock, to COMMIT: the order's refunds begin one at a time,
+			// each reading what the one before held. It waits at most for
+			// another refund's begin, which has nothing outside the
+			// database in it.
 			s.refunds.QueueLockOrder(b, orderID)
+			// Layer 0: the claim of the request's key: a copy of the
+			// request in flight is refused here. Behind the lock, so that
+			// a refused copy holds the key's own lock only for the moment
+			// it takes to roll back, never while it waits: the request
+			// that owns the key claims it again to settle.
+			rec.QueueClaim(b)
 			// Under the lock: the order, the request's own refund, what
 			// the order's refunds that succeeded come to, and the payment
 			// whose charge they give back.
@@ -285,7 +302,13 @@ func (s *Service) begin(ctx context.Context, by orders.Refunder, requestKey, ord
 			return last, nil
 		})
 		err = InsertError(err)
+		var refusal *idempotency.Refusal
 		switch {
+		case errors.As(err, &refusal) && refusal.Busy() && attempt > 1 && attempt < layers.MaxTries:
+			// This request's own claim, made by the try before, and a
+			// copy of the request is being refused right now.
+			pause(ctx)
+			return layers.Again(err)
 		case errors.Is(err, orders.ErrVersionConflict):
 			return layers.Lost(layers.Version, err)
 		case errors.Is(err, ErrDuplicateRequest):
@@ -449,7 +472,13 @@ func (s *Service) settle(ctx context.Context, r, settled Refund, known standing,
 		if !errors.Is(err, ErrVersionConflict) && !errors.Is(err, ErrProcessorRefundSettled) {
 			err = orders.WriteError(err)
 		}
+		var refusal *idempotency.Refusal
 		switch {
+		case errors.As(err, &refusal) && refusal.Busy() && attempt < layers.MaxTries:
+			// A copy of the request is being refused right now, holding
+			// the key's lock for a moment: claim again once it is over.
+			pause(ctx)
+			return layers.Again(err)
 		case errors.Is(err, ErrVersionConflict):
 			s.refund.Stopped(ctx, layers.Version)
 			settled, err = s.recorded(ctx, r)
