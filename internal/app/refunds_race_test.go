@@ -53,6 +53,9 @@ func refundRace(t *testing.T, off layers.Set, want int, race func(t *testing.T, 
 				var probe layers.Probe
 				e := apptest.NewAblationWith(t, ablation.Row{Layers: tc.off.Probed(&probe)}, refundVars, app.Deps{}, refundDrops...)
 				broken, done := race(t, e, &probe)
+				if left := e.Count(t, `SELECT count(*)::int FROM refunds WHERE status = 'processing'`); left > 0 && len(tc.off.Taken()) == 0 {
+					t.Errorf("%d refunds left processing with every layer on", left)
+				}
 				if len(tc.off.Taken()) == 0 {
 					if len(broken) > 0 {
 						t.Errorf("with every layer on, broken: %s", strings.Join(broken, "; "))
