@@ -96,8 +96,8 @@ func Matrix(t *testing.T, flow ablation.Flow, scenario ablation.Scenario,
 }
 
 // repoRoot is the repository's top directory, found from this source
-// file so that any package's tests reach it.
+// file (harness/testenv) so that any package's tests reach it.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..")
 }
