@@ -129,7 +129,7 @@ func TestRefunds_AgentsRace(t *testing.T) {
 		probe.Reset()
 		answers := make([]apptest.Response, orders*agents)
 		testenv.Together(orders*agents, func(i int) {
-			answers[i] = apptest.Retried(func(attempt int) apptest.Response {
+			answers[i] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 				return refundReq(t, e.R(i+attempt), apptest.AdminToken, ids[i%orders], map[string]any{"amount_cents": part, "reason": "agent"}, fmt.Sprintf("agent-%d", i))
 			})
 		})
@@ -185,7 +185,7 @@ func TestRefunds_DoubleClickAndSecondTab(t *testing.T) {
 			if click == copies {
 				key = apptest.NewKey() // the second tab
 			}
-			answers[i] = apptest.Retried(func(attempt int) apptest.Response {
+			answers[i] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 				return refundReq(t, e.R(i+attempt), users[o].Token, ids[o], map[string]any{"amount_cents": part}, key)
 			})
 		})
@@ -247,7 +247,7 @@ func TestRefunds_FullRacesPartial(t *testing.T) {
 			if i >= orders {
 				token, body = apptest.AdminToken, map[string]any{"amount_cents": part}
 			}
-			answers[i] = apptest.Retried(func(attempt int) apptest.Response {
+			answers[i] = apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 				return refundReq(t, e.R(i+attempt), token, ids[o], body, fmt.Sprintf("k-%d", i))
 			})
 		})
@@ -299,7 +299,7 @@ func TestRefunds_RaceFulfilment(t *testing.T) {
 		testenv.Together(3*orders, func(i int) {
 			o := i % orders
 			if i < orders {
-				res := apptest.Retried(func(attempt int) apptest.Response {
+				res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 					return refundReq(t, e.R(i+attempt), users[o].Token, ids[o], map[string]any{"amount_cents": part}, fmt.Sprintf("ship-%d", o))
 				})
 				if res.Status != http.StatusCreated {
@@ -430,12 +430,12 @@ func TestRefunds_ReturnRacesCancel(t *testing.T) {
 		testenv.Together(4*orders, func(i int) {
 			o := i % (2 * orders)
 			if i < 2*orders {
-				apptest.Retried(func(attempt int) apptest.Response {
+				apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 					return refundReq(t, e.R(i+attempt), users[o].Token, ids[o], map[string]any{"items": []apptest.Line{{SKU: "RF-BACK", Quantity: 1}}}, fmt.Sprintf("back-%d", o))
 				})
 				return
 			}
-			apptest.Retried(func(attempt int) apptest.Response {
+			apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
 				return e.R(i+attempt).Do(t, http.MethodPost, "/v1/orders/"+ids[o]+"/cancel", users[o].Token, nil)
 			})
 		})
