@@ -10,7 +10,7 @@ const (
 
 // Flows are the matrices docs/ABLATION.md shows, in its order.
 func Flows() []Flow {
-	return []Flow{CreateOrder(), CancelOrder(), PayOrder(), LikePost(), HoldSeats(), FulfilOrder(), MailReceipt()}
+	return []Flow{CreateOrder(), CancelOrder(), PayOrder(), RefundOrder(), LikePost(), HoldSeats(), FulfilOrder(), MailReceipt()}
 }
 
 // CreateOrder is the matrix of POST /v1/orders (TestAblation_CreateOrder).
@@ -76,6 +76,29 @@ func PayOrder() Flow {
 			{Layers: off(version, constraint), Why: "the lock alone: the state rule is asked of an order no other payment is writing"},
 			{Layers: off(lck, version, constraint), Breaks: true,
 				Why: "the race the version check exists for: clicks read the order before any of them commits, all see it pending, each begins a payment and charges it"},
+		}}
+}
+
+// RefundOrder is the matrix of POST /v1/orders/{id}/refunds
+// (TestAblation_RefundOrder), run with the processor's own check off: it
+// refunds whatever it is asked, so each row shows what the shop's layers
+// hold alone.
+func RefundOrder() Flow {
+	return Flow{Name: "refund_order", Test: "TestAblation_RefundOrder",
+		Rows: []Row{
+			{Why: "every layer: the order's advisory lock serialises the agents, each reads what the one before held, and the rule refuses a refund beyond what is left (422)"},
+			{Layers: off(idem), Why: "no claim: a request's copies queue on the order's lock, and each after the first finds the refund of its key (read under the lock) and answers that one"},
+			{Layers: off(lck), Why: "the rule on the order read, written at the version read: of agents that all read the order with nothing refunded, one writes it; the others find a newer version, read it again and are refused"},
+			{Layers: off(state), Why: "the rule asked as if nothing were refunded lets every agent's 60 % through; orders_refunded_within_total refuses each write that would take what the order's refunds hold past its total"},
+			{Layers: off(version), Why: "the lock serialises the agents, and each reads what the one before held"},
+			{Layers: off(constraint), Why: "the lock, the rule and the version check"},
+			{Layers: off(layers.Database...), Breaks: true,
+				Why: "with no rule and no CHECK the lock serialises the agents but has no rule to apply: each one's 60 % is held and the processor, its own check off, refunds it. More given back than was captured"},
+			{Layers: off(version, constraint), Why: "the lock alone: the rule is asked of an order no other refund is writing"},
+			{Layers: off(lck, constraint), Why: "the version check alone beside the rule: one agent's write finds the version it read, the others' find a newer one, read again and are refused"},
+			{Layers: off(lck, version), Why: "the CHECK alone against the race: agents read the order untouched and all pass the rule, but each write adds its amount to what the order holds, never a value read before, and orders_refunded_within_total refuses the one that would pass the total"},
+			{Layers: off(lck, version, constraint), Breaks: true,
+				Why: "the race the version check exists for: agents read the order before any of them commits, all see nothing refunded, each holds its 60 % on top and the processor refunds it: hyperswitch#13182's 120 %"},
 		}}
 }
 

@@ -2,6 +2,7 @@ package apptest
 
 import (
 	"context"
+	"maps"
 	"testing"
 
 	"github.com/shop-example/shop/harness/ablation"
@@ -23,8 +24,18 @@ import (
 // clients).
 func NewAblation(t *testing.T, row ablation.Row, deps app.Deps, dropped ...string) *Env {
 	t.Helper()
+	return NewAblationWith(t, row, nil, deps, dropped...)
+}
+
+// NewAblationWith is NewAblation with vars over the service's environment
+// (SHOP_GATEWAY_REFUND_LIMIT=off, for a flow whose matrix runs with the
+// processor's own check off).
+func NewAblationWith(t *testing.T, row ablation.Row, vars map[string]string, deps app.Deps, dropped ...string) *Env {
+	t.Helper()
 	deps.Variants = variants.For(row.Layers, row.Variant, row.Layers.Probe())
-	e := NewWith(t, 2, map[string]string{"SHOP_LOCK_MODE": "strict"}, deps)
+	all := map[string]string{"SHOP_LOCK_MODE": "strict"}
+	maps.Copy(all, vars)
+	e := NewWith(t, 2, all, deps)
 	if !row.Layers.On(layers.Constraint) {
 		e.Drop(t, dropped...)
 	}

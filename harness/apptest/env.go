@@ -165,7 +165,8 @@ func build(t testing.TB, s spec) *Env {
 		t.Fatalf("config: %v", err)
 	}
 	slow := gatewaytest.NewHoldBack()
-	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, Sleep: slow.Sleep, Logger: Logger(t)})
+	gw, gwURL := gatewaytest.Start(t, gateway.Options{SlowDelay: cfg.GatewaySlowDelay, NoRefundLimit: cfg.GatewayNoRefundLimit,
+		Sleep: slow.Sleep, Logger: Logger(t)})
 	if vars["SHOP_GATEWAY_URL"] == "" {
 		cfg.GatewayURL = gwURL
 	}
@@ -249,8 +250,9 @@ func build(t testing.TB, s spec) *Env {
 	return e
 }
 
-// SettleLeftovers runs the reconciler once over payments a storm left
-// processing, as every replica's would after the reconcile delay: on a
+// SettleLeftovers runs the reconcilers once over payments and refunds a
+// storm left processing, as every replica's would after the reconcile
+// delay: on a
 // loaded machine a payment may run out of its budget before its outcome
 // is recorded (the database, or the gateway, did not answer in time), or
 // a lease that could not be extended cancels the work after its charge,
@@ -259,15 +261,25 @@ func build(t testing.TB, s spec) *Env {
 func (e *Env) SettleLeftovers(t *testing.T) {
 	t.Helper()
 	left := e.Count(t, `SELECT count(*) FROM payments WHERE status = 'processing'`)
-	if left == 0 {
+	refunds := e.Count(t, `SELECT count(*) FROM refunds WHERE status = 'processing'`)
+	if left == 0 && refunds == 0 {
 		return
 	}
 	e.Clock.Advance(e.Cfg.ReconcileAfter + time.Second)
-	n, err := e.R(0).App.Payments.Reconcile(context.Background())
-	if err != nil {
-		t.Errorf("reconcile: %v", err)
+	if left > 0 {
+		n, err := e.R(0).App.Payments.Reconcile(context.Background())
+		if err != nil {
+			t.Errorf("reconcile: %v", err)
+		}
+		t.Logf("%d payments were left processing; the reconciler settled %d", left, n)
 	}
-	t.Logf("%d payments were left processing; the reconciler settled %d", left, n)
+	if refunds > 0 {
+		n, err := e.R(0).App.Refunds.Reconcile(context.Background())
+		if err != nil {
+			t.Errorf("reconcile refunds: %v", err)
+		}
+		t.Logf("%d refunds were left processing; the reconciler settled %d", refunds, n)
+	}
 }
 
 // AssertBooks audits the orders and payments against the gateway's

@@ -95,3 +95,82 @@ func TestAudit(t *testing.T) {
 		})
 	}
 }
+
+// The money given back: the shop's refunds against the gateway's refunds
+// of the order's charge, what the order holds for them, and its status.
+func TestAudit_Refunds(t *testing.T) {
+	pay := books.Payment{ID: "p1", OrderID: "o1", Status: "succeeded", AmountCents: 100, ChargeID: "ch1"}
+	charge := func(status string, refunds ...books.ChargeRefund) books.Charge {
+		c := books.Charge{ID: "ch1", Reference: "o1", Status: status, AmountCents: 100, Refunds: refunds}
+		for _, r := range refunds {
+			c.RefundedCents += r.AmountCents
+		}
+		return c
+	}
+	order := func(status string, refunded int64) books.Order {
+		return books.Order{ID: "o1", Status: status, TotalCents: 100, RefundedCents: refunded}
+	}
+	re := func(id, status string, amount int64, processor string) books.Refund {
+		return books.Refund{ID: id, OrderID: "o1", Status: status, AmountCents: amount, ProcessorRefundID: processor}
+	}
+	for _, tc := range []struct {
+		name     string
+		b        books.Books
+		want     []string
+		inFlight int
+	}{
+		{name: "APart",
+			b: books.Books{Orders: []books.Order{order("paid", 60)}, Payments: []books.Payment{pay},
+				Refunds: []books.Refund{re("r1", "succeeded", 60, "re_1"), re("r2", "failed", 60, "")},
+				Charges: []books.Charge{charge("succeeded", books.ChargeRefund{ID: "re_1", AmountCents: 60})}}},
+		{name: "AllOfIt",
+			b: books.Books{Orders: []books.Order{order("refunded", 100)}, Payments: []books.Payment{pay},
+				Refunds: []books.Refund{re("r1", "succeeded", 60, "re_1"), re("r2", "succeeded", 40, "re_2")},
+				Charges: []books.Charge{charge("refunded", books.ChargeRefund{ID: "re_1", AmountCents: 60}, books.ChargeRefund{ID: "re_2", AmountCents: 40})}}},
+		{name: "InFlightIsNotJudged",
+			b: books.Books{Orders: []books.Order{order("paid", 100)}, Payments: []books.Payment{pay},
+				Refunds: []books.Refund{re("r1", "succeeded", 60, "re_1"), re("r2", "processing", 40, "")},
+				Charges: []books.Charge{charge("refunded", books.ChargeRefund{ID: "re_1", AmountCents: 60}, books.ChargeRefund{ID: "re_2", AmountCents: 40})}},
+			inFlight: 1},
+		// hyperswitch#13182: two refunds of 60 both went through.
+		{name: "OverRefunded",
+			b: books.Books{Orders: []books.Order{order("paid", 60)}, Payments: []books.Payment{pay},
+				Refunds: []books.Refund{re("r1", "succeeded", 60, "re_1"), re("r2", "succeeded", 60, "re_2")},
+				Charges: []books.Charge{charge("refunded", books.ChargeRefund{ID: "re_1", AmountCents: 60}, books.ChargeRefund{ID: "re_2", AmountCents: 60})}},
+			want: []string{"paid order o1 has 0 unrefunded charges", "succeeded payment p1 records charge ch1, which the gateway has as refunded",
+				"charge ch1 of order o1: 120 cents refunded of the 100 it took", "order o1 holds 60 cents for its refunds; its refunds not failed come to 120",
+				"its refunds that succeeded cover its total"}},
+		{name: "AnUnrecordedRefund",
+			b: books.Books{Orders: []books.Order{order("paid", 0)}, Payments: []books.Payment{pay},
+				Charges: []books.Charge{charge("succeeded", books.ChargeRefund{ID: "re_9", AmountCents: 30})}},
+			want: []string{"the gateway's refund re_9 of order o1 is recorded 0 times"}},
+		{name: "ARefundTheGatewayDidNotMake",
+			b: books.Books{Orders: []books.Order{order("paid", 30)}, Payments: []books.Payment{pay},
+				Refunds: []books.Refund{re("r1", "succeeded", 30, "re_1")}, Charges: []books.Charge{charge("succeeded")}},
+			want: []string{"records processor refund \"re_1\", which the gateway did not make"}},
+		{name: "AnotherAmount",
+			b: books.Books{Orders: []books.Order{order("paid", 30)}, Payments: []books.Payment{pay},
+				Refunds: []books.Refund{re("r1", "succeeded", 30, "re_1")}, Charges: []books.Charge{charge("succeeded", books.ChargeRefund{ID: "re_1", AmountCents: 20})}},
+			want: []string{"refund r1 of 30 cents records processor refund re_1 of 20 cents"}},
+		{name: "RefundedShort",
+			b: books.Books{Orders: []books.Order{order("refunded", 60)}, Payments: []books.Payment{pay},
+				Refunds: []books.Refund{re("r1", "succeeded", 60, "re_1")}, Charges: []books.Charge{charge("succeeded", books.ChargeRefund{ID: "re_1", AmountCents: 60})}},
+			want: []string{"refunded order o1 has 1 unrefunded charges", "succeeded payment p1 records charge ch1, which the gateway has as succeeded",
+				"refunded order o1: its refunds that succeeded come to 60 of its 100"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.b.Audit()
+			if r.InFlight != tc.inFlight {
+				t.Errorf("in flight %d, want %d", r.InFlight, tc.inFlight)
+			}
+			if len(r.Problems) != len(tc.want) {
+				t.Fatalf("got %d problems, want %d: %s", len(r.Problems), len(tc.want), r)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(r.Problems[i], w) {
+					t.Errorf("problem %d is %q, want it to say %q", i, r.Problems[i], w)
+				}
+			}
+		})
+	}
+}

@@ -17,10 +17,12 @@ type Querier interface {
 }
 
 const (
-	sqlOrders   = `SELECT id::text, status FROM orders ORDER BY id`
+	sqlOrders   = `SELECT id::text, status, total_cents, refunded_cents FROM orders ORDER BY id`
 	sqlPayments = `SELECT id::text, order_id::text, status, amount_cents,
 		coalesce(charge_id, ''), coalesce(refund_id, '') FROM payments ORDER BY id`
-	sqlOrdersOf   = `SELECT id::text, status FROM orders WHERE id = ANY($1::uuid[]) ORDER BY id`
+	sqlRefunds = `SELECT id::text, order_id::text, status, amount_cents, coalesce(processor_refund_id, '')
+		FROM refunds ORDER BY id`
+	sqlOrdersOf   = `SELECT id::text, status, total_cents, refunded_cents FROM orders WHERE id = ANY($1::uuid[]) ORDER BY id`
 	sqlPaymentsOf = `SELECT id::text, order_id::text, status, amount_cents,
 		coalesce(charge_id, ''), coalesce(refund_id, '') FROM payments WHERE order_id = ANY($1::uuid[]) ORDER BY id`
 )
@@ -57,6 +59,19 @@ func fromDB(ctx context.Context, db Querier, ordersSQL, paymentsSQL string, args
 	return orders, payments, nil
 }
 
+// RefundsFromDB reads every refund of the shop's database.
+func RefundsFromDB(ctx context.Context, db Querier) ([]Refund, error) {
+	rows, err := db.Query(ctx, sqlRefunds)
+	if err != nil {
+		return nil, fmt.Errorf("read refunds: %w", err)
+	}
+	refunds, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Refund])
+	if err != nil {
+		return nil, fmt.Errorf("read refunds: %w", err)
+	}
+	return refunds, nil
+}
+
 // FromGateway reads every charge from the audit of the gateway at baseURL
 // (GET /v1/charges).
 func FromGateway(ctx context.Context, client *http.Client, baseURL string) ([]Charge, error) {
@@ -87,13 +102,27 @@ func FromGateway(ctx context.Context, client *http.Client, baseURL string) ([]Ch
 // Check gathers the books from the database and the gateway and audits
 // them.
 func Check(ctx context.Context, db Querier, client *http.Client, gatewayURL string) (Report, error) {
-	orders, payments, err := FromDB(ctx, db)
+	b, err := Gather(ctx, db, client, gatewayURL)
 	if err != nil {
 		return Report{}, err
+	}
+	return b.Audit(), nil
+}
+
+// Gather reads the books from the database (orders, payments, refunds)
+// and the gateway (charges, with their refunds).
+func Gather(ctx context.Context, db Querier, client *http.Client, gatewayURL string) (Books, error) {
+	orders, payments, err := FromDB(ctx, db)
+	if err != nil {
+		return Books{}, err
+	}
+	refunds, err := RefundsFromDB(ctx, db)
+	if err != nil {
+		return Books{}, err
 	}
 	charges, err := FromGateway(ctx, client, gatewayURL)
 	if err != nil {
-		return Report{}, err
+		return Books{}, err
 	}
-	return Audit(orders, payments, charges), nil
+	return Books{Orders: orders, Payments: payments, Refunds: refunds, Charges: charges}, nil
 }

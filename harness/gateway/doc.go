@@ -10,6 +10,14 @@
 //     and replayed with Idempotent-Replayed: true. A key sent again with
 //     another request (another body or another route) is refused with 422
 //     idempotency_key_reused.
+//   - A refund gives back all of a charge or a part (amount_cents), keyed
+//     like a charge; like a real processor's, the refunds of one charge
+//     never give back more than it took: past what is left is 422
+//     refund_exceeds_remaining, a charge given back whole 409 invalid_state
+//     (processor_code charge_already_refunded). Options.NoRefundLimit
+//     (SHOP_GATEWAY_REFUND_LIMIT=off) turns that check off, so a test can
+//     show the shop's own layers hold without it. GET /v1/charges lists
+//     each charge's refunded_cents and its refunds.
 //   - Requests with one key are serialised (the second waits for the first
 //     and replays its answer); requests with different keys run in parallel.
 //   - Nothing is answered before it is durable. Every decision is one line

@@ -41,17 +41,27 @@ const (
 const DefaultSlowDelay = 10 * time.Second
 
 // Charge is money moved from a card: the body of POST /v1/charges and an
-// item of GET /v1/charges.
+// item of GET /v1/charges. RefundedCents is what its refunds gave back;
+// a charge given back whole is refunded. The answer to a charge's key is
+// the charge as it was made.
 type Charge struct {
 	ID            string    `json:"id"`
 	Status        string    `json:"status"`
 	AmountCents   int64     `json:"amount_cents"`
+	RefundedCents int64     `json:"refunded_cents"`
 	Reference     string    `json:"reference"`
 	PaymentMethod string    `json:"payment_method"`
 	CreatedAt     time.Time `json:"created_at"`
 }
 
-// Refund gives a charge's whole amount back: the body of POST /v1/refunds.
+// Audited is an item of GET /v1/charges: a charge with its refunds, in
+// the order they were made.
+type Audited struct {
+	Charge
+	Refunds []Refund `json:"refunds"`
+}
+
+// Refund gives all or part of a charge back: the body of POST /v1/refunds.
 type Refund struct {
 	ID          string    `json:"id"`
 	ChargeID    string    `json:"charge_id"`
@@ -75,6 +85,12 @@ type Options struct {
 	// AfterCharge, when set, is called after a new charge is durably journaled and
 	// before its answer is written. Tests use it to crash the caller mid-charge.
 	AfterCharge func(Charge)
+	// NoRefundLimit turns off the check real processors make of a refund:
+	// that it gives back no more than is left of its charge
+	// (SHOP_GATEWAY_REFUND_LIMIT=off). With it off, every refund asked is
+	// made, so a test can show that the shop's own layers keep refunds
+	// within what was captured without the processor's help.
+	NoRefundLimit bool
 }
 
 // Server is the gateway: the index of what it decided, the journal that
@@ -145,6 +161,14 @@ func (s *Server) Charges(reference string) []Charge {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ledger.chargesFor(reference)
+}
+
+// Refunds returns the refunds of charge chargeID, in the order they were
+// made.
+func (s *Server) Refunds(chargeID string) []Refund {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ledger.refundsFor(chargeID)
 }
 
 // Close closes the journal; requests that would write to it fail from now on.

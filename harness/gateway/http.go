@@ -18,9 +18,22 @@ func keyReused() error {
 }
 
 // listCharges is GET /v1/charges[?reference=]: the audit of every charge
-// that moved money, in creation order.
+// that moved money, in creation order, each with its refunds.
 func (h handlers) listCharges(c echo.Context) error {
 	return httpx.JSON(c, http.StatusOK, struct {
-		Items []Charge `json:"items"`
-	}{h.s.Charges(c.QueryParam("reference"))})
+		Items []Audited `json:"items"`
+	}{h.s.audit(c.QueryParam("reference"))})
+}
+
+// audit is the charges with reference ("" = all), each with its refunds,
+// read in one step.
+func (s *Server) audit(reference string) []Audited {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	charges := s.ledger.chargesFor(reference)
+	out := make([]Audited, len(charges))
+	for i, ch := range charges {
+		out[i] = Audited{Charge: ch, Refunds: s.ledger.refundsFor(ch.ID)}
+	}
+	return out
 }

@@ -22,6 +22,10 @@ func TestRestart_KeepsEverything(t *testing.T) {
 	if r := testenv.MustSend(t, "POST", url1+"/v1/charges", "f", chargeJSON(500, gateway.MethodFlaky, "o4")); r.Status != 503 {
 		t.Fatalf("flaky first attempt: got %v", r)
 	}
+	part := mustCharge(t, url1, "c3", chargeJSON(900, gateway.MethodOK, "o5"))
+	if r := testenv.MustSend(t, "POST", url1+"/v1/refunds", "r-part", `{"charge_id": "`+part.ID+`", "amount_cents": 300}`); r.Status != http.StatusCreated {
+		t.Fatalf("a part: %v", r)
+	}
 	before := s1.Charges("")
 	if err := s1.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -29,7 +33,8 @@ func TestRestart_KeepsEverything(t *testing.T) {
 
 	s2, url2 := gatewaytest.Start(t, gateway.Options{JournalPath: path})
 	after := s2.Charges("")
-	if len(after) != 2 || after[0] != before[0] || after[1] != before[1] || after[0].Status != gateway.StatusRefunded || after[1] != kept {
+	if len(after) != 3 || after[0] != before[0] || after[1] != before[1] || after[0].Status != gateway.StatusRefunded || after[1] != kept ||
+		after[2] != before[2] || after[2].RefundedCents != 300 || after[2].Status != gateway.StatusSucceeded {
 		t.Fatalf("charges after restart %+v, before %+v", after, before)
 	}
 	if r := testenv.MustSend(t, "POST", url2+"/v1/charges", "c", chargeJSON(500, gateway.MethodOK, "o1")); !r.Replayed() || testenv.Decode[gateway.Charge](t, r) != ch {
@@ -46,6 +51,9 @@ func TestRestart_KeepsEverything(t *testing.T) {
 	}
 	if r := testenv.MustSend(t, "POST", url2+"/v1/charges", "d", chargeJSON(500, gateway.MethodDeclined, "o3")); r.Status != 402 || !r.Replayed() {
 		t.Fatalf("decline replay after restart: %v", r)
+	}
+	if r := testenv.MustSend(t, "POST", url2+"/v1/refunds", "r-part2", `{"charge_id": "`+part.ID+`", "amount_cents": 601}`); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("a part past what is left after restart: %v, want 422", r)
 	}
 	// The flaky key's first attempt was before the restart: this is the second.
 	mustCharge(t, url2, "f", chargeJSON(500, gateway.MethodFlaky, "o4"))

@@ -82,17 +82,17 @@ type keyState struct {
 // ledger is the in-memory index the journal is replayed into. It is not
 // safe for concurrent use: Server.mu guards it.
 type ledger struct {
-	keys     map[string]*keyState
-	charges  []*Charge          // in creation order: the audit
-	byID     map[string]*Charge // the same charges, by id
-	refundOf map[string]*Refund // charge id → its refund
+	keys      map[string]*keyState
+	charges   []*Charge           // in creation order: the audit
+	byID      map[string]*Charge  // the same charges, by id
+	refundsOf map[string][]Refund // charge id → its refunds, in order
 }
 
 func newLedger() *ledger {
 	return &ledger{
-		keys:     map[string]*keyState{},
-		byID:     map[string]*Charge{},
-		refundOf: map[string]*Refund{},
+		keys:      map[string]*keyState{},
+		byID:      map[string]*Charge{},
+		refundsOf: map[string][]Refund{},
 	}
 }
 
@@ -118,11 +118,19 @@ func (l *ledger) apply(rec record) {
 	case kindRefunded:
 		refund := *rec.Refund
 		st.refund = &refund
-		l.refundOf[refund.ChargeID] = &refund
+		l.refundsOf[refund.ChargeID] = append(l.refundsOf[refund.ChargeID], refund)
 		if ch := l.byID[refund.ChargeID]; ch != nil {
-			ch.Status = StatusRefunded
+			ch.RefundedCents += refund.AmountCents
+			if ch.RefundedCents >= ch.AmountCents {
+				ch.Status = StatusRefunded
+			}
 		}
 	}
+}
+
+// refundsFor returns a copy of the refunds of charge id, in order.
+func (l *ledger) refundsFor(id string) []Refund {
+	return append([]Refund{}, l.refundsOf[id]...)
 }
 
 // chargesFor returns copies of the charges with reference ("" = all), in

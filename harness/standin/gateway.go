@@ -18,14 +18,15 @@ func Gateway(ctx context.Context, cfg config.Config, logger *slog.Logger) error 
 	}
 	defer stop()
 	srv, err := gateway.New(gateway.Options{
-		JournalPath: cfg.GatewayJournal,
-		SlowDelay:   cfg.GatewaySlowDelay,
-		Logger:      logger,
-		Tracing:     tp,
+		JournalPath:   cfg.GatewayJournal,
+		SlowDelay:     cfg.GatewaySlowDelay,
+		NoRefundLimit: cfg.GatewayNoRefundLimit,
+		Logger:        logger,
+		Tracing:       tp,
 	})
 	if err != nil {
 		return err
 	}
 	return serveProvider(ctx, logger, "gateway", cfg.GatewayAddr, cfg.ShutdownDrain, srv,
-		"journal", cfg.GatewayJournal, "slow_delay", cfg.GatewaySlowDelay.String())
+		"journal", cfg.GatewayJournal, "slow_delay", cfg.GatewaySlowDelay.String(), "refund_limit", !cfg.GatewayNoRefundLimit)
 }

@@ -96,7 +96,7 @@ func Matrix(t *testing.T, flow ablation.Flow, scenario ablation.Scenario,
 }
 
 // repoRoot is the repository's top directory, found from this source
-// file so that any package's tests reach it.
+// file (harness/testenv) so that any package's tests reach it.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,55 +31,109 @@ func Orders(rows orders.OrderRows, off layers.Set, probe *layers.Probe) orders.O
 // BlindOrders are the order rows as a flow without the state rule moves
 // them: when the flow's rule refuses a move, or finds nothing to do, the
 // order is moved all the same, as the rule would move an order in a state
-// that allows it. The rule is asked of the order in each state in turn,
-// and the first move it makes is the one written, at the version read.
-// The expiry job's claim of the due orders takes every unpaid one, the
-// one being paid too. Every move made so tells the probe: the flow ran
-// without its rule's say, whatever the rule would have said.
+// that allows it, and the move brings what it brings from that state (a
+// cancel of a cancelled order returns its stock again). The rule is asked
+// of the order in its own state and then in each state in turn, as read
+// and then as if nothing of it were refunded or returned, and the first
+// move it makes is the one written, at the version read: its status, and
+// what its refunds hold and its lines returned moved by what the move
+// changed (so a refund beyond what is left holds its amount on top). The
+// expiry job's claim of the due orders takes every unpaid one, the one
+// being paid too.
 type BlindOrders struct {
 	orders.OrderRows
 	Probe *layers.Probe
 }
 
-// Update applies change blind.
+// Update reads the order in tx and applies change blind, as QueueMove.
 func (b BlindOrders) Update(ctx context.Context, tx pgx.Tx, id string, change orders.Change) (orders.Order, bool, error) {
-	return b.OrderRows.Update(ctx, tx, id, b.blind(change))
+	read := &pgx.Batch{}
+	var o orders.Order
+	b.QueueGet(read, id, &o)
+	if err := tx.SendBatch(ctx, read).Close(); err != nil {
+		return orders.Order{}, false, err
+	}
+	write := &pgx.Batch{}
+	moved, ok, err := b.QueueMove(ctx, write, o, change)
+	if err != nil || !ok {
+		return moved, false, err
+	}
+	if err := orders.WriteError(tx.SendBatch(ctx, write).Close()); err != nil {
+		return orders.Order{}, false, err
+	}
+	return moved, true, nil
 }
 
-// QueueMove applies change blind.
+// QueueMove applies change blind: to the order as the state the rule
+// moves it from, written at the version read.
 func (b BlindOrders) QueueMove(ctx context.Context, batch *pgx.Batch, known orders.Order, change orders.Change) (orders.Order, bool, error) {
-	return b.OrderRows.QueueMove(ctx, batch, known, b.blind(change))
+	from := b.pretend(known, change)
+	moved, ok, err := b.OrderRows.QueueMove(ctx, batch, from, change)
+	if err != nil || !ok {
+		return known, ok, err
+	}
+	// The order as it is once written: known, moved by what the move
+	// changed.
+	out := moved
+	out.ExpiresAt, out.Items = known.ExpiresAt, slices.Clone(known.Items)
+	out.RefundedCents = known.RefundedCents + moved.RefundedCents - from.RefundedCents
+	for i := range out.Items {
+		out.Items[i].Returned += moved.Items[i].Returned - from.Items[i].Returned
+	}
+	return out, true, nil
 }
 
 // ExpireDue applies change blind to every unpaid order past its time.
 func (b BlindOrders) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int, change orders.Change) (int, error) {
 	due := Rewrite(tx, layers.State, b.Probe, Edit{Prefix: "WITH due AS",
 		Old: "WHERE status = 'pending_payment' AND", New: "WHERE status IN ('pending_payment', 'paying') AND"})
-	return b.OrderRows.ExpireDue(ctx, due, now, limit, b.blind(change))
+	return b.OrderRows.ExpireDue(ctx, due, now, limit, func(o *orders.Order) (bool, error) {
+		from := b.pretend(*o, change)
+		moved, err := change(&from)
+		if err == nil && moved {
+			o.Status, o.UpdatedAt = from.Status, from.UpdatedAt
+		}
+		return moved, err
+	})
 }
 
-// blind is change without its refusals.
-func (b BlindOrders) blind(change orders.Change) orders.Change {
-	return func(o *orders.Order) (bool, error) {
-		b.Probe.Took(layers.State)
-		moved, err := change(o)
-		if err == nil && moved {
-			return true, nil
-		}
-		for _, status := range orders.Statuses {
-			// The expiry time is part of the rule too (a payment begins
-			// before it, an order expires after it).
-			for _, expires := range []time.Time{o.ExpiresAt, farFuture, farPast} {
-				try := *o
-				try.Status, try.ExpiresAt = status, expires
-				if m, e := change(&try); e == nil && m {
-					o.Status, o.UpdatedAt = try.Status, try.UpdatedAt
-					return true, nil
+// pretend is known as the rule would have to read it to move it: known
+// itself when the rule moves it; otherwise the first state, expiry time
+// and refunds the rule moves it from, or known again when there is none.
+// The probe is told either way: the flow ran without its rule's say,
+// whatever the rule would have said.
+func (b BlindOrders) pretend(known orders.Order, change orders.Change) orders.Order {
+	b.Probe.Took(layers.State)
+	if moved, err := change(copyOf(known)); err == nil && moved {
+		return known
+	}
+	for _, status := range append([]orders.Status{known.Status}, orders.Statuses...) {
+		// The expiry time is part of the rule too (a payment begins
+		// before it, an order expires after it), and so is what is left
+		// to refund.
+		for _, expires := range []time.Time{known.ExpiresAt, farFuture, farPast} {
+			for _, untouched := range []bool{false, true} {
+				from := *copyOf(known)
+				from.Status, from.ExpiresAt = status, expires
+				if untouched {
+					from.RefundedCents = 0
+					for i := range from.Items {
+						from.Items[i].Returned = 0
+					}
+				}
+				if m, e := change(copyOf(from)); e == nil && m {
+					return from
 				}
 			}
 		}
-		return moved, err
 	}
+	return known
+}
+
+// copyOf is a copy of o with items of its own, for a change to move.
+func copyOf(o orders.Order) *orders.Order {
+	o.Items = slices.Clone(o.Items)
+	return &o
 }
 
 var (

@@ -7,6 +7,7 @@ import (
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/refunds"
 	"github.com/shop-example/shop/internal/seats"
 )
 
@@ -36,6 +37,9 @@ func For(off layers.Set, naive string, probe *layers.Probe) app.Variants {
 	}
 	if isOff(off, layers.Lock) || isOff(off, layers.State) || isOff(off, layers.Version) {
 		v.Likes = func(rows likes.LikeRows) likes.LikeRows { return Likes(rows, off, probe) }
+	}
+	if isOff(off, layers.Lock) || isOff(off, layers.Version) {
+		v.Refunds = func(rows refunds.RefundRows) refunds.RefundRows { return Refunds(rows, off, probe) }
 	}
 	return v
 }

@@ -152,6 +152,60 @@ func TestAblation_PayOrder(t *testing.T) {
 	})
 }
 
+func TestAblation_RefundOrder(t *testing.T) {
+	const orders, agents, copies, total, part = 10, 4, 2, 10000, 6000
+	testenv.Matrix(t, ablation.RefundOrder(), ablation.Scenario{
+		Text: fmt.Sprintf("%d paid orders of %d cents over two replicas, the processor's own check off. For each, %d support agents (the admin token, a key each) refund %d cents at once, each sending its request %d times at once with its key. Invariant (the books audit): the processor gives back at most what it took, once per refund the shop recorded, and each order holds what its refunds took.",
+			orders, total, agents, part, copies),
+		Counted:      fmt.Sprintf("orders given back more than was captured, or whose refunds at the processor, recorded by the shop and held by the order disagree, of %d orders", orders),
+		Progress:     fmt.Sprintf("orders refunded %d cents once, of %d", part, orders),
+		ProgressWant: orders,
+	}, func(t *testing.T, row ablation.Row, probe *layers.Probe) testenv.Outcome {
+		e := apptest.NewAblationWith(t, row, refundVars, app.Deps{}, refundDrops...)
+		apptest.MustCreateProduct(t, e.R(0), "ABL-REFUND", total, orders)
+		ids := make([]string, orders)
+		for i := range ids {
+			_, o := paidOrder(t, e, i, apptest.Line{SKU: "ABL-REFUND", Quantity: 1})
+			ids[i] = o.ID
+		}
+		e.Warm(t, 32)
+		probe.Reset()
+		testenv.Together(orders*agents*copies, func(i int) {
+			o, agent := i%orders, (i/orders)%agents
+			res := apptest.Retried(func(attempt int) apptest.Response {
+				return refundReq(t, e.R(i+attempt), apptest.AdminToken, ids[o], map[string]any{"amount_cents": part},
+					fmt.Sprintf("agent-%d-%d", o, agent))
+			})
+			if res.Status >= 500 && res.Code() != "unavailable" {
+				t.Errorf("refund: %s", res)
+			}
+		})
+		e.SettleLeftovers(t)
+		r, err := books.Check(context.Background(), e.DB, nil, e.Cfg.GatewayURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrong, done := 0, 0
+		for _, id := range ids {
+			given := processorRefunded(e, id)
+			recorded := e.Count(t, `SELECT coalesce(sum(amount_cents), 0)::int FROM refunds WHERE order_id = $1 AND status = 'succeeded'`, id)
+			held := e.Count(t, `SELECT (o.refunded_cents - coalesce((SELECT sum(amount_cents) FROM refunds r
+				WHERE r.order_id = o.id AND r.status <> 'failed'), 0))::int FROM orders o WHERE o.id = $1`, id)
+			switch {
+			case given > total || int64(recorded) != given || held != 0:
+				wrong++
+			case given == part && recorded == part:
+				done++
+			}
+		}
+		t.Logf("%s", r)
+		if !row.Breaks && !r.OK() {
+			t.Error(r)
+		}
+		return testenv.Outcome{Violations: wrong, Progress: done}
+	})
+}
+
 func abs(n int) int {
 	if n < 0 {
 		return -n

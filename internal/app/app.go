@@ -36,6 +36,7 @@ import (
 	"github.com/shop-example/shop/internal/platform/ratelimit"
 	"github.com/shop-example/shop/internal/platform/redisx"
 	"github.com/shop-example/shop/internal/platform/tracing"
+	"github.com/shop-example/shop/internal/refunds"
 	"github.com/shop-example/shop/internal/seats"
 	"github.com/shop-example/shop/web"
 )
@@ -89,6 +90,7 @@ type App struct {
 	Metrics  *metrics.Metrics
 	Orders   *orders.Service
 	Payments *payments.Service
+	Refunds  *refunds.Service
 	Likes    *likes.Service
 	Seats    *seats.Service
 
@@ -177,6 +179,11 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 		bookkeeping.Close()
 		return nil, err
 	}
+	refundSvc, err := newRefunds(cfg, deps, m)
+	if err != nil {
+		bookkeeping.Close()
+		return nil, err
+	}
 	likeSvc, err := newLikes(cfg, deps, locker, m)
 	if err != nil {
 		bookkeeping.Close()
@@ -209,7 +216,7 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 
 	e := httpx.New(m, httpx.Options{Logger: deps.Logger, RequestTimeout: cfg.RequestTimeout, TrustedProxies: cfg.TrustedProxies,
 		Tracing: tp})
-	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, replica: replica,
+	a := &App{Echo: e, Metrics: m, Orders: orderSvc, Payments: paySvc, Refunds: refundSvc, Likes: likeSvc, Seats: seatSvc, cfg: cfg, deps: deps, replica: replica,
 		authn: authn, locker: locker, idem: idem, bookkeeping: bookkeeping, limits: limit, readiness: readiness, events: ev, tracing: tr}
 	e.Use(servedBy(replica))
 	if deps.Events.PublishAfterCommit {
@@ -238,6 +245,11 @@ func New(cfg config.Config, deps Deps) (*App, error) {
 	})
 	payments.Register(v1, paySvc, payments.Guards{
 		User: authn.User, Idempotency: atomicFor(payments.FlowPay), WriteLimit: limit.writes,
+	})
+	// An order's owner or the operator refunds it; the operator's
+	// refunds, like the admin's other routes, carry no limit.
+	refunds.Register(v1, refundSvc, refunds.Guards{
+		OwnerOrAdmin: authn.UserOrAdmin, Idempotency: atomicFor(refunds.FlowRefund), WriteLimit: forUsers(limit.writes),
 	})
 	// No idempotency middleware on the like routes: PUT and DELETE are
 	// idempotent by meaning (package likes).
@@ -355,6 +367,41 @@ func newPayments(cfg config.Config, deps Deps, locker *lock.Locker, m *metrics.M
 	}))
 }
 
+// forUsers is limit on a user's requests; the admin's pass unlimited,
+// as on the admin's own routes.
+func forUsers(limit echo.MiddlewareFunc) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		limited := limit(next)
+		return func(c echo.Context) error {
+			if p, _ := auth.PrincipalFrom(c.Request().Context()); p.Admin {
+				return next(c)
+			}
+			return limited(c)
+		}
+	}
+}
+
+// newRefunds builds the refund flow on the gateway at cfg.GatewayURL,
+// within the payment flow's budget and reconcile delay.
+func newRefunds(cfg config.Config, deps Deps, m *metrics.Metrics) (*refunds.Service, error) {
+	gw, err := payments.NewGateway(cfg.GatewayURL, payments.GatewayOptions{Timeout: cfg.GatewayTimeout, Attempts: 2})
+	if err != nil {
+		return nil, err
+	}
+	return refunds.NewService(deps.Variants.refunds(refunds.Config{
+		DB:      deps.Pool,
+		Gateway: gw,
+		Metrics: m,
+		Logger:  deps.Logger,
+		Now:     deps.Now,
+		// As a payment's: inside the request timeout, with room to store
+		// and send the answer; a refund that runs out of budget after its
+		// call answers 202 processing, never a timeout.
+		Budget:         cfg.PaymentBudget,
+		ReconcileAfter: cfg.ReconcileAfter,
+	}))
+}
+
 // likeReconcileInterval is how often each replica checks the like counts
 // against the likes: a read of every like, so not every job interval.
 const likeReconcileInterval = time.Hour
@@ -416,7 +463,7 @@ func (a *App) Close() {
 }
 
 // RunJobs runs the background jobs of this replica until ctx ends: order
-// expiry, payment reconciliation, idempotency-key sweeping, the check of
+// expiry, payment and refund reconciliation, idempotency-key sweeping, the check of
 // the like counts, seat hold expiry, the events (RunEvents), and the readiness check that keeps shop_ready and
 // shop_degraded current. Every replica runs them; each is safe to run
 // concurrently with its twins elsewhere.
@@ -425,6 +472,7 @@ func (a *App) RunJobs(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Orders.RunExpiry(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.Payments.RunReconciler(ctx, a.cfg.JobInterval) })
+	wg.Go(func() { a.Refunds.RunReconciler(ctx, a.cfg.JobInterval) })
 	wg.Go(func() { a.idem.RunSweeper(ctx, time.Hour) })
 	wg.Go(func() { a.Likes.RunReconciler(ctx, likeReconcileInterval) })
 	wg.Go(func() { a.Seats.RunExpiry(ctx, a.cfg.JobInterval) })

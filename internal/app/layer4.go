@@ -8,6 +8,7 @@ import (
 	"github.com/shop-example/shop/internal/orders"
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/refunds"
 	"github.com/shop-example/shop/internal/seats"
 )
 
@@ -15,4 +16,4 @@ import (
 // what the ablation tests drop, and what the race lab's bare sandbox
 // schema goes without (harness/lab).
 var Layer4 = slices.Concat(inventory.Constraints, orders.Constraints, payments.Constraints,
-	likes.Constraints, seats.Constraints, outbox.Constraints)
+	likes.Constraints, seats.Constraints, outbox.Constraints, refunds.Constraints)

@@ -10,6 +10,7 @@ import (
 	"github.com/shop-example/shop/internal/payments"
 	"github.com/shop-example/shop/internal/platform/layers"
 	"github.com/shop-example/shop/internal/platform/outbox"
+	"github.com/shop-example/shop/internal/refunds"
 	"github.com/shop-example/shop/internal/seats"
 )
 
@@ -29,6 +30,9 @@ type Variants struct {
 	Payments func(payments.PaymentRows) payments.PaymentRows
 	// Likes wraps the like rows of the like flow.
 	Likes func(likes.LikeRows) likes.LikeRows
+	// Refunds wraps the refunds' rows, where the refund flow's lock (the
+	// order's advisory lock) is one of the steps.
+	Refunds func(refunds.RefundRows) refunds.RefundRows
 	// Inbox wraps a consumer's inbox.
 	Inbox func(outbox.Inbox) outbox.Inbox
 	// Holds wraps the steps of the seat flows (their locks in PostgreSQL,
@@ -106,6 +110,18 @@ func (v Variants) seats(cfg seats.Config) seats.Config {
 func (v Variants) notify(cfg notify.Config) notify.Config {
 	if v.Inbox != nil {
 		cfg.Inbox = v.Inbox(outbox.NewInbox(cfg.DB))
+	}
+	return cfg
+}
+
+// refunds returns the refund flow's config with its steps, cfg's own or
+// their variants. Its lock is one of the refunds' rows, not the Locker.
+func (v Variants) refunds(cfg refunds.Config) refunds.Config {
+	if v.Orders != nil {
+		cfg.Orders = v.Orders(orders.NewStore(cfg.DB))
+	}
+	if v.Refunds != nil {
+		cfg.Refunds = v.Refunds(refunds.NewStore(cfg.DB))
 	}
 	return cfg
 }

@@ -36,6 +36,12 @@
 //     primary key of stock_releases admits one return of stock per order,
 //     and that of fulfilments one shipment.
 //
+// A paid order is refunded, in parts, by package refunds: the rules of
+// what a refund may take of an order are here (orders.go: Refund,
+// RefundSucceeded, RefundFailed), written by the same Store.QueueMove at
+// the order's version, what its refunds hold moved by the amount; the
+// flow that calls the processor is there.
+//
 // Any one layer can fail alone (Redis down, a lease expiring in a GC pause,
 // a client that sends no key) and the outcome stays correct. The tests
 // show it by taking the layers off one by one: a layer lives in a step the

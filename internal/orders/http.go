@@ -45,27 +45,29 @@ type itemJSON struct {
 	SKU            string `json:"sku"`
 	Quantity       int    `json:"quantity"`
 	UnitPriceCents int64  `json:"unit_price_cents"`
+	Returned       int    `json:"returned"`
 }
 
 // Response is the JSON of an order (API.md, "Orders").
 type Response struct {
-	ID         string     `json:"id"`
-	Status     Status     `json:"status"`
-	Items      []itemJSON `json:"items"`
-	TotalCents int64      `json:"total_cents"`
-	Version    int64      `json:"version"`
-	CreatedAt  time.Time  `json:"created_at"`
-	ExpiresAt  time.Time  `json:"expires_at"`
+	ID            string     `json:"id"`
+	Status        Status     `json:"status"`
+	Items         []itemJSON `json:"items"`
+	TotalCents    int64      `json:"total_cents"`
+	RefundedCents int64      `json:"refunded_cents"`
+	Version       int64      `json:"version"`
+	CreatedAt     time.Time  `json:"created_at"`
+	ExpiresAt     time.Time  `json:"expires_at"`
 }
 
 // ToResponse renders an order.
 func ToResponse(o Order) Response {
 	items := make([]itemJSON, len(o.Items))
 	for i, it := range o.Items {
-		items[i] = itemJSON{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: it.UnitPriceCents}
+		items[i] = itemJSON{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: it.UnitPriceCents, Returned: it.Returned}
 	}
-	return Response{ID: o.ID, Status: o.Status, Items: items, TotalCents: o.TotalCents, Version: o.Version,
-		CreatedAt: o.CreatedAt.UTC(), ExpiresAt: o.ExpiresAt.UTC()}
+	return Response{ID: o.ID, Status: o.Status, Items: items, TotalCents: o.TotalCents, RefundedCents: o.RefundedCents,
+		Version: o.Version, CreatedAt: o.CreatedAt.UTC(), ExpiresAt: o.ExpiresAt.UTC()}
 }
 
 type createRequest struct {

@@ -12,15 +12,18 @@ import (
 // Status is where an order is in its life.
 //
 //	pending_payment ──begin payment──▶ paying ──charged──▶ paid ──shipped──▶ fulfilled
-//	  │  │     ▲                          │ │
-//	  │  │     └───declined or refused────┘ │
+//	  │  │     ▲                          │ │     │                    │
+//	  │  │     └───declined or refused────┘ │     └──all refunded──▶ refunded ◀──all refunded
 //	  │  ├─cancel─▶ cancelled ◀───cancel────┘  (the charge in flight is refunded)
 //	  │  └─expire─▶ expired                    (never while paying)
 //
 // paying is how an order says "a payment of mine is in flight": the expiry
 // job and a second payment ask the order's own row, not the payments.
 // fulfilled is a paid order shipped: the fulfilment consumer moves it, on
-// order.paid (Service.Fulfil).
+// order.paid (Service.Fulfil). A paid or fulfilled order can be refunded,
+// in parts (package refunds): RefundedCents says how much of its total its
+// refunds hold, those in flight included, and it becomes refunded, for
+// good, once refunds that went through cover its whole total.
 type Status string
 
 // The states of an order.
@@ -29,18 +32,22 @@ const (
 	StatusPaying         Status = "paying"
 	StatusPaid           Status = "paid"
 	StatusFulfilled      Status = "fulfilled"
+	StatusRefunded       Status = "refunded"
 	StatusCancelled      Status = "cancelled"
 	StatusExpired        Status = "expired"
 )
 
 // Statuses are every state of an order, in the order of its life.
-var Statuses = []Status{StatusPendingPayment, StatusPaying, StatusPaid, StatusFulfilled, StatusCancelled, StatusExpired}
+var Statuses = []Status{StatusPendingPayment, StatusPaying, StatusPaid, StatusFulfilled, StatusRefunded, StatusCancelled, StatusExpired}
 
 // Item is one line of an order, priced when the order was placed.
 type Item struct {
 	SKU            string
 	Quantity       int
 	UnitPriceCents int64
+	// Returned is how many of its units a return sent back, the return's
+	// refund in flight or succeeded.
+	Returned int
 }
 
 // Order is a customer's reservation of stock, waiting for payment.
@@ -51,6 +58,10 @@ type Order struct {
 	Status     Status
 	Items      []Item
 	TotalCents int64
+	// RefundedCents is what the order's refunds hold of TotalCents: every
+	// refund not failed, those in flight included, so that two refunds
+	// never both pass the check of what is left.
+	RefundedCents int64
 	// Version is bumped by every change of Status. Writes are made with
 	// "WHERE version = $read": the version is the fencing token that stops
 	// a stale writer, whatever lock it believes it holds.
@@ -88,6 +99,14 @@ var (
 	// ErrAlreadyFulfilled means the order was shipped before (the
 	// fulfilments primary key said so).
 	ErrAlreadyFulfilled = fmt.Errorf("order already fulfilled")
+	// ErrRefundedBeyondTotal means a write would have made the order's
+	// refunds hold more than its total (orders_refunded_within_total said
+	// so): a refund that got past the rule.
+	ErrRefundedBeyondTotal = fmt.Errorf("order's refunds would exceed its total")
+	// ErrReturnedBeyondQuantity means a write would have returned more
+	// units of a line than were bought (order_items_returned_within_quantity
+	// said so).
+	ErrReturnedBeyondQuantity = fmt.Errorf("order's returns would exceed what was bought")
 )
 
 // ValidateLines checks an order request: 1–20 lines, known SKU format,
@@ -257,8 +276,140 @@ func Fulfil(now time.Time) Change {
 	}
 }
 
-// Paid reports whether an order in s has been paid for: paid, or paid and
-// since fulfilled.
+// Refunder is who asks for a refund: the order's owner, by their user
+// id, or the admin, who may refund any order. The zero Refunder owns no
+// order.
+type Refunder struct {
+	UserID string
+	Admin  bool
+}
+
+// May reports whether r may refund o: the admin any order, a user their own.
+func (r Refunder) May(o Order) bool { return r.Admin || (r.UserID != "" && o.UserID == r.UserID) }
+
+// RefundAsk is what a refund asks of an order: money, units sent back, or
+// both.
+type RefundAsk struct {
+	By Refunder
+	// AmountCents is the money asked for; 0 asks for the returned units'
+	// price or, with none returned, for all that is left.
+	AmountCents int64
+	// Returns are the units sent back, each line's stock to come back once
+	// the refund succeeds; none for a refund of money alone.
+	Returns []inventory.Line
+}
+
+// ErrRefundExceedsRemaining is a refund of more than an order has left.
+var ErrRefundExceedsRemaining = problem.New(problem.RefundExceedsRemaining, "the refund is more than the order has left to refund")
+
+// ExceedsRemaining is the refusal of a refund of asked cents from o, with
+// what o has left (remaining_cents).
+func ExceedsRemaining(o Order, asked int64) error {
+	left := o.TotalCents - o.RefundedCents
+	return &problem.Error{Code: problem.RefundExceedsRemaining,
+		Detail: fmt.Sprintf("a refund of %d cents asked; the order has %d of its %d cents left to refund", asked, left, o.TotalCents),
+		Extra:  map[string]any{"remaining_cents": max(left, 0)}}
+}
+
+// Refund is the move of an order when a refund of it begins: a paid or
+// fulfilled order of the refunder's holds the refund's amount
+// (RefundedCents) and records the units it returns, so that the next
+// refund is measured against what is left. The amount is ask's, or the
+// returned units' price, or with neither all that is left; it must be
+// at least a cent and at most what is left (refund_exceeds_remaining).
+// Each returned line must be of the order, and at most what was bought
+// and not yet returned.
+func Refund(ask RefundAsk, now time.Time) Change {
+	return func(o *Order) (bool, error) {
+		if !ask.By.May(*o) {
+			return false, ErrNotFound
+		}
+		switch {
+		case ask.AmountCents < 0:
+			return false, problem.New(problem.Invalid, "amount_cents: must be a positive integer")
+		case o.Status == StatusRefunded:
+			return false, problem.New(problem.InvalidState, "order is refunded: all of its total was refunded")
+		case !o.Status.Paid():
+			return false, problem.Errorf(problem.InvalidState, "order is %s and cannot be refunded", o.Status)
+		}
+		left := o.TotalCents - o.RefundedCents
+		amount := ask.AmountCents
+		returned := slices.Clone(o.Items)
+		for i, l := range ask.Returns {
+			j := slices.IndexFunc(returned, func(it Item) bool { return it.SKU == l.SKU })
+			if j < 0 {
+				return false, problem.Errorf(problem.Invalid, "items[%d].sku: %s is not in the order", i, l.SKU)
+			}
+			it := &returned[j]
+			if l.Quantity > it.Quantity-it.Returned {
+				return false, problem.Errorf(problem.Invalid, "items[%d].quantity: %d of %s asked back; %d bought, %d returned before",
+					i, l.Quantity, l.SKU, it.Quantity, it.Returned)
+			}
+			it.Returned += l.Quantity
+			if ask.AmountCents == 0 {
+				amount += int64(l.Quantity) * it.UnitPriceCents
+			}
+		}
+		if ask.AmountCents == 0 && len(ask.Returns) == 0 {
+			amount = left
+		}
+		switch {
+		case amount > left:
+			return false, ExceedsRemaining(*o, amount)
+		case amount < 1 && left == 0:
+			return false, problem.New(problem.Invalid, "nothing is left to refund: the order's refunds hold all of its total")
+		case amount < 1:
+			return false, problem.New(problem.Invalid, "the refund comes to 0 cents: the units returned cost nothing; name an amount_cents")
+		}
+		o.Items, o.RefundedCents, o.UpdatedAt = returned, o.RefundedCents+amount, now
+		return true, nil
+	}
+}
+
+// RefundSucceeded is the move of an order whose refund went through at the
+// processor. succeededCents is what the order's refunds that succeeded
+// come to, this one included: when it is the whole total, and so no other
+// refund holds any of it in flight, the order is refunded. Either way the
+// order is written, at its version: of two refunds that settle at once,
+// the second decides on what the first wrote, and never leaves an order
+// whose refunds all went through short of refunded.
+func RefundSucceeded(succeededCents int64, now time.Time) Change {
+	return func(o *Order) (bool, error) {
+		if !o.Status.Paid() {
+			return false, problem.Errorf(problem.InvalidState, "order is %s and has no refund in flight", o.Status)
+		}
+		if succeededCents >= o.TotalCents && o.RefundedCents == o.TotalCents {
+			o.Status = StatusRefunded
+		}
+		o.UpdatedAt = now
+		return true, nil
+	}
+}
+
+// RefundFailed is the move of an order whose refund the processor
+// refused: the order gives back what the refund held, its amount and the
+// units it returned, so they can be refunded again.
+func RefundFailed(amountCents int64, returns []inventory.Line, now time.Time) Change {
+	return func(o *Order) (bool, error) {
+		if !o.Status.Paid() || o.RefundedCents < amountCents {
+			return false, problem.Errorf(problem.InvalidState, "order is %s with %d cents held by refunds, and holds no refund of %d",
+				o.Status, o.RefundedCents, amountCents)
+		}
+		items := slices.Clone(o.Items)
+		for _, l := range returns {
+			j := slices.IndexFunc(items, func(it Item) bool { return it.SKU == l.SKU })
+			if j < 0 || items[j].Returned < l.Quantity {
+				return false, problem.Errorf(problem.InvalidState, "order holds no return of %d %s", l.Quantity, l.SKU)
+			}
+			items[j].Returned -= l.Quantity
+		}
+		o.Items, o.RefundedCents, o.UpdatedAt = items, o.RefundedCents-amountCents, now
+		return true, nil
+	}
+}
+
+// Paid reports whether an order in s has been paid for, and not refunded:
+// paid, or paid and since fulfilled.
 func (s Status) Paid() bool { return s == StatusPaid || s == StatusFulfilled }
 
 // ReleasesStock reports whether moving into s gives the reserved stock back.

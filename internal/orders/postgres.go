@@ -19,12 +19,18 @@ import (
 )
 
 // The constraints that back the order flows' rules, layer 4
-// (migrations/000003_orders.up.sql, 000012_outbox.up.sql); the stock's
-// own is inventory.ConstraintStockNonNegative.
+// (migrations/000003_orders.up.sql, 000012_outbox.up.sql,
+// 000015_refunds.up.sql); the stock's own is
+// inventory.ConstraintStockNonNegative.
 const (
 	ConstraintUserRequestKey = "orders_user_request_key" // one order per (user, request key)
 	ConstraintReleasedOnce   = "stock_releases_pkey"     // stock comes back once per order
 	ConstraintFulfilledOnce  = "fulfilments_pkey"        // an order ships once
+	// An order's refunds hold at most its total, and a line's returns at
+	// most what was bought: the refund flow's (package refunds), on the
+	// order's rows.
+	ConstraintRefundedWithinTotal    = "orders_refunded_within_total"
+	ConstraintReturnedWithinQuantity = "order_items_returned_within_quantity"
 )
 
 // Constraints is the catalogue of layer 4 of the order flows, as the race
@@ -33,12 +39,14 @@ var Constraints = []postgres.Constraint{
 	{Table: "orders", Name: ConstraintUserRequestKey},
 	{Table: "stock_releases", Name: ConstraintReleasedOnce},
 	{Table: "fulfilments", Name: ConstraintFulfilledOnce},
+	{Table: "orders", Name: ConstraintRefundedWithinTotal},
+	{Table: "order_items", Name: ConstraintReturnedWithinQuantity},
 }
 
-const orderSelect = `SELECT o.id, o.user_id, o.request_key, o.status, o.total_cents, o.version,
+const orderSelect = `SELECT o.id, o.user_id, o.request_key, o.status, o.total_cents, o.refunded_cents, o.version,
 		o.created_at, o.updated_at, o.expires_at,
 		array_agg(i.sku ORDER BY i.sku), array_agg(i.quantity ORDER BY i.sku),
-		array_agg(i.unit_price_cents ORDER BY i.sku)
+		array_agg(i.unit_price_cents ORDER BY i.sku), array_agg(i.returned ORDER BY i.sku)
 	FROM orders o JOIN order_items i ON i.order_id = o.id `
 
 const (
@@ -71,9 +79,19 @@ const (
 		` + orderSelect + `WHERE o.id IN (SELECT id FROM due) GROUP BY o.id`
 
 	// Layer 3: the version check. Zero rows means someone else moved the
-	// order since it was read.
-	sqlUpdateStatus = `UPDATE orders SET status = $3, version = version + 1, updated_at = $4
+	// order since it was read. What its refunds hold moves by what the
+	// move changed ($5), not to a value read before: a write that got
+	// past the version check cannot lose another's refund, and
+	// orders_refunded_within_total sees the sum of both (layer 4).
+	sqlUpdateOrder = `UPDATE orders SET status = $3, refunded_cents = refunded_cents + $5, version = version + 1, updated_at = $4
 		WHERE id = $1 AND version = $2`
+
+	// The units a move returned (or gave back), by what it changed, under
+	// order_items_returned_within_quantity (layer 4). The order's write at
+	// its version goes first, in the same transaction.
+	sqlReturnItems = `UPDATE order_items SET returned = order_items.returned + r.n
+		FROM unnest($2::text[], $3::integer[]) AS r (sku, n)
+		WHERE order_items.order_id = $1 AND order_items.sku = r.sku`
 
 	// Layer 4: a second release of the same order violates the primary key.
 	sqlInsertRelease = `INSERT INTO stock_releases (order_id, reason, released_at) VALUES ($1, $2, $3)`
@@ -178,19 +196,38 @@ func (s *Store) List(ctx context.Context, userID, cursor string, limit int) ([]O
 // second release ErrAlreadyReleased; either way tx must roll back, and
 // the flow reads again and decides on the order as it is then.
 func (s *Store) Update(ctx context.Context, tx pgx.Tx, id string, change Change) (Order, bool, error) {
-	o, err := getOrder(ctx, tx, id)
+	read, err := getOrder(ctx, tx, id)
 	if err != nil {
 		return Order{}, false, err
 	}
+	o := read.copy()
 	moved, err := change(&o)
 	if err != nil || !moved {
-		return o, false, err
+		return read, false, err
 	}
-	if err := s.write(ctx, tx, o); err != nil {
+	if err := s.write(ctx, tx, move{from: read, to: o}); err != nil {
 		return Order{}, false, err
 	}
 	o.Version++
 	return o, true, nil
+}
+
+// QueueGet queues in b the read of order id into o, for a flow that reads
+// the order in a round trip of its transaction (behind a lock taken in
+// the same round trip). Once b is sent, an order that is not there fails
+// it with ErrNotFound.
+func (s *Store) QueueGet(b *pgx.Batch, id string, o *Order) {
+	b.Queue(sqlGetOrder, id).QueryRow(func(row pgx.Row) error {
+		read, err := scanOrder(row)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return ErrNotFound
+		case err != nil:
+			return fmt.Errorf("read order %s: %w", id, err)
+		}
+		*o = read
+		return nil
+	})
 }
 
 // ExpireDue claims up to limit pending orders whose time is up (SKIP
@@ -206,10 +243,11 @@ func (s *Store) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit i
 	if err != nil {
 		return 0, fmt.Errorf("read due orders: %w", err)
 	}
-	var expired []Order
-	for _, o := range due {
+	var expired []move
+	for _, read := range due {
+		o := read.copy()
 		if moved, err := change(&o); err == nil && moved {
-			expired = append(expired, o)
+			expired = append(expired, move{from: read, to: o})
 		}
 	}
 	return len(expired), s.write(ctx, tx, expired...)
@@ -238,12 +276,12 @@ func (s *Store) Fulfilled(ctx context.Context, tx pgx.Tx, orderID, eventID strin
 // WriteError translates the rest of what PostgreSQL answered; either way
 // the transaction rolls back, and the flow reads the order again.
 func (s *Store) QueueMove(ctx context.Context, b *pgx.Batch, known Order, change Change) (Order, bool, error) {
-	o := known
+	o := known.copy()
 	moved, err := change(&o)
 	if err != nil || !moved {
 		return known, false, err
 	}
-	returned, err := queueWrite(ctx, b, o)
+	returned, err := queueWrite(ctx, b, move{from: known, to: o})
 	if err != nil {
 		return Order{}, false, err
 	}
@@ -252,16 +290,19 @@ func (s *Store) QueueMove(ctx context.Context, b *pgx.Batch, known Order, change
 	return o, true, nil
 }
 
+// move is an order as read, and as a change moved it.
+type move struct{ from, to Order }
+
 // write writes each moved order at the version it was read at, and what
 // its move brings, in one round trip.
-func (s *Store) write(ctx context.Context, tx pgx.Tx, moved ...Order) error {
+func (s *Store) write(ctx context.Context, tx pgx.Tx, moved ...move) error {
 	if len(moved) == 0 {
 		return nil
 	}
 	b := &pgx.Batch{}
 	var returned []inventory.Line
-	for _, o := range moved {
-		lines, err := queueWrite(ctx, b, o)
+	for _, m := range moved {
+		lines, err := queueWrite(ctx, b, m)
 		if err != nil {
 			return err
 		}
@@ -274,17 +315,29 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, moved ...Order) error {
 }
 
 // queueWrite queues in b the write of a moved order at the version it was
-// read at, and what its move brings (Update): into cancelled or expired,
-// its release, and it returns the lines whose stock the caller queues
-// back; into paid, cancelled or expired, its event. A write that matched
-// no row fails the batch, and the transaction rolls back.
-func queueWrite(ctx context.Context, b *pgx.Batch, o Order) ([]inventory.Line, error) {
-	b.Queue(sqlUpdateStatus, o.ID, o.Version, o.Status, o.UpdatedAt).Exec(func(tag pgconn.CommandTag) error {
+// read at, and what its move brings (Update): what its refunds hold, and
+// the units its lines returned, moved by what the move changed; into
+// cancelled or expired, its release, and it returns the lines whose stock
+// the caller queues back; into paid, cancelled or expired, its event. A
+// move that keeps the status (a refund held or settled) brings neither. A
+// write that matched no row fails the batch, and the transaction rolls
+// back.
+func queueWrite(ctx context.Context, b *pgx.Batch, m move) ([]inventory.Line, error) {
+	o := m.to
+	b.Queue(sqlUpdateOrder, o.ID, m.from.Version, o.Status, o.UpdatedAt, o.RefundedCents-m.from.RefundedCents).Exec(func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() == 0 {
 			return ErrVersionConflict
 		}
 		return nil
 	})
+	if skus, n := returnedBy(m); len(skus) > 0 {
+		b.Queue(sqlReturnItems, o.ID, skus, n)
+	}
+	if o.Status == m.from.Status {
+		// A move within a status (a refund held or settled) releases
+		// nothing and announces nothing of the order's.
+		return nil, nil
+	}
 	var returned []inventory.Line
 	if o.Status.ReleasesStock() {
 		b.Queue(sqlInsertRelease, o.ID, string(o.Status), o.UpdatedAt)
@@ -297,10 +350,25 @@ func queueWrite(ctx context.Context, b *pgx.Batch, o Order) ([]inventory.Line, e
 	return returned, outbox.Queue(ctx, b, e)
 }
 
+// returnedBy is, for each line whose returned units m changed, its SKU
+// and by how many, in SKU order.
+func returnedBy(m move) ([]string, []int32) {
+	var skus []string
+	var n []int32
+	for i, it := range m.to.Items {
+		if i < len(m.from.Items) && it.Returned != m.from.Items[i].Returned {
+			skus, n = append(skus, it.SKU), append(n, int32(it.Returned-m.from.Items[i].Returned))
+		}
+	}
+	return skus, n
+}
+
 // WriteError translates what PostgreSQL answered the writes of moved
-// orders: a second release of an order's stock is ErrAlreadyReleased, and
-// a second event of one move (outbox_one_per_event) means the order made
-// this move before, a version conflict.
+// orders: a second release of an order's stock is ErrAlreadyReleased; a
+// second event of one move (outbox_one_per_event) means the order made
+// this move before, a version conflict; refunds beyond the total or
+// returns beyond what was bought are ErrRefundedBeyondTotal and
+// ErrReturnedBeyondQuantity.
 func WriteError(err error) error {
 	switch {
 	case err == nil, errors.Is(err, ErrVersionConflict):
@@ -309,6 +377,10 @@ func WriteError(err error) error {
 		return ErrAlreadyReleased
 	case postgres.ConstraintViolated(err) == outbox.ConstraintOnePerEvent:
 		return ErrVersionConflict
+	case postgres.ConstraintViolated(err) == ConstraintRefundedWithinTotal:
+		return fmt.Errorf("%w: %w", ErrRefundedBeyondTotal, err)
+	case postgres.ConstraintViolated(err) == ConstraintReturnedWithinQuantity:
+		return fmt.Errorf("%w: %w", ErrReturnedBeyondQuantity, err)
 	}
 	return fmt.Errorf("write orders: %w", err)
 }
@@ -385,17 +457,23 @@ func scanOrder(row pgx.Row) (Order, error) {
 	var o Order
 	var status string
 	var skus []string
-	var qtys []int32
+	var qtys, returned []int32
 	var prices []int64
-	err := row.Scan(&o.ID, &o.UserID, &o.RequestKey, &status, &o.TotalCents, &o.Version,
-		&o.CreatedAt, &o.UpdatedAt, &o.ExpiresAt, &skus, &qtys, &prices)
+	err := row.Scan(&o.ID, &o.UserID, &o.RequestKey, &status, &o.TotalCents, &o.RefundedCents, &o.Version,
+		&o.CreatedAt, &o.UpdatedAt, &o.ExpiresAt, &skus, &qtys, &prices, &returned)
 	if err != nil {
 		return Order{}, err
 	}
 	o.Status = Status(status)
 	o.Items = make([]Item, len(skus))
 	for i := range skus {
-		o.Items[i] = Item{SKU: skus[i], Quantity: int(qtys[i]), UnitPriceCents: prices[i]}
+		o.Items[i] = Item{SKU: skus[i], Quantity: int(qtys[i]), UnitPriceCents: prices[i], Returned: int(returned[i])}
 	}
 	return o, nil
+}
+
+// copy is o with its own items, for a change to move.
+func (o Order) copy() Order {
+	o.Items = slices.Clone(o.Items)
+	return o
 }

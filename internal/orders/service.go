@@ -52,6 +52,10 @@ type (
 	// OrderRows are the orders' rows: *Store (postgres.go).
 	OrderRows interface {
 		Get(ctx context.Context, id string) (Order, error)
+		// QueueGet is for a flow that reads the order in its
+		// transaction, behind a lock taken in the same round trip
+		// (package refunds).
+		QueueGet(b *pgx.Batch, id string, o *Order)
 		Update(ctx context.Context, tx pgx.Tx, id string, change Change) (o Order, moved bool, err error)
 		QueueMove(ctx context.Context, b *pgx.Batch, known Order, change Change) (o Order, moved bool, err error)
 		ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int, change Change) (int, error)

@@ -26,11 +26,39 @@ type Charge struct {
 	Reference   string `json:"reference"`
 }
 
-// Refund is the gateway's record of money given back.
+// Refund is the gateway's record of money given back: all of a charge,
+// or a part.
 type Refund struct {
-	ID       string `json:"id"`
-	ChargeID string `json:"charge_id"`
+	ID          string `json:"id"`
+	ChargeID    string `json:"charge_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Status      string `json:"status"`
 }
+
+// StatusError is an answer of the gateway that is neither a success nor
+// a reason to ask again: the request was refused, with the status and the
+// problem's code.
+type StatusError struct {
+	Path   string
+	Status int
+	Code   string
+	Detail string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s: gateway refused the request (%d): %s", e.Path, e.Status, e.Detail)
+}
+
+// RefundRefusedError is the gateway's definite "no" to a refund: nothing
+// was given back. The charge is not there, or it has less left than was
+// asked (Code refund_exceeds_remaining), or none (invalid_state), or the
+// request was invalid.
+type RefundRefusedError struct {
+	Code   string
+	Detail string
+}
+
+func (e *RefundRefusedError) Error() string { return "refund refused: " + e.Detail }
 
 // DeclinedError is the gateway's definite "no": nothing was charged.
 type DeclinedError struct {
@@ -110,10 +138,30 @@ func (g *Gateway) Charge(ctx context.Context, key string, req ChargeRequest) (Ch
 	return c, err
 }
 
-// Refund asks the gateway to give a charge's money back, under key.
-func (g *Gateway) Refund(ctx context.Context, key, chargeID string) (Refund, error) {
+// refundRequest is what a refund gives back: amountCents of chargeID, or
+// with 0 all that is left of it.
+type refundRequest struct {
+	ChargeID    string `json:"charge_id"`
+	AmountCents int64  `json:"amount_cents,omitempty"`
+}
+
+// Refund asks the gateway to give amountCents of a charge back under key;
+// 0 gives back all that is left of it. It returns the refund, a
+// *RefundRefusedError when the gateway refused for good (nothing was
+// given back), or an error wrapping ErrOutcomeUnknown when no attempt got
+// an answer: then only asking again with the same key can tell.
+func (g *Gateway) Refund(ctx context.Context, key, chargeID string, amountCents int64) (Refund, error) {
 	var r Refund
-	err := g.post(ctx, "/v1/refunds", key, map[string]string{"charge_id": chargeID}, &r)
+	err := g.post(ctx, "/v1/refunds", key, refundRequest{ChargeID: chargeID, AmountCents: amountCents}, &r)
+	var refused *RefusedError
+	var st *StatusError
+	switch {
+	case errors.As(err, &refused):
+		return r, &RefundRefusedError{Code: "invalid_request", Detail: refused.Detail}
+	case errors.As(err, &st) && st.Code != "idempotency_key_reused" &&
+		(st.Status == http.StatusNotFound || st.Status == http.StatusConflict || st.Status == http.StatusUnprocessableEntity):
+		return r, &RefundRefusedError{Code: st.Code, Detail: st.Detail}
+	}
 	return r, err
 }
 
@@ -189,7 +237,7 @@ func (g *Gateway) attempt(ctx context.Context, path, key string, payload []byte,
 		// Unknown, or the gateway still working on this key: ask again.
 		return true, fmt.Errorf("%s: gateway answered %d: %s", path, resp.StatusCode, problemDetail(body))
 	default:
-		return false, fmt.Errorf("%s: gateway refused the request (%d): %s", path, resp.StatusCode, problemDetail(body))
+		return false, &StatusError{Path: path, Status: resp.StatusCode, Code: problemCode(body), Detail: problemDetail(body)}
 	}
 }
 

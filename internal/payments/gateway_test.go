@@ -149,17 +149,51 @@ func TestGateway_Refund(t *testing.T) {
 		}
 		answerJSON(w, http.StatusCreated, `{"id": "re_1", "charge_id": "ch_1", "amount_cents": 1250, "status": "succeeded"}`)
 	})
-	r, err := f.client(t, payments.GatewayOptions{}).Refund(context.Background(), "refund-pay-1", "ch_1")
+	r, err := f.client(t, payments.GatewayOptions{}).Refund(context.Background(), "refund-pay-1", "ch_1", 0)
 	if err != nil {
 		t.Fatalf("Refund: %v", err)
 	}
-	if r != (payments.Refund{ID: "re_1", ChargeID: "ch_1"}) {
+	if r != (payments.Refund{ID: "re_1", ChargeID: "ch_1", AmountCents: 1250, Status: "succeeded"}) {
 		t.Errorf("Refund = %+v, want re_1 of ch_1", r)
 	}
 	calls := f.recorded()
 	wantSameKey(t, calls, 2, "/v1/refunds", "refund-pay-1")
+	// 0 asks for all that is left: no amount is sent.
 	if string(calls[0].body) != `{"charge_id":"ch_1"}` || calls[0].contentType != "application/json" {
 		t.Errorf("sent %s as %q, want {\"charge_id\":\"ch_1\"} as application/json", calls[0].body, calls[0].contentType)
+	}
+}
+
+// A refund of a part sends its amount; the gateway's definite refusals
+// are a *RefundRefusedError (nothing was given back), asked once; a
+// refusal that says nothing of the refund leaves its outcome unknown.
+func TestGateway_RefundPart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		status  int
+		code    string
+		refused bool
+	}{
+		{"PastWhatIsLeft", http.StatusUnprocessableEntity, "refund_exceeds_remaining", true},
+		{"RefundedWhole", http.StatusConflict, "invalid_state", true},
+		{"NoSuchCharge", http.StatusNotFound, "not_found", true},
+		{"Invalid", http.StatusBadRequest, "invalid_request", true},
+		{"KeyReused", http.StatusUnprocessableEntity, "idempotency_key_reused", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeGateway(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+				answerProblem(w, tc.status, tc.code, "no")
+			})
+			_, err := f.client(t, payments.GatewayOptions{}).Refund(context.Background(), "re-key", "ch_1", 600)
+			var refused *payments.RefundRefusedError
+			if errors.As(err, &refused) != tc.refused || (tc.refused && refused.Code != tc.code) {
+				t.Fatalf("Refund: %v, want refused %t with %s", err, tc.refused, tc.code)
+			}
+			calls := f.recorded()
+			if len(calls) != 1 || string(calls[0].body) != `{"charge_id":"ch_1","amount_cents":600}` {
+				t.Fatalf("calls %+v, want one with the amount", calls)
+			}
+		})
 	}
 }
 

@@ -60,7 +60,11 @@ const (
 	// finds its order not payable is answered from.
 	sqlPaymentsOfRequestAndActive = `SELECT ` + paymentColumns + `, request_key = $2 FROM payments
 		WHERE order_id = $1 AND (request_key = $2 OR status IN ('processing', 'succeeded'))`
-	sqlPaymentsOfOrder  = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 ORDER BY created_at, id`
+	sqlPaymentsOfOrder = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 ORDER BY created_at, id`
+	// The payment that paid the order: its one succeeded payment
+	// (payments_one_active_per_order).
+	sqlCapturedOf = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = $1 AND status = 'succeeded'
+		ORDER BY created_at, id LIMIT 1`
 	sqlProcessingBefore = `SELECT ` + paymentColumns + ` FROM payments
 		WHERE status = 'processing' AND updated_at <= $1 ORDER BY updated_at LIMIT $2`
 )
@@ -169,6 +173,36 @@ func (s *Store) OfRequestAndActive(ctx context.Context, orderID, requestKey stri
 		return Payment{}, Payment{}, fmt.Errorf("read payments of %s: %w", orderID, err)
 	}
 	return mine, active, nil
+}
+
+// Captured returns the payment that paid the order, the succeeded one
+// whose charge a refund gives back; ErrNotFound when none did.
+func (s *Store) Captured(ctx context.Context, orderID string) (Payment, error) {
+	p, err := scanPayment(s.db.QueryRow(ctx, sqlCapturedOf, orderID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, ErrNotFound
+	}
+	if err != nil {
+		return Payment{}, fmt.Errorf("read the payment of %s: %w", orderID, err)
+	}
+	return p, nil
+}
+
+// QueueCaptured queues in b the read of Captured into p, for a flow that
+// reads it with its other statements in one round trip; p is left as it
+// is when no payment paid the order.
+func (s *Store) QueueCaptured(b *pgx.Batch, orderID string, p *Payment) {
+	b.Queue(sqlCapturedOf, orderID).QueryRow(func(row pgx.Row) error {
+		got, err := scanPayment(row)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil
+		case err != nil:
+			return fmt.Errorf("read the payment of %s: %w", orderID, err)
+		}
+		*p = got
+		return nil
+	})
 }
 
 // OfOrder returns every payment of an order, oldest first.

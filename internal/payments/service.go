@@ -530,7 +530,7 @@ func (s *Service) settle(ctx context.Context, p, settled Payment, known orders.O
 // gateway does not answer, the payment stays processing and the
 // reconciler comes back to it.
 func (s *Service) refund(ctx context.Context, p Payment, c Charge, rec *idempotency.Record) (Payment, error) {
-	r, err := s.gateway.Refund(ctx, "refund-"+p.ID, c.ID)
+	r, err := s.gateway.Refund(ctx, "refund-"+p.ID, c.ID, 0)
 	if err != nil {
 		s.counts.outcome(outcomeUnknown)
 		s.logger.WarnContext(ctx, "refund outcome unknown; the reconciler will retry it", "payment", p.ID, "charge", c.ID, "err", err)

@@ -44,6 +44,7 @@ func newServer(t *testing.T, adminToken string) *server {
 	}
 	v1.GET("/probe/user", probe, mw.User)
 	v1.GET("/probe/admin", probe, mw.Admin)
+	v1.GET("/probe/either", probe, mw.UserOrAdmin)
 	return &server{e: e, store: store}
 }
 
@@ -150,6 +151,29 @@ func TestMiddleware_Admin(t *testing.T) {
 			wantProblem(t, s.do(t, http.MethodGet, "/v1/probe/admin", tt.authorization, ""), 401, "unauthenticated")
 		})
 	}
+}
+
+// A route an order's owner and the operator both use admits a user's
+// token as the user and the admin token as the admin; anything else is
+// 401, and with no admin token configured the admin token is nobody's.
+func TestMiddleware_UserOrAdmin(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, testAdminToken)
+	u, userToken := mustCreateUser(t, s.store, "alice")
+	if r := s.do(t, http.MethodGet, "/v1/probe/either", "Bearer "+userToken, ""); r.status != http.StatusOK ||
+		r.body["user_id"] != u.ID || r.body["admin"] != false {
+		t.Errorf("user token: %d %s, want alice", r.status, r.raw)
+	}
+	if r := s.do(t, http.MethodGet, "/v1/probe/either", "Bearer "+testAdminToken, ""); r.status != http.StatusOK ||
+		r.body["admin"] != true || r.body["scope"] != "admin" {
+		t.Errorf("admin token: %d %s, want the admin", r.status, r.raw)
+	}
+	for _, authz := range []string{"", "Bearer nope", "Bearer " + testAdminToken + "0"} {
+		wantProblem(t, s.do(t, http.MethodGet, "/v1/probe/either", authz, ""), 401, "unauthenticated")
+	}
+	off := newServer(t, "")
+	wantProblem(t, off.do(t, http.MethodGet, "/v1/probe/either", "Bearer ", ""), 401, "unauthenticated")
+	wantProblem(t, off.do(t, http.MethodGet, "/v1/probe/either", "Bearer "+testAdminToken, ""), 401, "unauthenticated")
 }
 
 // With SHOP_ADMIN_TOKEN unset the admin routes are off for everyone, and

@@ -56,6 +56,12 @@ type Config struct {
 	// GatewayTimeout bounds one attempt of a call to the gateway
 	// (SHOP_GATEWAY_TIMEOUT).
 	GatewayTimeout time.Duration
+	// GatewayNoRefundLimit turns off the check `shop gateway` makes of a
+	// refund, that it gives back no more than is left of its charge
+	// (SHOP_GATEWAY_REFUND_LIMIT: on, the default, or off): for tests and
+	// demos showing the shop's own layers keep refunds within what was
+	// captured.
+	GatewayNoRefundLimit bool
 	// MailerURL is the mail provider the shop sends receipts and tickets
 	// through (SHOP_MAILER_URL); empty means no mailer.
 	MailerURL  string
@@ -378,6 +384,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Prefix:         str("SHOP_EVENTS_PREFIX", "shop:events:"),
 		RedeliverAfter: dur("SHOP_OUTBOX_REDELIVER_AFTER", 30*time.Second),
 		Retention:      dur("SHOP_OUTBOX_RETENTION", 24*time.Hour),
+	}
+	switch v := str("SHOP_GATEWAY_REFUND_LIMIT", "on"); v {
+	case "on":
+	case "off":
+		c.GatewayNoRefundLimit = true
+	default:
+		errs = append(errs, fmt.Errorf("SHOP_GATEWAY_REFUND_LIMIT: want on or off, got %q", v))
 	}
 	switch v := str("SHOP_EVENTS", "on"); v {
 	case "on":

@@ -42,6 +42,7 @@ var apiStatuses = []struct {
 	{problem.VersionMismatch, 412},
 	{problem.PayloadTooLarge, 413},
 	{problem.IdempotencyReused, 422},
+	{problem.RefundExceedsRemaining, 422},
 	{problem.RateLimited, 429},
 	{problem.Unavailable, 503},
 	// Not in the table but named elsewhere in API.md (405 from the router,

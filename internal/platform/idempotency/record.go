@@ -126,6 +126,13 @@ type Refusal struct {
 	prev *stored // the row that refused the claim; nil when another request holds the key's lock
 }
 
+// Busy reports whether the key's lock was held by another transaction of
+// the key when the claim asked for it: a copy of the request being
+// refused, or a request taking the key over, each a short transaction.
+// To a later phase of the request that claimed the key it says nothing
+// yet of whose the key is: that phase may claim again once it is over.
+func (e *Refusal) Busy() bool { return e.prev == nil }
+
 func (e *Refusal) Error() string {
 	switch {
 	case e.prev == nil:

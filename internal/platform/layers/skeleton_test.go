@@ -93,7 +93,7 @@ func TestFlows_ShareOneSkeleton(t *testing.T) {
 
 // domainPackages are the lesson's packages whose production code must
 // read as what runs.
-var domainPackages = []string{"orders", "payments", "seats", "likes", "inventory", "notify"}
+var domainPackages = []string{"orders", "payments", "refunds", "seats", "likes", "inventory", "notify"}
 
 // TestFlows_NoAblationSwitch keeps the production code of the domain
 // packages free of ablation switches: no layers.Set held or passed, no

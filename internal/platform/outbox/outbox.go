@@ -61,6 +61,7 @@ const (
 	OrderPaid        = "order.paid"
 	OrderCancelled   = "order.cancelled"
 	OrderExpired     = "order.expired"
+	OrderRefunded    = "order.refunded" // one per refund that succeeded: its subject is the refund's id
 	BookingConfirmed = "booking.confirmed"
 )
 

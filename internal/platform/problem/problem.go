@@ -36,8 +36,11 @@ const (
 	PreconditionRequired Code = "precondition_required"
 	PayloadTooLarge      Code = "payload_too_large"
 	IdempotencyReused    Code = "idempotency_key_reused"
-	RateLimited          Code = "rate_limited"
-	Unavailable          Code = "unavailable"
+	// RefundExceedsRemaining is a refund of more than the order has left
+	// to refund; the problem carries remaining_cents.
+	RefundExceedsRemaining Code = "refund_exceeds_remaining"
+	RateLimited            Code = "rate_limited"
+	Unavailable            Code = "unavailable"
 )
 
 // Error is a refusal with a code and a human-readable detail.
