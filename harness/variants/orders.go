@@ -64,6 +64,20 @@ func (b BlindOrders) Update(ctx context.Context, tx pgx.Tx, id string, change or
 	return moved, true, nil
 }
 
+// Look reads the order and answers as the rule applied blind would: it
+// never refuses.
+func (b BlindOrders) Look(ctx context.Context, id string, change orders.Change) (orders.Order, error) {
+	o, err := b.Get(ctx, id)
+	if err != nil {
+		return orders.Order{}, err
+	}
+	_, err = b.OrderRows.Look(ctx, id, func(try *orders.Order) (bool, error) {
+		*try = b.pretend(*try, change)
+		return change(try)
+	})
+	return o, err
+}
+
 // QueueMove applies change blind: to the order as the state the rule
 // moves it from, written at the version read.
 func (b BlindOrders) QueueMove(ctx context.Context, batch *pgx.Batch, known orders.Order, change orders.Change) (orders.Order, bool, error) {

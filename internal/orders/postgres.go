@@ -149,6 +149,21 @@ func (s *Store) Get(ctx context.Context, id string) (Order, error) {
 	return getOrder(ctx, s.db, id)
 }
 
+// Look reads order id and asks change of a copy of it, writing nothing:
+// the early answer of a flow that asks the rule of a snapshot before it
+// takes a lock (a payment's click on an order already being paid). It
+// returns the order as read and what the rule said; the rule is asked
+// again, of the order the flow writes, in its transaction.
+func (s *Store) Look(ctx context.Context, id string, change Change) (Order, error) {
+	o, err := getOrder(ctx, s.db, id)
+	if err != nil {
+		return Order{}, err
+	}
+	try := o.copy()
+	_, err = change(&try)
+	return o, err
+}
+
 // ByRequestKey returns the order a user placed with a request key.
 func (s *Store) ByRequestKey(ctx context.Context, userID, key string) (Order, error) {
 	o, err := scanOrder(s.db.QueryRow(ctx, sqlGetByRequestKey, userID, key))

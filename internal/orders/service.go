@@ -52,6 +52,7 @@ type (
 	// OrderRows are the orders' rows: *Store (postgres.go).
 	OrderRows interface {
 		Get(ctx context.Context, id string) (Order, error)
+		Look(ctx context.Context, id string, change Change) (Order, error)
 		// QueueGet is for a flow that reads the order in its
 		// transaction, behind a lock taken in the same round trip
 		// (package refunds).

@@ -67,6 +67,7 @@ type (
 	// OrderRows are the orders the flow moves: *orders.Store.
 	OrderRows interface {
 		Get(ctx context.Context, id string) (orders.Order, error)
+		Look(ctx context.Context, id string, change orders.Change) (orders.Order, error)
 		QueueMove(ctx context.Context, b *pgx.Batch, known orders.Order, change orders.Change) (o orders.Order, moved bool, err error)
 	}
 	// PaymentRows are the payments' writes: *Store.
@@ -182,6 +183,34 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.budget)
 	defer cancel()
 
+	// Layer 2, first, on the order as the database shows it now: a click
+	// on an order that is being paid, or is paid, is answered from this
+	// one read without going for the lock, whose holder keeps it across
+	// its charge (a storm of clicks on it would only split its votes).
+	// Only a payable order, or this request's own payment still to carry
+	// on, goes for the lock. The rule is asked again, of the order the
+	// begin writes.
+	o, refusal := s.orders.Look(ctx, orderID, orders.BeginPayment(userID, s.stamp()))
+	if o.ID == "" {
+		return Payment{}, refusal // no such order, or the read failed
+	}
+	var mine Payment
+	if refusal != nil {
+		var err error
+		if mine, err = s.refused(ctx, refusal, requestKey, o, method); err != nil {
+			return Payment{}, err
+		}
+		if mine.Status != StatusProcessing {
+			// The request's own payment has settled: its outcome, given
+			// under the request's key.
+			p, err := s.resume(ctx, mine, rec)
+			if err != nil {
+				return Payment{}, err
+			}
+			return p, Outcome(p)
+		}
+	}
+
 	var out Payment
 	ran := false
 	// Layer 1: one payment of this order at a time, across replicas. The
@@ -192,14 +221,21 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 	// after the winner's charge.
 	err := s.pay.Lock(ctx, "payment:"+orderID, func(ctx context.Context) error {
 		ran = true
-		// 1. Begin: the processing payment, and the order paying.
-		p, o, err := s.begin(ctx, userID, requestKey, orderID, method, rec)
+		var p Payment
+		var err error
+		if mine.ID != "" {
+			// 1. The request's own payment, begun by an earlier try, as it
+			// stands now that no one else works on it (a reconciler may
+			// have settled it).
+			p, err = s.resume(ctx, mine, rec)
+		} else {
+			// 1. Begin: the processing payment, and the order paying.
+			p, o, err = s.begin(ctx, userID, requestKey, o, method, rec)
+		}
 		if err != nil {
 			return err
 		}
 		if p.Status != StatusProcessing {
-			// The request's own payment, begun by an earlier try and
-			// settled since: its outcome.
 			out = p
 			return Outcome(p)
 		}
@@ -219,19 +255,22 @@ func (s *Service) Pay(ctx context.Context, userID, requestKey, orderID, method s
 }
 
 // begin opens the processing payment that the charge will settle, and
-// moves its order to paying: one transaction, two round trips. It
-// returns the payment and the order as begun; or, when the order cannot
-// begin a payment because this request already began one (a retry whose
-// first try committed), that payment, as it stands, and the order as
-// read.
-func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method string, rec *idempotency.Record) (Payment, orders.Order, error) {
+// moves its order to paying: one transaction, two round trips. known is
+// the order as read before the lock. It returns the payment and the order
+// as begun; or, when the order cannot begin a payment because this
+// request already began one (a retry whose first try committed), that
+// payment, as it stands, and the order as read.
+func (s *Service) begin(ctx context.Context, userID, requestKey string, known orders.Order, method string, rec *idempotency.Record) (Payment, orders.Order, error) {
 	var p Payment
 	var begun orders.Order
-	err := s.pay.Retry(ctx, func(int) error {
-		// The order as it is now: written at this version below.
-		o, err := s.orders.Get(ctx, orderID)
-		if err != nil {
-			return err
+	err := s.pay.Retry(ctx, func(attempt int) error {
+		o := known
+		if attempt > 1 {
+			// The order moved since it was read: as it is now.
+			var err error
+			if o, err = s.orders.Get(ctx, known.ID); err != nil {
+				return err
+			}
 		}
 		now := s.stamp()
 		// Round trip 1. Layer 0: BEGIN and the claim of the request's key:
@@ -243,16 +282,23 @@ func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method
 		// payment finds it paying, and the expiry job leaves it alone.
 		// Layer 3: written at the version read; a cancel that moved it
 		// since makes this try roll back, and the next reads it again.
+		var err error
 		begun, _, err = s.orders.QueueMove(ctx, first, o, orders.BeginPayment(userID, now))
 		if err != nil {
-			p, begun, err = s.refused(ctx, err, requestKey, o, method, rec)
+			// Moved since the early look (another payment began): the
+			// request's own payment, or the answer.
+			begun = o
+			mine, err := s.refused(ctx, err, requestKey, o, method)
+			if err == nil {
+				p, err = s.resume(ctx, mine, rec)
+			}
 			return err
 		}
 		id, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("new payment id: %w", err)
 		}
-		p = Payment{ID: id.String(), OrderID: orderID, RequestKey: requestKey, Status: StatusProcessing,
+		p = Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing,
 			AmountCents: o.TotalCents, Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}
 		// Round trip 2. Layer 4: the payment's row, one processing or
 		// succeeded per order (payments_one_active_per_order), one per
@@ -266,16 +312,15 @@ func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method
 		case errors.Is(err, ErrActivePayment):
 			// Whatever got past the lock and the state stops here.
 			s.pay.Stopped(ctx, layers.Constraint)
-			return s.inFlight(ctx, orderID)
+			return s.inFlight(ctx, o.ID)
 		case errors.Is(err, ErrDuplicateRequest):
 			// An earlier try of this request began one, and it ended
 			// without a charge (the order was payable again).
-			mine, _, err := s.store.OfRequestAndActive(ctx, orderID, requestKey)
-			if err != nil {
-				return err
-			}
-			p, err = s.resume(ctx, mine, method, rec)
 			begun = o
+			mine, err := s.refused(ctx, err, requestKey, o, method)
+			if err == nil {
+				p, err = s.resume(ctx, mine, rec)
+			}
 			return err
 		case err == nil:
 			s.counts.attempts.Inc()
@@ -288,27 +333,29 @@ func (s *Service) begin(ctx context.Context, userID, requestKey, orderID, method
 	return p, begun, nil
 }
 
-// refused answers a payment whose order refused to begin one (layer 2):
-// the request's own payment, if it began one (carried on, or answered);
-// otherwise resource_busy while another payment is in flight, or the
-// order's refusal.
-func (s *Service) refused(ctx context.Context, refusal error, requestKey string, o orders.Order, method string, rec *idempotency.Record) (Payment, orders.Order, error) {
+// refused answers a click whose order refused to begin a payment (layer
+// 2): the request's own payment, if this request began one (to be
+// answered, or carried on); otherwise resource_busy while another payment
+// is in flight, or the order's refusal. The same key with another method
+// is idempotency_key_reused.
+func (s *Service) refused(ctx context.Context, refusal error, requestKey string, o orders.Order, method string) (Payment, error) {
 	if errors.Is(refusal, orders.ErrNotFound) {
-		return Payment{}, orders.Order{}, ErrNotFound // someone else's order does not exist for this user
+		return Payment{}, ErrNotFound // someone else's order does not exist for this user
 	}
 	mine, active, err := s.store.OfRequestAndActive(ctx, o.ID, requestKey)
 	switch {
 	case err != nil:
-		return Payment{}, orders.Order{}, err
+		return Payment{}, err
+	case mine.ID != "" && mine.Method != method:
+		return Payment{}, errKeyReused
 	case mine.ID != "":
-		p, err := s.resume(ctx, mine, method, rec)
-		return p, o, err
+		return mine, nil
 	}
 	s.pay.Stopped(ctx, layers.State)
 	if errors.Is(refusal, orders.ErrPaymentInFlight) {
-		return Payment{}, orders.Order{}, s.answerInFlight(o.ID, active)
+		return Payment{}, s.answerInFlight(o.ID, active)
 	}
-	return Payment{}, orders.Order{}, refusal
+	return Payment{}, refusal
 }
 
 // errKeyReused answers a request whose key began a payment of the order
@@ -319,15 +366,8 @@ var errKeyReused = problem.New(problem.IdempotencyReused,
 // resume returns mine, the payment the request began in an earlier try,
 // as it stands, after claiming the request's key again (layer 0) in a
 // transaction that reads it: a payment that has succeeded completes the
-// key with its answer there. The same key with another method is
-// idempotency_key_reused.
-func (s *Service) resume(ctx context.Context, mine Payment, method string, rec *idempotency.Record) (Payment, error) {
-	switch {
-	case mine.ID == "":
-		return Payment{}, ErrNotFound
-	case mine.Method != method:
-		return Payment{}, errKeyReused
-	}
+// key with its answer there.
+func (s *Service) resume(ctx context.Context, mine Payment, rec *idempotency.Record) (Payment, error) {
 	var p Payment
 	err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
 		rec.QueueClaim(b)
