@@ -23,7 +23,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // gateway, PostgreSQL and the Redis quorum; a demo server, with the rate
 // limits on, and the race lab's own gateway and mail provider.
 type stack struct {
-	url        string // the balancer's
+	url        string // the balancer's, behind front (Jaeger's query API beside it)
+	jaeger     *jaeger
 	gateway    string
 	labGateway string // the live copy's: a lab order's charges are there
 	labMailer  string // the live copy's: a lab order's receipts are there
@@ -32,11 +33,18 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
+	// The replicas send their spans to the Jaeger stand-in, as compose's
+	// do with make up-observability; the OTLP exporter reads the
+	// process's environment, the service's settings its Vars.
+	j := startJaeger(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", j.url)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
 	s := apptest.StartWith(t, 2, apptest.StackOptions{
 		Vars: map[string]string{
-			"SHOP_DEMO":            "true",
-			"SHOP_RATE_LIMIT":      "on",
-			"SHOP_GATEWAY_TIMEOUT": "3s",
+			"SHOP_DEMO":                   "true",
+			"SHOP_RATE_LIMIT":             "on",
+			"SHOP_GATEWAY_TIMEOUT":        "3s",
+			"OTEL_EXPORTER_OTLP_ENDPOINT": j.url,
 		},
 		Names:      []string{"api-1", "api-2"},
 		LabGateway: true,
@@ -45,7 +53,7 @@ func startStack(t *testing.T) *stack {
 	if _, err := app.Seed(context.Background(), s.Env.DB); err != nil {
 		t.Fatal(err)
 	}
-	return &stack{url: s.BaseURL, gateway: s.GatewayURL, labGateway: s.LabGatewayURL, labMailer: s.LabMailerURL, db: s.Env.DB}
+	return &stack{url: front(t, s.BaseURL, j), jaeger: j, gateway: s.GatewayURL, labGateway: s.LabGatewayURL, labMailer: s.LabMailerURL, db: s.Env.DB}
 }
 
 // get reads path from the stack with token (may be empty) into v.
