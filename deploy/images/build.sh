@@ -186,8 +186,11 @@ busy() {
 if ! command -v mmdebstrap >/dev/null; then
   if command -v apt-get >/dev/null; then
     log "mmdebstrap is missing: installing it (apt-get install mmdebstrap)"
+    apt_log=$(mktemp /tmp/shop-images-apt.XXXXXX)
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      -o DPkg::Lock::Timeout=300 mmdebstrap debian-archive-keyring; } >&2 || { log "could not install mmdebstrap"; exit 1; }
+      -o DPkg::Lock::Timeout=300 mmdebstrap debian-archive-keyring; } >"$apt_log" 2>&1 ||
+      { cat "$apt_log" >&2; log "could not install mmdebstrap"; exit 1; }
+    rm -f "$apt_log"
   else
     log "mmdebstrap is missing: apt-get install mmdebstrap"
     exit 1
@@ -244,6 +247,21 @@ remove_tree() {
   rm -rf "$1"
 }
 
+# only_std_fds runs a command with no file descriptor open but 0, 1 and 2:
+# mmdebstrap hands apt a descriptor for a `cat >&N` that dash runs, and
+# dash knows only single digits, so with this script's locks and pipes
+# open it got 11, and failed ("Bad fd number").
+only_std_fds() {
+  (
+    local fd
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec "$@"
+  )
+}
+
 # base: a minimal bookworm with its updates and security updates, kept with
 # its apt lists so that the images can install packages from it, without
 # documentation or translations (dpkg's path-exclude, which the images'
@@ -257,16 +275,23 @@ build_base() {
     flock -u 8
     return
   fi
+  if [ "$(cat "$cache/.base-failed" 2>/dev/null)" = "$$" ]; then
+    exit 1 # this run's first try failed, and said why
+  fi
   log "mmdebstrap $suite into $cache/base (under a minute)"
   remove_tree "$cache/base.tmp"
-  busy "$cache/mmdebstrap.log" mmdebstrap --variant=minbase --include=ca-certificates,tzdata \
+  busy "$cache/mmdebstrap.log" only_std_fds mmdebstrap --variant=minbase --include=ca-certificates,tzdata \
     --skip=cleanup/apt/lists \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     "$suite" "$cache/base.tmp" "deb $mirror $suite main" "deb $mirror $suite-updates main" \
     "deb ${mirror%/debian}/debian-security $suite-security main" \
-    >"$cache/mmdebstrap.log" 2>&1 || { tail -n 20 "$cache/mmdebstrap.log" >&2; exit 1; }
+    >"$cache/mmdebstrap.log" 2>&1 || {
+    tail -n 20 "$cache/mmdebstrap.log" >&2
+    echo "$$" >"$cache/.base-failed"
+    exit 1
+  }
   # Services must not start in the chroot while their packages install.
   printf '#!/bin/sh\nexit 101\n' >"$cache/base.tmp/usr/sbin/policy-rc.d"
   chmod 755 "$cache/base.tmp/usr/sbin/policy-rc.d"
