@@ -10,7 +10,7 @@
 import http from 'k6/http';
 import { check, group } from 'k6';
 import * as api from './lib/api.js';
-import { SEATS, newKey, runId } from './lib/config.js';
+import { SEATS, loadSku, newKey, runId } from './lib/config.js';
 import { code, retrying } from './lib/outcomes.js';
 
 const FLOW = 'smoke';
@@ -28,7 +28,7 @@ export const options = {
 export function setup() {
   api.ready(FLOW);
   const id = runId();
-  const sku = `smoke-${id}`;
+  const sku = loadSku(`smoke-${id}`);
   api.createProduct(FLOW, sku, 1200, 5);
   return { id, sku, user: api.registerMany(FLOW, `smoke-${id}`, 1)[0] };
 }
