@@ -198,10 +198,29 @@ func shop(t *testing.T, p page, s *stack) string {
 		t.Fatal(errNoToken)
 	}
 
-	// The catalogue shows the stock the API has.
+	// The catalogue shows the stock the API has, and not what make load
+	// made (loadtest/k6/lib/config.js tags it), which the API lists.
+	s.post(t, "/v1/products", apptest.AdminToken, `{"sku":"LOAD-flash-browser","name":"Load test LOAD-flash-browser","price_cents":100,"stock":0}`)
 	const sku = "MUG-LOGO"
 	row := fmt.Sprintf(`tr[data-sku="%s"]`, sku)
 	p.waitFor("the catalogue", fmt.Sprintf(`!!document.querySelector('%s .stock')`, row), 10*time.Second)
+	p.do("reload the catalogue", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(row+" .stock")))
+	var listed struct {
+		Items []struct {
+			SKU string `json:"sku"`
+		} `json:"items"`
+	}
+	s.get(t, s.url, "/v1/products?limit=100", "", &listed)
+	if !slices.ContainsFunc(listed.Items, func(p struct {
+		SKU string `json:"sku"`
+	}) bool {
+		return p.SKU == "LOAD-flash-browser"
+	}) {
+		t.Fatal("the API does not list the load test's product: the check below would see nothing")
+	}
+	if n := eval[int](p, `document.querySelectorAll('#catalogue tr[data-sku^="LOAD-"]').length`); n != 0 {
+		t.Errorf("the catalogue offers %d of make load's products", n)
+	}
 	var before product
 	s.get(t, s.url, "/v1/products/"+sku, "", &before)
 	if got := atoi(t, p.text(row+" .stock")); got != before.Stock {
@@ -365,9 +384,14 @@ func drawnTrace(t *testing.T, p page, s *stack, id, root, status string) {
 func posts(t *testing.T, p page, s *stack) {
 	p.do("open posts", chromedp.Navigate(s.url+"/web/posts.html"), chromedp.WaitVisible(chromedp.CSS("#signed-in")))
 	token := eval[string](p, `sessionStorage.getItem('shop.token') || ''`)
+	// A post make load made is left out (loadtest/k6/lib/config.js).
+	s.post(t, "/v1/posts", token, `{"title":"Load test: Hot post browser"}`)
 	for _, title := range []string{"Fifty clicks, one charge", "Which layer stopped it?"} {
 		p.do("write "+title, chromedp.SendKeys(chromedp.CSS("#post-title"), title), chromedp.Click(chromedp.CSS("#new-post button[type=submit]")))
 		p.waitFor("the post", fmt.Sprintf(`[...document.querySelectorAll('#posts .title')].some(e => e.textContent === %q)`, title), 10*time.Second)
+	}
+	if n := eval[int](p, `[...document.querySelectorAll('#posts .title')].filter(e => e.textContent.startsWith('Load test: ')).length`); n != 0 {
+		t.Errorf("the posts page shows %d of make load's posts", n)
 	}
 	id := eval[string](p, `document.querySelector('#posts li[data-post]').dataset.post`)
 	item := fmt.Sprintf(`#posts li[data-post="%s"]`, id)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,6 +78,26 @@ func (s *stack) get(t *testing.T, base, path, token string, v any) {
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// post sends body to path on the stack with token, and wants a 201.
+func (s *stack) post(t *testing.T, path, token, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("POST %s: %d %s", path, res.StatusCode, b)
 	}
 }
 
