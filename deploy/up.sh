@@ -271,6 +271,8 @@ if [ -n "$ours" ]; then
   say "the stack runs already: compose keeps what has not changed"
 fi
 say "starting the stack: $run_env$COMPOSE up -d"
+# The wait is bounded from here: the builds before it take what they take.
+wait_start=$SECONDS
 # shellcheck disable=SC2086 # COMPOSE is a command and its subcommand
 $COMPOSE up -d >"$log" 2>&1 &
 compose_pid=$!
@@ -312,7 +314,7 @@ while :; do
   if [ -n "$compose_rc" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$url" 2>/dev/null || true)" = 200 ]; then
     break
   fi
-  if [ "$SECONDS" -ge "$timeout" ]; then
+  if [ $((SECONDS - wait_start)) -ge "$timeout" ]; then
     say "$url did not answer 200 within ${timeout}s; the services and their last lines:"
     $COMPOSE ps >&2 || true
     $COMPOSE logs --tail=20 >&2 || true

@@ -30,6 +30,7 @@ case "$1 $2" in
 "compose version") exit 1 ;;
 esac
 if [ "$1" = ps ]; then
+  sleep "${FAKE_PS_SECONDS:-0}"
   port=$(printf '%s\n' "$@" | sed -n 's/^publish=//p')
   printf '%s\n' "${FAKE_HOLDERS:-}" | awk -v p="$port" '$1 == p {print $2, $3, $4}'
   exit 0
@@ -232,6 +233,23 @@ func TestUp_SaysWhatItWaitsFor(t *testing.T) {
 	}
 	if !strings.Contains(out, "export TOKEN=tok123") {
 		t.Errorf("up.sh does not print the demo user's token:\n%s", out)
+	}
+}
+
+// TestUp_TimeoutBoundsTheWaitOnly: SHOP_UP_TIMEOUT bounds the wait for
+// compose and /readyz, not the builds before it: a first make up that
+// spent longer than the timeout building must still wait for compose.
+func TestUp_TimeoutBoundsTheWaitOnly(t *testing.T) {
+	out, err := runUp(t, []string{"FAKE_IMAGES=all", "FAKE_PS_SECONDS=1.5", "FAKE_UP_SECONDS=2", "SHOP_UP_TIMEOUT=4"}, "--no-build")
+	if err != nil {
+		t.Fatalf("up.sh gave up on compose after %s of steps before it: %v\n%s", "4.5 s", err, out)
+	}
+	if !strings.Contains(out, "ready in") {
+		t.Errorf("up.sh does not say it is ready:\n%s", out)
+	}
+	out, err = runUp(t, []string{"FAKE_IMAGES=all", "FAKE_UP_SECONDS=6", "SHOP_UP_TIMEOUT=2"}, "--no-build")
+	if err == nil || !strings.Contains(out, "did not answer 200 within 2s") {
+		t.Errorf("up.sh waited past SHOP_UP_TIMEOUT (%v):\n%s", err, out)
 	}
 }
 
