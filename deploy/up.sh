@@ -248,7 +248,11 @@ for p in $ports; do
       else
         say "port $p is the compose project $project's, of this checkout: taking it down (its volumes kept; COMPOSE_PROJECT_NAME=$project make down ARGS=-v drops them)"
         # shellcheck disable=SC2086
-        COMPOSE_PROJECT_NAME=$project COMPOSE_PROFILES=ha,observability,load $COMPOSE down --remove-orphans >&2
+        if ! COMPOSE_PROJECT_NAME=$project COMPOSE_PROFILES=ha,observability,load $COMPOSE down --remove-orphans >"$work/down.log" 2>&1; then
+          cat "$work/down.log" >&2
+          say "could not take the compose project $project down"
+          exit 1
+        fi
       fi
       continue
     fi
