@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -214,5 +215,49 @@ func TestImages_BuildContext(t *testing.T) {
 		if !excluded(f) {
 			t.Errorf(".dockerignore lets %s into the build context, which the binary is not built from", f)
 		}
+	}
+}
+
+// TestImages_CleanTakesOnlyItsOwn: make clean-images removes the shop
+// image and the stand-ins under the prefix (deploy/images/clean.sh), not
+// the images of other names on the engine, which other checkouts and
+// other projects may use.
+func TestImages_CleanTakesOnlyItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	docker := `#!/usr/bin/env bash
+case "$1 $2" in
+"image inspect") [ "$5" = "shop:t" ] && echo sha256:shop && exit 0; exit 1 ;;
+"image ls")
+  if [ "$3" = --filter ]; then
+    printf '%s\n' "1 t/postgres:15" "2 t/redis:7" "3 other-local/postgres:15" "4 tt/nginx:1"
+  elif [ "${5:-}" = t/rootfs ]; then
+    echo "5 t/rootfs:debian"
+  fi ;;
+esac
+exit 0
+`
+	if err := os.WriteFile(filepath.Join(dir, "docker"), []byte(docker), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "images/clean.sh", "--dry-run")
+	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"), "SHOP_IMAGES_PREFIX=t", "SHOP_IMAGE=shop:t",
+		"SHOP_IMAGES_CACHE="+filepath.Join(dir, "cache"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("clean.sh --dry-run: %v\n%s", err, out)
+	}
+	var would []string
+	for _, m := range regexp.MustCompile(`would remove (\S+)`).FindAllStringSubmatch(string(out), -1) {
+		if !strings.HasPrefix(m[1], "/") { // the cache, below
+			would = append(would, m[1])
+		}
+	}
+	want := []string{"shop:t", "t/postgres:15", "t/redis:7", "t/rootfs:debian"}
+	slices.Sort(would)
+	if !slices.Equal(would, want) {
+		t.Errorf("clean.sh would remove the images %q, want %q", would, want)
+	}
+	if !strings.Contains(string(out), "would remove "+filepath.Join(dir, "cache")) {
+		t.Errorf("clean.sh would leave its cache:\n%s", out)
 	}
 }

@@ -4,9 +4,8 @@
 #
 #   deploy/images/clean.sh [--dry-run]
 #
-# Removes the shop image (SHOP_IMAGE, default shop:local) and the
-# Dockerfile's build stages (label org.shop-example.image=shop), the
-# stand-ins of deploy/images/build.sh (label org.shop-example.recipe, named
+# Removes the shop image (SHOP_IMAGE, default shop:local) and the untagged
+# ones its builds left (label org.shop-example.image=shop), the stand-ins of deploy/images/build.sh (label org.shop-example.recipe, named
 # $SHOP_IMAGES_PREFIX/…, default shop-local) and their cache of root
 # filesystems and Jaeger's binary ($SHOP_IMAGES_CACHE, default
 # /var/cache/shop-images), and bin/image; then the lines of .env that name
@@ -29,8 +28,8 @@ say() { printf '[clean-images] %s\n' "$*" >&2; }
 
 # The images: the shop's, and the stand-ins under the prefix.
 images=$( {
-  docker image inspect -f '{{.Id}} {{index .RepoTags 0}}' "$tag" 2>/dev/null || true
-  docker image ls --filter "label=org.shop-example.image=shop" --format '{{.ID}} {{.Repository}}:{{.Tag}}'
+  id=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
+  [ -z "$id" ] || echo "$id $tag"
   docker image ls --filter "label=org.shop-example.recipe" --format '{{.ID}} {{.Repository}}:{{.Tag}}' |
     awk -v p="$prefix/" 'index($2, p) == 1'
   docker image ls --format '{{.ID}} {{.Repository}}:{{.Tag}}' "$prefix/rootfs"
