@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"image/color"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -136,9 +137,14 @@ func inlineSVG(doc, title string) string {
 	if i := strings.Index(doc, "<svg"); i > 0 {
 		doc = doc[i:]
 	}
+	// In HTML an svg element is SVG by itself: its namespaces, which are
+	// URLs, go (the page must name nothing on the network).
+	doc = svgNamespace.ReplaceAllString(doc, "")
 	doc = strings.Replace(doc, "<svg", `<svg role="img" aria-label="`+template.HTMLEscapeString(title)+`" class="chart"`, 1)
 	return strings.ReplaceAll(doc, "font-family:Liberation Sans;", "font-family:"+strings.ReplaceAll(chartFamily, `"`, "'")+";")
 }
+
+var svgNamespace = regexp.MustCompile(`\s+xmlns(:\w+)?="[^"]*"`)
 
 func cssColor(c color.Color) string {
 	r, g, b, _ := c.RGBA()

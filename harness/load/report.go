@@ -213,7 +213,7 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 2em; }
 table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
 th, td { padding: .3em .6em; border-bottom: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child, td.statuses { text-align: left; }
-svg.chart { display: block; width: 100%; height: auto; }
+svg.chart { display: block; width: 100%; height: auto; overflow: visible; }
 ul.legend { list-style: none; display: flex; flex-wrap: wrap; gap: .2em 1.5em; padding: 0; margin: .5em 0; }
 ul.legend li { display: inline-flex; align-items: center; gap: .4em; }
 ul.legend .key { display: inline-block; width: 1.8em; border-top: 2px solid; }

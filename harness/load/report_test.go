@@ -76,6 +76,9 @@ func TestReport_Charts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if strings.Contains(page, "http://") || strings.Contains(page, "https://") {
+		t.Error("the report names something on the network: it must work offline")
+	}
 	if strings.Contains(page, "data:image") || strings.Contains(page, "<img") {
 		t.Error("a chart is an image: its text cannot take the page's font")
 	}
