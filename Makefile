@@ -29,8 +29,11 @@ COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compos
 
 all: build
 
+# Built as the shop image's binary is (deploy/images/shop-image.sh):
+# static, without paths or VCS stamps, so make load or make run after
+# make up finds every package in Go's build cache and only links.
 build:
-	$(GO) build -o $(BIN) ./cmd/shop
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o $(BIN) ./cmd/shop
 
 # Every test, with the race detector, against real PostgreSQL and Redis:
 # testcontainers starts them, unless SHOP_TEST_POSTGRES_URL and
