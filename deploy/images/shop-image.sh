@@ -50,18 +50,21 @@ fi
 # bin/image/shop: static, without paths or VCS stamps, so that the same
 # sources give the same bytes and the image's COPY stays cached.
 ctx=$repo/bin/image
-build_binary() {
+go_build=(go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$ctx/shop" ./cmd/shop)
+build_env() {
   local arch
   arch=$(docker version -f '{{.Server.Arch}}' 2>/dev/null || go env GOARCH)
   mkdir -p "$ctx/data"
-  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -buildvcs=false -ldflags='-s -w' \
-    -o "$ctx/shop" ./cmd/shop
+  export CGO_ENABLED=0 GOOS=linux GOARCH=$arch
 }
+build_binary() { (build_env && "${go_build[@]}"); }
 
 if $binary_only; then
   [ "$mode" = host ] || { say "no Go on the host: nothing to build before the image"; exit 0; }
-  build_binary
-  exit 0
+  # The script becomes the build, so that make up, which runs it in the
+  # background, can stop it by its process id.
+  build_env
+  exec "${go_build[@]}"
 fi
 
 # prune removes the dangling images this script's builds leave: the
