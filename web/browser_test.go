@@ -321,6 +321,14 @@ func tracePage(t *testing.T, p page, s *stack, declined string) {
 	if got := eval[string](p, `document.querySelector('#service').value`); got != "shop" {
 		t.Errorf("the latest traces are of %q, want shop", got)
 	}
+	// The pages' own files are traced too (this page's among them); the
+	// list leaves them out, as it does the background jobs.
+	if s.jaeger.spanNamed("GET /web/:file") == 0 {
+		t.Fatal("Jaeger holds no trace of the pages' files: the check below would see nothing left out")
+	}
+	if others := eval[[]string](p, `[...document.querySelectorAll('#recent tbody tr[data-trace]')].map(r => r.cells[0].textContent).filter(n => !/^(GET|POST|PUT|PATCH|DELETE) \/v1\//.test(n))`); len(others) > 0 {
+		t.Errorf("the latest API requests list %q", others)
+	}
 	paid := eval[string](p, `[...document.querySelectorAll('#recent tbody tr[data-trace]')].find(r => r.cells[0].textContent === 'POST /v1/orders/:id/payments' && r.cells[4].textContent === '201')?.dataset.trace || ''`)
 	if paid == "" {
 		t.Fatalf("no paid payment among the latest traces:\n%s", p.text("#recent"))

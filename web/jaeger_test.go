@@ -146,6 +146,19 @@ func (j *jaeger) spanCount(id string) int {
 	return n
 }
 
+// spanNamed is how many spans named name the replicas sent.
+func (j *jaeger) spanNamed(name string) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	n := 0
+	for _, s := range j.spans {
+		if s.span.GetName() == name {
+			n++
+		}
+	}
+	return n
+}
+
 // traceLocked is trace id in Jaeger's JSON (model/json), or nil.
 func (j *jaeger) traceLocked(id string) map[string]any {
 	processes := map[string]any{}

@@ -3,8 +3,8 @@
 // as a waterfall the way the race lab draws a race: a row per span,
 // parents before their children, every bar on the trace's time axis,
 // the lock, the transactions and the card processor in the lab's colours,
-// and the layer that stopped a request. Without an id, the latest traces
-// of a service, each a link to its waterfall.
+// and the layer that stopped a request. Without an id, the latest API
+// requests a service traced, each a link to its waterfall.
 import { el, header, say } from './api.js';
 import { axis, BAR, barKind, place } from './waterfall.js';
 
@@ -187,8 +187,12 @@ async function show(id) {
   }
 }
 
+// An API request's trace: the background jobs, the health checks and the
+// pages' own files make traces too, which the list leaves out.
+const apiRequest = /^(GET|POST|PUT|PATCH|DELETE) \/v1\//;
+
 async function listRecent(service) {
-  const r = await jaeger(`/traces?service=${encodeURIComponent(service)}&limit=20&lookback=1h`);
+  const r = await jaeger(`/traces?service=${encodeURIComponent(service)}&limit=200&lookback=1h`);
   if (unavailable(r)) { say(msg, NO_STORE, 'bad'); msg.dataset.state = 'no-store'; return; }
   const traces = (r.data && r.data.data) || [];
   const rows = traces.map((t) => {
@@ -198,14 +202,14 @@ async function listRecent(service) {
     const t0 = Math.min(...t.spans.map((s) => s.startTime));
     const t1 = Math.max(...t.spans.map((s) => s.startTime + s.duration));
     return { t, first, status, t0, ms: (t1 - t0) / 1000 };
-  }).sort((a, b) => b.t0 - a.t0);
+  }).filter((x) => apiRequest.test(x.first.operationName)).sort((a, b) => b.t0 - a.t0).slice(0, 20);
   recent.replaceChildren(...(rows.length ? rows.map((x) => el('tr', { 'data-trace': x.t.traceID },
     el('td', {}, el('a', { href: `?id=${encodeURIComponent(x.t.traceID)}`, text: x.first.operationName })),
     el('td', { text: new Date(x.t0 / 1000).toLocaleTimeString() }),
     el('td', { class: 'num', text: x.ms.toFixed(1) }),
     el('td', { class: 'num', text: String(x.t.spans.length) }),
     el('td', {}, x.status === undefined ? '—' : el('span', { class: `status s${String(x.status)[0]}`, text: String(x.status) }))))
-    : [el('tr', {}, el('td', { colspan: '5', text: `No trace of ${service} in the last hour.` }))]));
+    : [el('tr', {}, el('td', { colspan: '5', text: `No API request of ${service} traced in the last hour.` }))]));
   recentCard.hidden = false;
 }
 
