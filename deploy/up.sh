@@ -314,6 +314,14 @@ while :; do
       failed
     fi
     say "compose is done: every service it waits on is healthy"
+    # nginx resolves the replicas' names when it starts: replicas that
+    # compose recreated in a running stack (a new profile, new settings)
+    # may have new addresses, so the balancer starts again too.
+    if [ -n "$ours" ] && grep -qiE 'recreat[a-z]* +[^ ]*api-[12]|api-[12][^ ]* +recreat' "$log"; then
+      say "the replicas were recreated: restarting the load balancer, which resolves them when it starts"
+      # shellcheck disable=SC2086
+      $COMPOSE restart lb >>"$log" 2>&1 || true
+    fi
   fi
   if [ -n "$compose_rc" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$url" 2>/dev/null || true)" = 200 ]; then
     break

@@ -44,6 +44,7 @@ up)
   echo "COMPOSE_PROFILES=${COMPOSE_PROFILES:-} SHOP_OTLP_ENDPOINT=${SHOP_OTLP_ENDPOINT:-}" >"$FAKE_DIR/up-env"
   echo "SHOP_PG_SYNC_STANDBY=${SHOP_PG_SYNC_STANDBY:-} SHOP_COMPOSE_DATABASE_URL=${SHOP_COMPOSE_DATABASE_URL:-}" >"$FAKE_DIR/up-ha-env"
   echo "Creating shop_postgres_1 ... done"
+  [ -n "${FAKE_RECREATE:-}" ] && echo "$FAKE_RECREATE"
   sleep "${FAKE_UP_SECONDS:-0}"
   [ -n "${FAKE_UP_FAIL:-}" ] && { echo "ERROR: for api-1  Container is unhealthy"; exit 1; }
   touch "$FAKE_DIR/up-done" ;;
@@ -55,6 +56,7 @@ ps)
   printf 'Name  Command  State  Ports\n----------\n'
   [ -f "$FAKE_DIR/up-done" ] || echo "shop_api-1_1  serve  Up (health: starting)" ;;
 down) echo "${COMPOSE_PROJECT_NAME:-this} $*" >>"$FAKE_DIR/down" ;;
+restart) echo "$*" >>"$FAKE_DIR/restart" ;;
 logs) echo "seed_1 | SHOP_DEMO_TOKEN=tok123" ;;
 esac
 `,
@@ -233,6 +235,33 @@ func TestUp_SaysWhatItWaitsFor(t *testing.T) {
 	}
 	if !strings.Contains(out, "export TOKEN=tok123") {
 		t.Errorf("up.sh does not print the demo user's token:\n%s", out)
+	}
+}
+
+// TestUp_RecreatedReplicasRestartTheBalancer: nginx resolves api-1 and
+// api-2 when it starts, so when compose recreated them in a running stack
+// (make up-observability on make up's) the balancer starts again; a
+// stack started afresh, or one whose replicas stayed, leaves it alone.
+func TestUp_RecreatedReplicasRestartTheBalancer(t *testing.T) {
+	for _, tc := range []struct {
+		ours, recreate, want string
+	}{
+		{"c1", "Recreating shop_api-1_1 ... done", "restart lb\n"},
+		{"c1", "Container shop-api-2-1  Recreated", "restart lb\n"},
+		{"c1", "Recreating shop_migrate_1 ... done", ""},
+		{"", "Recreating shop_api-1_1 ... done", ""},
+	} {
+		var restarted string
+		out, err := runUpWithDir(t, func(dir string) {
+			b, _ := os.ReadFile(filepath.Join(dir, "restart"))
+			restarted = string(b)
+		}, []string{"FAKE_IMAGES=all", "FAKE_OURS=" + tc.ours, "FAKE_RECREATE=" + tc.recreate}, "--no-build")
+		if err != nil {
+			t.Fatalf("up.sh: %v\n%s", err, out)
+		}
+		if restarted != tc.want {
+			t.Errorf("running before: %q, compose said %q: restarted %q, want %q\n%s", tc.ours, tc.recreate, restarted, tc.want, out)
+		}
 	}
 }
 
