@@ -3,11 +3,17 @@
 #   docker build --build-arg GO_IMAGE=... --build-arg RUNTIME_IMAGE=... .
 # No BuildKit-only syntax: the legacy builder (DOCKER_BUILDKIT=0) builds it
 # too. A builder that cannot reach the Go module proxy builds from a context
-# with the modules vendored and GOFLAGS=-mod=vendor (deploy/images/shop-image.sh).
+# with the modules vendored and GOFLAGS=-mod=vendor (deploy/images/shop-image.sh,
+# which builds the binary on the host instead when the host has Go, and
+# copies it into the runtime stage below: deploy/images/shop/Dockerfile).
+# .dockerignore lets in only what the binary is built from.
 ARG GO_IMAGE=golang:1.26-alpine
 ARG RUNTIME_IMAGE=alpine:3.22
 
 FROM ${GO_IMAGE} AS build
+# The legacy builder keeps this stage as an untagged image:
+# deploy/images/shop-image.sh removes it by this label.
+LABEL org.shop-example.image=shop
 WORKDIR /src
 ENV CGO_ENABLED=0 GOTOOLCHAIN=local
 ARG GOFLAGS=

@@ -13,7 +13,7 @@ FUZZTIME ?= 30s
 # writes the figures as Markdown.
 FAULTS_TIMEOUT ?= 20m
 
-.PHONY: faults linearizability ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image e2e clean up up-observability failover-demo down logs load load-check
+.PHONY: faults linearizability ablation all build test test-browser test-short run migrate seed lint fmt fuzz bench images image clean-images e2e clean up up-observability failover-demo down logs load load-check
 
 # .env (written by `make images`, ignored by git) names the images to use
 # instead of the official ones. docker compose reads it by itself; here its
@@ -29,8 +29,11 @@ COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compos
 
 all: build
 
+# Built as the shop image's binary is (deploy/images/shop-image.sh):
+# static, without paths or VCS stamps, so make load or make run after
+# make up finds every package in Go's build cache and only links.
 build:
-	$(GO) build -o $(BIN) ./cmd/shop
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o $(BIN) ./cmd/shop
 
 # Every test, with the race detector, against real PostgreSQL and Redis:
 # testcontainers starts them, unless SHOP_TEST_POSTGRES_URL and
@@ -144,10 +147,19 @@ load-check:
 images:
 	deploy/images/build.sh
 
-# The shop image (SHOP_IMAGE, default shop:local) from the Dockerfile, with
-# the modules vendored into the build context: the build needs no network.
+# The shop image (SHOP_IMAGE, default shop:local): with Go on the host, the
+# binary built here (the host's Go build cache: seconds when little
+# changed) on the runtime image; else the Dockerfile, with the modules
+# vendored into the build context. Either way the build needs no network
+# and leaves no dangling image.
 image:
 	deploy/images/shop-image.sh
+
+# The disk make up's images take: the shop image, the stand-ins and their
+# cache of root filesystems (deploy/images/clean.sh). Stop the stacks first
+# (make down); an image a container still uses is kept, and named.
+clean-images:
+	deploy/images/clean.sh
 
 # Compose smoke test: the whole stack up, a scenario through the load
 # balancer with a replica and a Redis node stopped mid-run, then down.
@@ -155,11 +167,14 @@ E2E_TIMEOUT ?= 20m
 e2e: image
 	$(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/
 
-# The compose stack in the background (deploy/up.sh): the base images
-# present, pulled, or, on an engine that cannot pull, built as local
-# stand-ins (make images); a freshly built shop image (make image); then
-# compose up, saying what it waits for until the load balancer's /readyz
-# answers, and the addresses and the demo user's token.
+# The compose stack in the background (deploy/up.sh): the shop's binary
+# built on the host meanwhile, when it has Go; the base images present,
+# pulled, or, on an engine that cannot pull, the missing ones built as
+# local stand-ins (as root; mmdebstrap is installed if missing); the shop
+# image (make image); a stack of another project of this checkout on its
+# ports (the failover demo's) taken down; then compose up, saying what it
+# waits for until the load balancer's /readyz answers, and the addresses
+# and the demo user's token. Run again, it reuses what runs.
 up:
 	COMPOSE="$(COMPOSE)" deploy/up.sh
 
@@ -168,7 +183,10 @@ up:
 # send their spans (SHOP_OTLP_ENDPOINT=http://jaeger:4318). On an engine
 # that cannot pull Jaeger, its stand-in is built from Jaeger's Go module
 # first (deploy/images/build.sh jaeger, 3 to 8 minutes the first time).
-# Prints Jaeger's address (docs/OPERATIONS.md, "Traces").
+# With make up's stack running, it adds to it (compose recreates the
+# services whose settings change). Prints the shop's trace page,
+# /web/trace.html, which reads Jaeger's query API (docs/OPERATIONS.md,
+# "Traces").
 up-observability:
 	COMPOSE="$(COMPOSE)" deploy/up.sh --observability
 
@@ -177,15 +195,20 @@ up-observability:
 # project shop-ha, orders placed through the balancer for a bounded while,
 # the primary's container killed mid-stream and the standby promoted
 # (deploy/failover.sh); then the answers (503, never 500) and a check that
-# every order answered 201 is on the new primary. It leaves the stack up
-# and prints how to take it down (docs/OPERATIONS.md, "PostgreSQL failover
-# in compose"). ARGS=--no-build uses the shop image as it is.
+# every order answered 201 is on the new primary. It stops make up's stack
+# first if it runs (its volumes kept; make up brings it back) and removes
+# a previous demo's; on success it leaves its stack up and prints how to
+# take it down, on failure it takes it down (docs/OPERATIONS.md,
+# "PostgreSQL failover in compose"). ARGS=--no-build uses the shop image
+# as it is.
 failover-demo:
 	COMPOSE="$(COMPOSE)" deploy/failover-demo.sh $(ARGS)
 
-# ARGS=-v also removes the data volumes.
+# ARGS=-v also removes the data volumes; make clean-images then gives back
+# the images' disk.
+# Every profile's containers go, whichever make target started them.
 down:
-	$(COMPOSE) down $(ARGS)
+	COMPOSE_PROFILES=$${COMPOSE_PROFILES:-observability,ha,load} $(COMPOSE) down --remove-orphans $(ARGS)
 
 logs:
 	$(COMPOSE) logs -f --tail=100

@@ -7,7 +7,10 @@
 #      (COMPOSE_PROJECT_NAME, default shop-ha) so it leaves the volumes of
 #      make up alone, with the rate limits off (the demo user places more
 #      orders than its hourly limit allows); then a check that the standby
-#      streams synchronously;
+#      streams synchronously. A previous demo's stack is removed first
+#      (volumes too: its primary was killed), and make up's stack, which
+#      holds the same ports, is taken down by deploy/up.sh, its volumes
+#      kept, and said so: make up brings it back;
 #   2. a bounded stream of orders through the load balancer, one at a
 #      time, each with its own Idempotency-Key and, after an answer other
 #      than 201, retried with the same key (as a client should); each
@@ -21,9 +24,12 @@
 #      order was placed before the crash or after the promotion.
 #
 # The stack is left up, the old primary stopped; the last lines say how to
-# take it down. Traffic goes to http://localhost:$SHOP_PORT only.
+# take it down. If the demo fails anywhere, from its start to its last
+# check, it takes its own stack down (volumes too), so no container is
+# left behind. Traffic goes to http://localhost:$SHOP_PORT only.
 #
-# SHOP_FAILOVER_SECONDS (default 20) bounds the stream, SHOP_FAILOVER_KILL_AT
+# SHOP_FAILOVER_SECONDS (default 20) is how long the stream lasts at least (it
+# goes on until 5 s after the promotion, 2 minutes more at most), SHOP_FAILOVER_KILL_AT
 # (default 6) is when the primary is killed, SHOP_FAILOVER_MAX_ORDERS
 # (default 1000) bounds the orders; COMPOSE and SHOP_PORT as for make up.
 set -euo pipefail
@@ -42,7 +48,32 @@ api=http://localhost:${SHOP_PORT:-8080}
 say() { printf '[demo %s] %s\n' "$(date +%T)" "$*"; }
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 
+# demo_down removes the demo's project: its containers, of every profile,
+# and its volumes.
+demo_down() {
+  # shellcheck disable=SC2086 # COMPOSE is a command and its subcommand
+  COMPOSE_PROFILES=ha,observability,load $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true
+}
+work=
+stream_pid=
+finish() {
+  local rc=$?
+  [ -z "$stream_pid" ] || kill "$stream_pid" 2>/dev/null || true
+  [ -z "$work" ] || rm -rf "$work"
+  if [ "$rc" -ne 0 ]; then
+    say "the demo failed (exit $rc): taking its stack down ($COMPOSE_PROJECT_NAME, volumes too)"
+    demo_down
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+
 # Step 1: the stack, and the standby streaming synchronously.
+if [ -n "$(docker ps -aq --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME")" ] ||
+  [ -n "$(docker volume ls -q --filter "label=com.docker.compose.project=$COMPOSE_PROJECT_NAME")" ]; then
+  say "removing the previous demo's stack ($COMPOSE_PROJECT_NAME, volumes too: its primary was killed)"
+  demo_down
+fi
 deploy/up.sh --ha "$@"
 # shellcheck source=deploy/env.sh
 . deploy/env.sh
@@ -72,14 +103,23 @@ fi
 # Step 2: the stream, in the background. Each answer is a line of
 # $answers: milliseconds since the start, status, order id (for a 201).
 work=$(mktemp -d /tmp/shop-failover.XXXXXX)
-trap 'rm -rf "$work"; [ -n "${stream_pid:-}" ] && kill "$stream_pid" 2>/dev/null || true' EXIT
 answers=$work/answers
 : >"$answers"
 start=$(now_ms)
 run=$(date +%s)
+# going says whether the stream goes on: for the demo's duration, and in
+# any case until 5 s after the promotion (a busy machine makes the kill
+# and the promotion late), but never past the duration and 2 minutes.
+going() {
+  local t=$(( $(now_ms) - start ))
+  [ "$t" -lt $(( (duration + 120) * 1000 )) ] || return 1
+  [ "$t" -lt $((duration * 1000)) ] && return 0
+  [ -f "$work/promoted" ] && [ "$(now_ms)" -ge $(( $(cat "$work/promoted") + 5000 )) ] && return 1
+  return 0
+}
 stream() {
   local n=0 attempt=0 status body id t second=0 ok=0 unavailable=0 other=0
-  while [ $(( $(now_ms) - start )) -lt $((duration * 1000)) ] && [ "$n" -lt "$max_orders" ]; do
+  while going && [ "$n" -lt "$max_orders" ]; do
     attempt=$((attempt + 1))
     status=$(curl -s -o "$work/body" -w '%{http_code}' --max-time 5 -XPOST "$api/v1/orders" \
       -H "Authorization: Bearer $token" -H "Idempotency-Key: failover-$run-$n" \
@@ -106,7 +146,7 @@ stream() {
     printf '[demo  +%2ds] 201: %4d   503: %4d   other: %4d\n' "$second" "$ok" "$unavailable" "$other"
   fi
 }
-say "placing orders through $api for ${duration}s (at most $max_orders); the primary is killed at +${kill_at}s"
+say "placing orders through $api for ${duration}s, and until 5 s after the promotion (at most $max_orders); the primary is killed at +${kill_at}s"
 stream &
 stream_pid=$!
 
@@ -119,6 +159,7 @@ docker kill -s KILL "$primary" >/dev/null
 sleep 1
 say "promoting the standby (deploy/failover.sh)"
 deploy/failover.sh
+now_ms >"$work/promoted.tmp" && mv "$work/promoted.tmp" "$work/promoted"
 wait "$stream_pid"
 stream_pid=
 
@@ -152,7 +193,8 @@ fi
 echo "  on the new primary $found of the $distinct orders answered 201"
 echo
 echo "  The stack is still up, its old primary stopped (rejoining it is an operator's job: docs/OPERATIONS.md)."
-echo "  Take it down with: COMPOSE_PROJECT_NAME=$COMPOSE_PROJECT_NAME COMPOSE_PROFILES=ha make down ARGS=-v"
+echo "  Take it down with: COMPOSE_PROJECT_NAME=$COMPOSE_PROJECT_NAME make down ARGS=-v"
+echo "  (make up takes it down too, and brings back make up's stack.)"
 
 fail=
 [ "$errors" -eq 0 ] || fail="$fail; $errors answers were 500"

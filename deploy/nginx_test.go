@@ -45,8 +45,15 @@ type balancer struct {
 }
 
 // startBalancer checks nginx.conf with `nginx -t` and starts nginx on it,
-// with api-1 and api-2 at the given addresses.
+// with api-1 and api-2 at the given addresses, and no Jaeger.
 func startBalancer(t *testing.T, api1, api2 string) balancer {
+	t.Helper()
+	return startBalancerWithJaeger(t, api1, api2, deadAddr(t))
+}
+
+// startBalancerWithJaeger is startBalancer with Jaeger's query API at
+// jaeger.
+func startBalancerWithJaeger(t *testing.T, api1, api2, jaeger string) balancer {
 	t.Helper()
 	// Debian installs it in /usr/sbin, which a user's PATH may not hold.
 	bin, err := exec.LookPath("/usr/sbin/nginx")
@@ -63,6 +70,7 @@ func startBalancer(t *testing.T, api1, api2 string) balancer {
 		{"server api-1:8080 ", "server " + api1 + " "},
 		{"server api-2:8080 ", "server " + api2 + " "},
 		{"listen 8080;", "listen 127.0.0.1:" + port + ";"},
+		{"set $jaeger http://jaeger:16686;", "set $jaeger http://" + jaeger + ";"},
 		{"proxy_connect_timeout 2s;", "proxy_connect_timeout 2s;\n      proxy_read_timeout " + readTimeout + ";"},
 	} {
 		if n := strings.Count(text, r.old); n != 1 {
@@ -405,4 +413,35 @@ func TestNginx_OwnRefusals(t *testing.T) {
 	if n := a.hits.Load(); n != 0 {
 		t.Errorf("the replica got %d of the refused requests", n)
 	}
+}
+
+// TestNginx_JaegerQuery: the trace page reads Jaeger's query API on the
+// shop's origin, GET only; without Jaeger (make up without the
+// observability profile) the answer is the balancer's own 502 problem,
+// and the replicas see none of it.
+func TestNginx_JaegerQuery(t *testing.T) {
+	var asked atomic.Value
+	jaeger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Store(r.Method + " " + r.URL.RequestURI())
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"data":[{"traceID":"abc","spans":[]}]}`)
+	}))
+	t.Cleanup(jaeger.Close)
+	api := newReplica(t, created)
+	lb := startBalancerWithJaeger(t, api.addr, api.addr, jaeger.Listener.Addr().String())
+
+	a := send(t, http.MethodGet, lb.url+"/jaeger/api/traces/abc?raw=1", nil)
+	if a.status != http.StatusOK || !strings.Contains(string(a.body), `"traceID":"abc"`) {
+		t.Fatalf("GET /jaeger/api/traces/abc: %d %s, want Jaeger's answer", a.status, a.body)
+	}
+	if got, _ := asked.Load().(string); got != "GET /api/traces/abc?raw=1" {
+		t.Errorf("Jaeger was asked %q, want GET /api/traces/abc?raw=1", got)
+	}
+	wantProblem(t, send(t, http.MethodPost, lb.url+"/jaeger/api/traces/abc", strings.NewReader("{}")), http.StatusMethodNotAllowed, "method_not_allowed")
+	if n := api.hits.Load(); n != 0 {
+		t.Errorf("the replicas got %d of the requests for Jaeger", n)
+	}
+
+	gone := startBalancer(t, api.addr, api.addr)
+	wantProblem(t, send(t, http.MethodGet, gone.url+"/jaeger/api/traces/abc", nil), http.StatusBadGateway, "unavailable")
 }

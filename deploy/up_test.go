@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,11 +13,13 @@ import (
 )
 
 // The commands up.sh runs, as stand-ins: docker knows the images listed
-// in FAKE_IMAGES ("all": every one) and can pull none; compose takes
-// FAKE_UP_SECONDS to come up, as `compose up -d` does while it waits on
-// healthchecks, or fails with FAKE_UP_FAIL, and notes the profiles and the
-// OTLP endpoint it was started with in FAKE_DIR/up-env; curl answers 200
-// only once compose is done.
+// in FAKE_IMAGES ("all": every one) and can pull none, and the containers
+// of FAKE_HOLDERS ("port id project dir" lines) publish ports; compose
+// runs the containers of FAKE_OURS (ids), takes FAKE_UP_SECONDS to come
+// up, as `compose up -d` does while it waits on healthchecks, or fails
+// with FAKE_UP_FAIL, and notes the profiles and the OTLP endpoint it was
+// started with in FAKE_DIR/up-env and each project it took down in
+// FAKE_DIR/down; curl answers 200 only once compose is done.
 var upFakes = map[string]string{
 	"docker": `#!/usr/bin/env bash
 case "$1 $2" in
@@ -26,6 +29,12 @@ case "$1 $2" in
   exit 1 ;;
 "compose version") exit 1 ;;
 esac
+if [ "$1" = ps ]; then
+  sleep "${FAKE_PS_SECONDS:-0}"
+  port=$(printf '%s\n' "$@" | sed -n 's/^publish=//p')
+  printf '%s\n' "${FAKE_HOLDERS:-}" | awk -v p="$port" '$1 == p {print $2, $3, $4}'
+  exit 0
+fi
 [ "$1" = pull ] && { echo "no registry" >&2; exit 1; }
 exit 0
 `,
@@ -35,12 +44,19 @@ up)
   echo "COMPOSE_PROFILES=${COMPOSE_PROFILES:-} SHOP_OTLP_ENDPOINT=${SHOP_OTLP_ENDPOINT:-}" >"$FAKE_DIR/up-env"
   echo "SHOP_PG_SYNC_STANDBY=${SHOP_PG_SYNC_STANDBY:-} SHOP_COMPOSE_DATABASE_URL=${SHOP_COMPOSE_DATABASE_URL:-}" >"$FAKE_DIR/up-ha-env"
   echo "Creating shop_postgres_1 ... done"
+  [ -n "${FAKE_RECREATE:-}" ] && echo "$FAKE_RECREATE"
   sleep "${FAKE_UP_SECONDS:-0}"
   [ -n "${FAKE_UP_FAIL:-}" ] && { echo "ERROR: for api-1  Container is unhealthy"; exit 1; }
   touch "$FAKE_DIR/up-done" ;;
 ps)
+  if [ "${2:-}" = -q ]; then
+    for id in ${FAKE_OURS:-}; do echo "$id"; done
+    exit 0
+  fi
   printf 'Name  Command  State  Ports\n----------\n'
   [ -f "$FAKE_DIR/up-done" ] || echo "shop_api-1_1  serve  Up (health: starting)" ;;
+down) echo "${COMPOSE_PROJECT_NAME:-this} $*" >>"$FAKE_DIR/down" ;;
+restart) echo "$*" >>"$FAKE_DIR/restart" ;;
 logs) echo "seed_1 | SHOP_DEMO_TOKEN=tok123" ;;
 esac
 `,
@@ -78,8 +94,11 @@ func runUpWithDir(t *testing.T, check func(dir string), env []string, args ...st
 		"PATH="+dir+":"+os.Getenv("PATH"), "FAKE_DIR="+dir, "COMPOSE="+filepath.Join(dir, "fake-compose"),
 		"POSTGRES_IMAGE=pg:t", "REDIS_IMAGE=redis:t", "NGINX_IMAGE=nginx:t", "GO_IMAGE=go:t", "RUNTIME_IMAGE=rt:t",
 		"PROMETHEUS_IMAGE=prom:t", "JAEGER_IMAGE=jaeger:t",
-		"SHOP_IMAGE=shop:t", "SHOP_UP_TIMEOUT=60",
-		"COMPOSE_PROFILES=", "SHOP_OTLP_ENDPOINT=", "SHOP_JAEGER_PORT=", "SHOP_PROMETHEUS_PORT=")
+		"SHOP_IMAGE=shop:t", "SHOP_UP_TIMEOUT=60", "SHOP_IMAGE_BUILD=host",
+		"COMPOSE_PROFILES=", "SHOP_OTLP_ENDPOINT=", "COMPOSE_PROJECT_NAME=",
+		// Ports nothing listens on: the host's own must not count.
+		"SHOP_PORT="+freePort(t), "SHOP_GATEWAY_PORT="+freePort(t), "SHOP_MAILER_PORT="+freePort(t),
+		"SHOP_JAEGER_PORT="+freePort(t), "SHOP_PROMETHEUS_PORT="+freePort(t))
 	// Unset rather than empty: deploy/ha.env fills only what the shell
 	// has not set.
 	cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool {
@@ -94,24 +113,102 @@ func runUpWithDir(t *testing.T, check func(dir string), env []string, args ...st
 }
 
 // TestUp_BuildsStandInsWhenImagesCannotBePulled: with base images missing
-// on an engine that can pull none, make up's plan is the stand-ins; with
-// them present, it builds none.
+// on an engine that can pull none, make up's plan is the stand-ins of the
+// missing ones only: the Go image only when the host has no Go to build
+// the binary with (which it does in the background meanwhile); with them
+// present, it builds none.
 func TestUp_BuildsStandInsWhenImagesCannotBePulled(t *testing.T) {
-	out, err := runUp(t, []string{"FAKE_IMAGES=pg:t"}, "--dry-run")
-	if err != nil {
-		t.Fatalf("up.sh --dry-run: %v\n%s", err, out)
-	}
-	for _, want := range []string{"missing: redis:t nginx:t go:t rt:t", "deploy/images/build.sh", "would build the shop image shop:t", "would run:"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("up.sh --dry-run with images missing does not say %q:\n%s", want, out)
+	for _, tc := range []struct {
+		build string
+		want  []string
+	}{
+		{"host", []string{"missing: redis:t nginx:t rt:t;", "deploy/images/build.sh redis nginx debian)",
+			"would build the shop's binary on the host in the background", "would build the shop image shop:t (deploy/images/shop-image.sh, host)", "would run:"}},
+		{"docker", []string{"missing: redis:t nginx:t rt:t go:t;", "deploy/images/build.sh redis nginx debian golang)",
+			"would build the shop image shop:t (deploy/images/shop-image.sh, docker)", "would run:"}},
+	} {
+		out, err := runUp(t, []string{"FAKE_IMAGES=pg:t", "SHOP_IMAGE_BUILD=" + tc.build}, "--dry-run")
+		if err != nil {
+			t.Fatalf("up.sh --dry-run: %v\n%s", err, out)
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(out, want) {
+				t.Errorf("up.sh --dry-run (%s build) with images missing does not say %q:\n%s", tc.build, want, out)
+			}
+		}
+		if tc.build == "docker" && strings.Contains(out, "binary on the host") {
+			t.Errorf("up.sh --dry-run (docker build) builds a binary on the host:\n%s", out)
 		}
 	}
-	out, err = runUp(t, []string{"FAKE_IMAGES=all"}, "--dry-run")
+	out, err := runUp(t, []string{"FAKE_IMAGES=all"}, "--dry-run")
 	if err != nil {
 		t.Fatalf("up.sh --dry-run: %v\n%s", err, out)
 	}
 	if strings.Contains(out, "build.sh") || !strings.Contains(out, "base images present") {
 		t.Errorf("up.sh --dry-run with every image present:\n%s", out)
+	}
+}
+
+// TestUp_Ports: before compose starts, each of the stack's ports is
+// looked at. A container of this project's is the stack brought up again;
+// one of another project of this checkout (the failover demo's) is taken
+// down, and up.sh says so; a container of elsewhere, or a process of the
+// host, stops up.sh before compose creates anything.
+func TestUp_Ports(t *testing.T) {
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	here = filepath.Dir(here)
+	port := freePort(t)
+	for _, tc := range []struct {
+		name, holders, ours string
+		started             bool
+		down, says          string
+	}{
+		{"ours", port + " c1 wt " + here, "c1", true, "", "the stack runs already"},
+		{"demo", port + " c2 shop-ha " + here, "", true, "shop-ha", "taking it down (its volumes kept"},
+		{"elsewhere", port + " c3 other /nonexistent", "", false, "", "port " + port + " is taken by the container c3 of the compose project other"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var downs string
+			out, err := runUpWithDir(t, func(dir string) {
+				_, statErr := os.Stat(filepath.Join(dir, "up-env"))
+				if started := statErr == nil; started != tc.started {
+					t.Errorf("compose up ran: %v, want %v", started, tc.started)
+				}
+				b, _ := os.ReadFile(filepath.Join(dir, "down"))
+				downs = string(b)
+			}, []string{"FAKE_IMAGES=all", "FAKE_HOLDERS=" + tc.holders, "FAKE_OURS=" + tc.ours, "SHOP_PORT=" + port}, "--no-build")
+			if (err == nil) != tc.started {
+				t.Errorf("up.sh: %v\n%s", err, out)
+			}
+			if !strings.Contains(out, tc.says) {
+				t.Errorf("up.sh does not say %q:\n%s", tc.says, out)
+			}
+			if tc.down == "" && downs != "" {
+				t.Errorf("up.sh took down %q", downs)
+			}
+			if tc.down != "" && !strings.HasPrefix(downs, tc.down+" down") {
+				t.Errorf("up.sh took down %q, want the project %s", downs, tc.down)
+			}
+		})
+	}
+
+	// A process of the host on the port.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, taken, _ := net.SplitHostPort(ln.Addr().String())
+	out, err := runUpWithDir(t, func(dir string) {
+		if _, err := os.Stat(filepath.Join(dir, "up-env")); err == nil {
+			t.Error("compose up ran with the port taken by a process of the host")
+		}
+	}, []string{"FAKE_IMAGES=all", "SHOP_GATEWAY_PORT=" + taken}, "--no-build")
+	if err == nil || !strings.Contains(out, "port "+taken+" is taken by a process of this host") {
+		t.Errorf("up.sh with port %s taken (%v):\n%s", taken, err, out)
 	}
 }
 
@@ -141,15 +238,72 @@ func TestUp_SaysWhatItWaitsFor(t *testing.T) {
 	}
 }
 
-// TestUp_ComposeFails: a compose that fails stops up.sh with its output,
-// rather than a wait for a balancer that will not come.
-func TestUp_ComposeFails(t *testing.T) {
-	out, err := runUp(t, []string{"FAKE_IMAGES=all", "FAKE_UP_FAIL=1"}, "--no-build")
-	if err == nil {
-		t.Fatalf("up.sh succeeded although compose failed:\n%s", out)
+// TestUp_RecreatedReplicasRestartTheBalancer: nginx resolves api-1 and
+// api-2 when it starts, so when compose recreated them in a running stack
+// (make up-observability on make up's) the balancer starts again; a
+// stack started afresh, or one whose replicas stayed, leaves it alone.
+func TestUp_RecreatedReplicasRestartTheBalancer(t *testing.T) {
+	for _, tc := range []struct {
+		ours, recreate, want string
+	}{
+		{"c1", "Recreating shop_api-1_1 ... done", "restart lb\n"},
+		{"c1", "Container shop-api-2-1  Recreated", "restart lb\n"},
+		{"c1", "Recreating shop_migrate_1 ... done", ""},
+		{"", "Recreating shop_api-1_1 ... done", ""},
+	} {
+		var restarted string
+		out, err := runUpWithDir(t, func(dir string) {
+			b, _ := os.ReadFile(filepath.Join(dir, "restart"))
+			restarted = string(b)
+		}, []string{"FAKE_IMAGES=all", "FAKE_OURS=" + tc.ours, "FAKE_RECREATE=" + tc.recreate}, "--no-build")
+		if err != nil {
+			t.Fatalf("up.sh: %v\n%s", err, out)
+		}
+		if restarted != tc.want {
+			t.Errorf("running before: %q, compose said %q: restarted %q, want %q\n%s", tc.ours, tc.recreate, restarted, tc.want, out)
+		}
 	}
-	if !strings.Contains(out, "Container is unhealthy") {
-		t.Errorf("up.sh does not show compose's output:\n%s", out)
+}
+
+// TestUp_TimeoutBoundsTheWaitOnly: SHOP_UP_TIMEOUT bounds the wait for
+// compose and /readyz, not the builds before it: a first make up that
+// spent longer than the timeout building must still wait for compose.
+func TestUp_TimeoutBoundsTheWaitOnly(t *testing.T) {
+	out, err := runUp(t, []string{"FAKE_IMAGES=all", "FAKE_PS_SECONDS=1.5", "FAKE_UP_SECONDS=2", "SHOP_UP_TIMEOUT=4"}, "--no-build")
+	if err != nil {
+		t.Fatalf("up.sh gave up on compose after %s of steps before it: %v\n%s", "4.5 s", err, out)
+	}
+	if !strings.Contains(out, "ready in") {
+		t.Errorf("up.sh does not say it is ready:\n%s", out)
+	}
+	out, err = runUp(t, []string{"FAKE_IMAGES=all", "FAKE_UP_SECONDS=6", "SHOP_UP_TIMEOUT=2"}, "--no-build")
+	if err == nil || !strings.Contains(out, "did not answer 200 within 2s") {
+		t.Errorf("up.sh waited past SHOP_UP_TIMEOUT (%v):\n%s", err, out)
+	}
+}
+
+// TestUp_ComposeFails: a compose that fails stops up.sh with its output,
+// rather than a wait for a balancer that will not come, and leaves no
+// container behind: when none of the project ran before, the project is
+// taken down; a stack that ran before is left to run.
+func TestUp_ComposeFails(t *testing.T) {
+	for _, tc := range []struct {
+		ours, down string
+	}{{"", "this down --remove-orphans\n"}, {"c1", ""}} {
+		var downs string
+		out, err := runUpWithDir(t, func(dir string) {
+			b, _ := os.ReadFile(filepath.Join(dir, "down"))
+			downs = string(b)
+		}, []string{"FAKE_IMAGES=all", "FAKE_UP_FAIL=1", "FAKE_OURS=" + tc.ours}, "--no-build")
+		if err == nil {
+			t.Fatalf("up.sh succeeded although compose failed:\n%s", out)
+		}
+		if !strings.Contains(out, "Container is unhealthy") {
+			t.Errorf("up.sh does not show compose's output:\n%s", out)
+		}
+		if downs != tc.down {
+			t.Errorf("with %q running before, up.sh took down %q, want %q:\n%s", tc.ours, downs, tc.down, out)
+		}
 	}
 }
 
@@ -198,8 +352,11 @@ func TestUp_Observability(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up.sh --observability: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "Jaeger on http://localhost:16686") {
-		t.Errorf("up.sh --observability does not say where Jaeger is:\n%s", out)
+	if !regexp.MustCompile(`traces +open http://localhost:\d+/web/trace\.html\?id=<trace_id>`).MatchString(out) {
+		t.Errorf("up.sh --observability does not say which page shows a trace:\n%s", out)
+	}
+	if strings.Contains(out, "/trace/<trace_id>") {
+		t.Errorf("up.sh --observability points at Jaeger's own UI, which the stand-in lacks:\n%s", out)
 	}
 }
 

@@ -64,9 +64,21 @@ export function el(tag, attrs = {}, ...children) {
   return e;
 }
 
-export function say(node, text, kind = '') {
+// traceLink links the trace of an answer that names one (a problem
+// document's trace_id, when the stack traces) to the trace page, or is
+// null.
+export function traceLink(r) {
+  const id = r && r.data && r.data.trace_id;
+  if (!id) return null;
+  return el('a', { class: 'trace-link', href: `/web/trace.html?id=${encodeURIComponent(id)}`, 'data-trace': id, text: `trace ${id.slice(0, 8)}…` });
+}
+
+// say shows a message; with an answer r that names its trace, a link to it.
+export function say(node, text, kind = '', r = undefined) {
   node.textContent = text;
   node.className = `msg ${kind}`;
+  const link = traceLink(r);
+  if (link) node.append(' — ', link);
 }
 
 // header marks the current page in the navigation and shows who is
@@ -100,7 +112,7 @@ export function mountSession(box, onChange) {
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     const r = await api('POST', '/v1/users', { body: { name: input.value }, auth: false });
-    if (!r.ok) { say(msg, `Could not register: ${describe(r)}`, 'bad'); return; }
+    if (!r.ok) { say(msg, `Could not register: ${describe(r)}`, 'bad', r); return; }
     session.set(r.data.name, r.data.token);
     header();
     mountSession(box, onChange);

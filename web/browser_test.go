@@ -161,7 +161,9 @@ func TestBrowser(t *testing.T) {
 	s := startStack(t)
 	p := page{t: t, tab: browser(t)}
 
-	t.Run("Shop", func(t *testing.T) { p.t = t; shop(t, p, s) })
+	var declined string // the trace of a declined payment's problem answer
+	t.Run("Shop", func(t *testing.T) { p.t = t; declined = shop(t, p, s) })
+	t.Run("Trace", func(t *testing.T) { p.t = t; tracePage(t, p, s, declined) })
 	t.Run("Seats", func(t *testing.T) { p.t = t; seatsPage(t, p, s) })
 	t.Run("Posts", func(t *testing.T) { p.t = t; posts(t, p, s) })
 	t.Run("Lab", func(t *testing.T) { p.t = t; raceLab(t, p, s) })
@@ -179,7 +181,8 @@ type orderList struct {
 	} `json:"items"`
 }
 
-func shop(t *testing.T, p page, s *stack) {
+// shop returns the trace id the declined payment's answer linked.
+func shop(t *testing.T, p page, s *stack) string {
 	p.do("open the shop", chromedp.Navigate(s.url+"/"), chromedp.WaitVisible(chromedp.CSS("#register")))
 
 	// Register: the token lands in sessionStorage, and the page says who.
@@ -195,10 +198,29 @@ func shop(t *testing.T, p page, s *stack) {
 		t.Fatal(errNoToken)
 	}
 
-	// The catalogue shows the stock the API has.
+	// The catalogue shows the stock the API has, and not what make load
+	// made (loadtest/k6/lib/config.js tags it), which the API lists.
+	s.post(t, "/v1/products", apptest.AdminToken, `{"sku":"LOAD-flash-browser","name":"Load test LOAD-flash-browser","price_cents":100,"stock":0}`)
 	const sku = "MUG-LOGO"
 	row := fmt.Sprintf(`tr[data-sku="%s"]`, sku)
 	p.waitFor("the catalogue", fmt.Sprintf(`!!document.querySelector('%s .stock')`, row), 10*time.Second)
+	p.do("reload the catalogue", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(row+" .stock")))
+	var listed struct {
+		Items []struct {
+			SKU string `json:"sku"`
+		} `json:"items"`
+	}
+	s.get(t, s.url, "/v1/products?limit=100", "", &listed)
+	if !slices.ContainsFunc(listed.Items, func(p struct {
+		SKU string `json:"sku"`
+	}) bool {
+		return p.SKU == "LOAD-flash-browser"
+	}) {
+		t.Fatal("the API does not list the load test's product: the check below would see nothing")
+	}
+	if n := eval[int](p, `document.querySelectorAll('#catalogue tr[data-sku^="LOAD-"]').length`); n != 0 {
+		t.Errorf("the catalogue offers %d of make load's products", n)
+	}
 	var before product
 	s.get(t, s.url, "/v1/products/"+sku, "", &before)
 	if got := atoi(t, p.text(row+" .stock")); got != before.Stock {
@@ -230,12 +252,24 @@ func shop(t *testing.T, p page, s *stack) {
 	// once at the gateway, then succeeds).
 	id := orders.Items[0].ID
 	orow := fmt.Sprintf(`tr[data-order="%s"]`, id)
+	var declined string
 	for _, c := range []struct{ card, want string }{{"pm_card_declined", "Not paid: 402"}, {"pm_card_flaky", "Paid"}} {
 		p.waitFor("the pay button", fmt.Sprintf(`!!document.querySelector('%s button.pay')`, orow), 10*time.Second)
 		// Choose and click in one go: the live refresh may redraw the row
 		// between two separate steps.
 		eval[bool](p, fmt.Sprintf(`(() => { const r = document.querySelector('%s'); r.querySelector('select.card').value = %q; r.querySelector('button.pay').click(); return true })()`, orow, c.card))
 		p.waitFor(c.want, fmt.Sprintf(`document.querySelector('#order-result').textContent.startsWith(%q)`, c.want), 15*time.Second)
+		// A problem answer names its trace, and the message links it to
+		// the trace page; a 201 has no trace_id, and no link.
+		link := eval[string](p, `document.querySelector('#order-result a.trace-link')?.getAttribute('href') || ''`)
+		if c.card == "pm_card_declined" {
+			declined = eval[string](p, `document.querySelector('#order-result a.trace-link')?.dataset.trace || ''`)
+			if declined == "" || link != "/web/trace.html?id="+declined {
+				t.Fatalf("the declined payment's message links %q (trace %q), want /web/trace.html?id=<its trace_id>", link, declined)
+			}
+		} else if link != "" {
+			t.Fatalf("a paid order's message links a trace: %q", link)
+		}
 	}
 	s.get(t, s.url, "/v1/orders", token, &orders)
 	p.waitFor("paid on the page", fmt.Sprintf(`document.querySelector('%s .status').textContent === 'paid'`, orow), 10*time.Second)
@@ -261,14 +295,111 @@ func shop(t *testing.T, p page, s *stack) {
 		t.Fatalf("after the cancel the stock is %d, want %d", after.Stock, before.Stock-1)
 	}
 	p.screenshot("shop")
+	return declined
+}
+
+// tracePage follows the declined payment's link to the trace page, which
+// draws the trace from Jaeger's query API: every span the replicas sent,
+// parents first, the card processor's call and the transactions as the
+// lab draws them, and the answer's status. Then the latest traces of the
+// shop, where a paid order's trace is a link to its waterfall; and, with
+// Jaeger gone, the page says there is no trace store.
+func tracePage(t *testing.T, p page, s *stack, declined string) {
+	if declined == "" {
+		t.Fatal("the shop's declined payment linked no trace")
+	}
+	p.do("open the declined payment's trace", chromedp.Navigate(s.url+"/web/trace.html?id="+declined))
+	p.waitFor("the waterfall", `document.querySelector('#trace-msg').dataset.state === 'drawn' || /no trace|No trace|answered/.test(document.querySelector('#trace-msg').textContent)`, 25*time.Second)
+	if state := eval[string](p, `document.querySelector('#trace-msg').dataset.state || ''`); state != "drawn" {
+		t.Fatalf("trace %s not drawn: %s", declined, p.text("#trace-msg"))
+	}
+	drawnTrace(t, p, s, declined, "POST /v1/orders/:id/payments", "402")
+	p.screenshot("trace-declined")
+
+	p.do("open the latest traces", chromedp.Navigate(s.url+"/web/trace.html"))
+	p.waitFor("the latest traces", `document.querySelectorAll('#recent tbody tr[data-trace]').length > 0`, 10*time.Second)
+	if got := eval[string](p, `document.querySelector('#service').value`); got != "shop" {
+		t.Errorf("the latest traces are of %q, want shop", got)
+	}
+	// The pages' own files are traced too (this page's among them); the
+	// list leaves them out, as it does the background jobs.
+	if s.jaeger.spanNamed("GET /web/:file") == 0 {
+		t.Fatal("Jaeger holds no trace of the pages' files: the check below would see nothing left out")
+	}
+	if others := eval[[]string](p, `[...document.querySelectorAll('#recent tbody tr[data-trace]')].map(r => r.cells[0].textContent).filter(n => !/^(GET|POST|PUT|PATCH|DELETE) \/v1\//.test(n))`); len(others) > 0 {
+		t.Errorf("the latest API requests list %q", others)
+	}
+	paid := eval[string](p, `[...document.querySelectorAll('#recent tbody tr[data-trace]')].find(r => r.cells[0].textContent === 'POST /v1/orders/:id/payments' && r.cells[4].textContent === '201')?.dataset.trace || ''`)
+	if paid == "" {
+		t.Fatalf("no paid payment among the latest traces:\n%s", p.text("#recent"))
+	}
+	href := eval[string](p, fmt.Sprintf(`document.querySelector('#recent tr[data-trace="%s"] a').href`, paid))
+	if want := s.url + "/web/trace.html?id=" + paid; href != want {
+		t.Fatalf("the paid payment's row links %q, want %q", href, want)
+	}
+	p.do("open the paid payment's trace", chromedp.Navigate(href))
+	p.waitFor("its waterfall", fmt.Sprintf(`document.querySelector('#waterfall').dataset.trace === %q`, paid), 25*time.Second)
+	drawnTrace(t, p, s, paid, "POST /v1/orders/:id/payments", "201")
+	p.screenshotOf("trace-paid", "#wf-card")
+
+	s.jaeger.down.Store(true)
+	defer s.jaeger.down.Store(false)
+	p.do("open a trace without Jaeger", chromedp.Navigate(s.url+"/web/trace.html?id="+paid))
+	p.waitFor("the page to say so", `document.querySelector('#trace-msg').dataset.state === 'no-store'`, 10*time.Second)
+	if msg := p.text("#trace-msg"); !strings.Contains(msg, "make up-observability") {
+		t.Errorf("without Jaeger the page says %q, want it to name make up-observability", msg)
+	}
+}
+
+// drawnTrace checks the waterfall of trace id: a row per span the
+// replicas sent for it, the request's span first at depth 0 with its
+// status, a call to the card processor and a transaction below it, and
+// every bar inside the axis.
+func drawnTrace(t *testing.T, p page, s *stack, id, root, status string) {
+	t.Helper()
+	rows := eval[[]map[string]string](p, `[...document.querySelectorAll('#waterfall .wf-row[data-span]')].map(r => Object.assign({
+		tags: r.querySelector('.wf-tags').textContent,
+		left: r.querySelector('.wf-bar').style.left, width: r.querySelector('.wf-bar').style.width}, r.dataset))`)
+	if want := s.jaeger.spanCount(id); len(rows) != want || want == 0 {
+		t.Fatalf("trace %s: %d rows drawn, the replicas sent %d spans", id, len(rows), want)
+	}
+	if rows[0]["name"] != root || rows[0]["depth"] != "0" || !strings.Contains(rows[0]["tags"], status) {
+		t.Errorf("trace %s starts with %v, want the request %s at depth 0 answered %s", id, rows[0], root, status)
+	}
+	indented := eval[int](p, `[...document.querySelectorAll('#waterfall .wf-row[data-span]')].filter(r => r.dataset.depth > 0 && parseFloat(getComputedStyle(r.querySelector('.wf-name')).paddingLeft) > 0).length`)
+	if indented != len(rows)-1 {
+		t.Errorf("trace %s: %d of the %d spans below the request are drawn indented", id, indented, len(rows)-1)
+	}
+	kinds := map[string]int{}
+	for _, r := range rows {
+		kinds[r["kind"]]++
+		left := strings.TrimSuffix(r["left"], "%")
+		width := strings.TrimSuffix(r["width"], "%")
+		l, errL := strconv.ParseFloat(left, 64)
+		w, errW := strconv.ParseFloat(width, 64)
+		if errL != nil || errW != nil || l < 0 || w <= 0 || l+w > 100.5 {
+			t.Errorf("span %s %s drawn at left %s width %s, outside the axis", r["span"], r["name"], r["left"], r["width"])
+		}
+	}
+	if kinds["gateway"] == 0 || kinds["db.tx"] == 0 {
+		t.Errorf("trace %s draws %v, want the card processor's call and a transaction", id, kinds)
+	}
+	if got := eval[string](p, `document.querySelector('#waterfall').dataset.trace`); got != id {
+		t.Errorf("the waterfall is of trace %q, want %q", got, id)
+	}
 }
 
 func posts(t *testing.T, p page, s *stack) {
 	p.do("open posts", chromedp.Navigate(s.url+"/web/posts.html"), chromedp.WaitVisible(chromedp.CSS("#signed-in")))
 	token := eval[string](p, `sessionStorage.getItem('shop.token') || ''`)
+	// A post make load made is left out (loadtest/k6/lib/config.js).
+	s.post(t, "/v1/posts", token, `{"title":"Load test: Hot post browser"}`)
 	for _, title := range []string{"Fifty clicks, one charge", "Which layer stopped it?"} {
 		p.do("write "+title, chromedp.SendKeys(chromedp.CSS("#post-title"), title), chromedp.Click(chromedp.CSS("#new-post button[type=submit]")))
 		p.waitFor("the post", fmt.Sprintf(`[...document.querySelectorAll('#posts .title')].some(e => e.textContent === %q)`, title), 10*time.Second)
+	}
+	if n := eval[int](p, `[...document.querySelectorAll('#posts .title')].filter(e => e.textContent.startsWith('Load test: ')).length`); n != 0 {
+		t.Errorf("the posts page shows %d of make load's posts", n)
 	}
 	id := eval[string](p, `document.querySelector('#posts li[data-post]').dataset.post`)
 	item := fmt.Sprintf(`#posts li[data-post="%s"]`, id)

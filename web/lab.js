@@ -2,6 +2,7 @@
 // lands (Server-Sent Events over a POST), then the outcome and the layers'
 // counters, then the race's waterfall, drawn from its requests' spans.
 import { api, describe, el, header, mountSession, newKey, say, session } from './api.js';
+import { axis, BAR, place } from './waterfall.js';
 
 const form = document.getElementById('race');
 const runButton = document.getElementById('run');
@@ -68,16 +69,6 @@ function labels(r) {
   return out;
 }
 
-const BAR = { 'lock.wait': 'wf-wait', 'lock.hold': 'wf-hold', 'db.tx': 'wf-tx', gateway: 'wf-gw', idempotency: 'wf-idem' };
-
-// place puts a bar or a tick on the row's time axis, in percent of the
-// race's length; a bar is at least a sliver, so a short one still shows.
-function place(node, startMS, ms, total) {
-  node.style.left = `${(100 * startMS / total).toFixed(3)}%`;
-  if (ms !== undefined) node.style.width = `${Math.max(0.25, 100 * ms / total).toFixed(3)}%`;
-  return node;
-}
-
 function barTitle(b) {
   let t = `${b.kind} ${b.ms.toFixed(2)} ms`;
   if (b.result) t += `, ${b.result}`;
@@ -102,11 +93,7 @@ function onWaterfall(w, run) {
   if (drawn.length < w.rows.length) text += ` The first ${drawn.length} to start are drawn.`;
   if (w.rows.length < w.requests) text += ` ${w.requests - w.rows.length} requests' spans did not arrive in time.`;
   wfInfo.textContent = text;
-  const axis = el('div', { class: 'wf-row wf-axis', 'aria-hidden': 'true' }, el('span', { class: 'wf-label', text: 'ms' }),
-    el('span', { class: 'wf-track' }, ...[0, 0.25, 0.5, 0.75, 1].map((f) =>
-      place(el('span', { class: 'wf-grid', text: (f * w.ms).toFixed(f === 0 ? 0 : 1) }), f * w.ms, undefined, total))),
-    el('span', { class: 'wf-tags' }));
-  waterfall.replaceChildren(axis, ...drawn.map((r) => {
+  waterfall.replaceChildren(axis(w.ms), ...drawn.map((r) => {
     const track = el('span', { class: 'wf-track' },
       place(el('span', { class: 'wf-bar wf-req', title: `${r.route} ${r.ms.toFixed(2)} ms` }), r.start_ms, r.ms, total));
     for (const b of r.bars) {

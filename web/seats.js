@@ -94,7 +94,7 @@ async function load() {
       api('GET', `/v1/events/${encodeURIComponent(eventId)}/seats`, { auth: false }),
     ]);
     if (!ev.ok || !sm.ok) {
-      say(eventMsg, `Could not read the event: ${describe(ev.ok ? sm : ev)}`, 'bad');
+      say(eventMsg, `Could not read the event: ${describe(ev.ok ? sm : ev)}`, 'bad', ev.ok ? sm : ev);
       if (ev.status === 404) { mapCard.hidden = true; stop(); }
       return;
     }
@@ -149,7 +149,7 @@ holdButton.addEventListener('click', async () => {
     await load();
     return;
   }
-  if (!r.ok) { say(seatMsg, `Not held: ${describe(r)} (key ${key})`, 'bad'); return; }
+  if (!r.ok) { say(seatMsg, `Not held: ${describe(r)} (key ${key})`, 'bad', r); return; }
   say(seatMsg, '');
   selected.clear();
   selectionChanged();
@@ -205,7 +205,7 @@ confirmButton.addEventListener('click', async () => {
   const r = await api('POST', `/v1/holds/${h.id}/confirm`, { key: confirmKey });
   if (!r.ok) {
     if (r.data?.code === 'hold_expired') finish('expired', 'Expired before the confirm: nothing was booked.', 'bad');
-    else { confirmButton.disabled = false; say(holdMsg, `Not confirmed: ${describe(r)} (key ${confirmKey})`, 'bad'); }
+    else { confirmButton.disabled = false; say(holdMsg, `Not confirmed: ${describe(r)} (key ${confirmKey})`, 'bad', r); }
     await load();
     return;
   }
@@ -221,7 +221,7 @@ releaseButton.addEventListener('click', async () => {
   const r = await api('DELETE', `/v1/holds/${h.id}`);
   if (!r.ok) {
     if (r.data?.code === 'hold_expired') finish('expired', 'Already expired: the seats are free again.', 'bad');
-    else { releaseButton.disabled = false; say(holdMsg, `Not released: ${describe(r)}`, 'bad'); }
+    else { releaseButton.disabled = false; say(holdMsg, `Not released: ${describe(r)}`, 'bad', r); }
     await load();
     return;
   }

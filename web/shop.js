@@ -1,6 +1,6 @@
 // The shop: catalogue with live stock, buy with an idempotency key per
 // intent, pay with each test card, orders, cancel.
-import { api, cents, describe, el, header, mountSession, newKey, say, session } from './api.js';
+import { api, cents, describe, el, header, mountSession, newKey, say, session, traceLink } from './api.js';
 
 const catalogue = document.querySelector('#catalogue tbody');
 const orders = document.querySelector('#orders tbody');
@@ -8,8 +8,9 @@ const buyResult = document.getElementById('buy-result');
 const orderResult = document.getElementById('order-result');
 const cards = ['pm_card_ok', 'pm_card_declined', 'pm_card_slow', 'pm_card_flaky'];
 
-// The race lab's products (LAB-…) are not for sale.
-const forSale = (p) => !p.sku.startsWith('LAB-');
+// The race lab's products (LAB-…) and what make load creates (LOAD-…,
+// loadtest/k6/lib/config.js) are not for sale.
+const forSale = (p) => !p.sku.startsWith('LAB-') && !p.sku.startsWith('LOAD-');
 
 async function allProducts() {
   const out = [];
@@ -62,13 +63,15 @@ async function sendOrder(p, body, key) {
     el('span', { id: 'buy-status', text: r.ok ? `Order ${r.data.id} placed (${r.status}${replayed ? ', replayed: the same order' : ''})` : `Not placed: ${describe(r)}` }),
     el('br'), 'Idempotency-Key: ', el('code', { id: 'buy-key', text: key }), ' ',
     el('button', { type: 'button', class: 'secondary', id: 'buy-again', onclick: () => sendOrder(p, body, key) }, 'Send again (same key)'));
+  const link = traceLink(r);
+  if (link) buyResult.append(' ', link);
   await Promise.all([loadCatalogue(), loadOrders()]);
 }
 
 async function loadOrders() {
   if (!session.token) { orders.replaceChildren(el('tr', {}, el('td', { colspan: '5', text: 'Register to see your orders.' }))); return; }
   const r = await api('GET', '/v1/orders?limit=50');
-  if (!r.ok) { say(orderResult, `Could not read your orders: ${describe(r)}`, 'bad'); return; }
+  if (!r.ok) { say(orderResult, `Could not read your orders: ${describe(r)}`, 'bad', r); return; }
   if (r.data.items.length === 0) { orders.replaceChildren(el('tr', {}, el('td', { colspan: '5', text: 'No orders yet.' }))); return; }
   orders.replaceChildren(...r.data.items.map(orderRow));
 }
@@ -100,13 +103,13 @@ async function pay(o, card) {
   if (r.status === 201) text = `Paid: payment ${r.data.status}, ${cents(r.data.amount_cents)}`;
   else if (r.status === 202) text = 'The gateway is slow: payment processing, the service settles it later';
   else text = `Not paid: ${describe(r)}`;
-  say(orderResult, `${text} (key ${key})`, r.status === 201 ? 'ok' : r.status === 202 ? '' : 'bad');
+  say(orderResult, `${text} (key ${key})`, r.status === 201 ? 'ok' : r.status === 202 ? '' : 'bad', r);
   await Promise.all([loadOrders(), loadCatalogue()]);
 }
 
 async function cancel(o) {
   const r = await api('POST', `/v1/orders/${o.id}/cancel`);
-  say(orderResult, r.ok ? `Order ${`…${o.id.slice(-8)}`} cancelled: its stock is back` : `Not cancelled: ${describe(r)}`, r.ok ? 'ok' : 'bad');
+  say(orderResult, r.ok ? `Order ${`…${o.id.slice(-8)}`} cancelled: its stock is back` : `Not cancelled: ${describe(r)}`, r.ok ? 'ok' : 'bad', r);
   await Promise.all([loadOrders(), loadCatalogue()]);
 }
 

@@ -110,7 +110,34 @@ func TestScripts(t *testing.T) {
 			for _, f := range res.Failures() {
 				t.Error(f)
 			}
+			dataTagged(t, stack)
 		})
+	}
+}
+
+// dataTagged checks that what a script made (the stack has no demo
+// catalogue: every row is the script's) is tagged as make load's, so the
+// shop's pages leave it out (loadtest/k6/lib/config.js, web/shop.js,
+// web/posts.js), and that it made something.
+func dataTagged(t *testing.T, stack *apptest.Stack) {
+	t.Helper()
+	made := 0
+	for _, q := range []struct{ table, column, tag string }{
+		{"products", "sku", "LOAD-%"}, {"posts", "title", "Load test: %"}, {"events", "name", "Load test: %"},
+	} {
+		var all, untagged int
+		err := stack.Env.DB.QueryRow(context.Background(),
+			"SELECT count(*), count(*) FILTER (WHERE "+q.column+" NOT LIKE $1) FROM "+q.table, q.tag).Scan(&all, &untagged)
+		if err != nil {
+			t.Fatalf("count %s: %v", q.table, err)
+		}
+		if untagged > 0 {
+			t.Errorf("%d of the %d %s the script made are not tagged (%s %s)", untagged, all, q.table, q.column, q.tag)
+		}
+		made += all
+	}
+	if made == 0 {
+		t.Error("the script made no product, post or event: the check saw nothing")
 	}
 }
 

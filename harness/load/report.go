@@ -2,27 +2,27 @@ package load
 
 import (
 	"bytes"
-	"encoding/base64"
 	"fmt"
 	"html/template"
 	"image/color"
 	"io"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
 
 	"github.com/shop-example/shop/harness/k6compat"
 )
 
 var (
-	medColor    = color.RGBA{R: 0x3b, G: 0x6e, B: 0xa8, A: 0xff}
-	p95Color    = color.RGBA{R: 0xd9, G: 0x6b, B: 0x2b, A: 0xff}
-	failedColor = color.RGBA{R: 0xc0, A: 0xff}
+	medColor       = color.RGBA{R: 0x3b, G: 0x6e, B: 0xa8, A: 0xff}
+	p95Color       = color.RGBA{R: 0xd9, G: 0x6b, B: 0x2b, A: 0xff}
+	failedColor    = color.RGBA{R: 0xc0, A: 0xff}
+	thresholdColor = color.RGBA{R: 0x6b, G: 0x21, B: 0xa8, A: 0xff}
+	vusColor       = color.RGBA{R: 0x2a, G: 0x7a, B: 0x2a, A: 0xff}
 )
 
 // endpointRow is one line of the report's table.
@@ -34,11 +34,17 @@ type endpointRow struct {
 }
 
 // writeReport writes a static HTML page that needs nothing from the
-// network: the summary, latency and requests per second over time (SVG
-// drawn with gonum/plot, as the benchmarks' charts), and a table of each
-// endpoint's requests.
+// network, laid out as a k6 user expects its web dashboard's report: the
+// summary, virtual users and iterations over time, latency over time with
+// the duration thresholds drawn on it, requests per second (SVG drawn with
+// gonum/plot, as the benchmarks' charts), and a table of each endpoint's
+// requests.
 func writeReport(w io.Writer, res *k6compat.Result) error {
 	r := newRun(res)
+	vus, err := r.vusChart()
+	if err != nil {
+		return err
+	}
 	latency, rps, err := r.charts()
 	if err != nil {
 		return err
@@ -48,6 +54,8 @@ func writeReport(w io.Writer, res *k6compat.Result) error {
 	return reportPage.Execute(w, map[string]any{
 		"Start":     res.Start.Format("2006-01-02 15:04:05 MST"),
 		"Duration":  clock(res.Duration),
+		"Font":      template.CSS(chartFamily),
+		"VUs":       vus,
 		"Latency":   latency,
 		"RPS":       rps,
 		"Endpoints": r.endpoints(),
@@ -70,9 +78,34 @@ func (r run) perSecondBuckets(name string) [][]k6compat.Sample {
 	return out
 }
 
-// charts draws the request duration (median and p95 of each second) and
-// the requests per second (and failed ones), as SVG data URIs.
-func (r run) charts() (latency, rps template.URL, err error) {
+// vusChart draws the virtual users running (k6's vus gauge, as steps) and
+// the iterations completed each second.
+func (r run) vusChart() (chart, error) {
+	var vus plotter.XYs
+	for _, s := range r.byName["vus"].Samples {
+		x := max(0, s.Time.Sub(r.Start).Seconds())
+		vus = append(vus, plotter.XY{X: x, Y: s.Value})
+	}
+	if len(vus) > 0 {
+		vus = append(plotter.XYs{{X: 0, Y: 0}}, vus...)
+		vus = append(vus, plotter.XY{X: r.Duration.Seconds(), Y: vus[len(vus)-1].Y})
+	}
+	var iters plotter.XYs
+	for i, b := range r.perSecondBuckets("iterations") {
+		iters = append(iters, plotter.XY{X: float64(i) + 0.5, Y: float64(len(b))})
+	}
+	return lineChart("Virtual users and iterations", "seconds since the start", "VUs; iterations per second",
+		[]series{{name: "VUs", xys: vus, color: vusColor, steps: true}, {name: "iterations per second", xys: iters, color: medColor}})
+}
+
+// durationThreshold matches a threshold on a trend in milliseconds that
+// can be drawn as a line: "p(95)<500", "avg <= 200".
+var durationThreshold = regexp.MustCompile(`^\s*(avg|min|max|med|p\([0-9.]+\))\s*(<=|<|>=|>|==)\s*([0-9.]+)\s*$`)
+
+// charts draws the request duration (median and p95 of each second, with
+// the thresholds on http_req_duration as dashed lines) and the requests
+// per second (and failed ones).
+func (r run) charts() (latency, rps chart, err error) {
 	var med, p95 plotter.XYs
 	for i, b := range r.perSecondBuckets("http_req_duration") {
 		if len(b) == 0 {
@@ -83,8 +116,22 @@ func (r run) charts() (latency, rps template.URL, err error) {
 		med = append(med, plotter.XY{X: x, Y: v["med"]})
 		p95 = append(p95, plotter.XY{X: x, Y: v["p(95)"]})
 	}
-	if latency, err = lineChart("Request duration, each second", "ms", []series{{"median", med, medColor}, {"p(95)", p95, p95Color}}); err != nil {
-		return "", "", err
+	lat := []series{{name: "median", xys: med, color: medColor}, {name: "p(95)", xys: p95, color: p95Color}}
+	for _, th := range r.Thresholds {
+		m := durationThreshold.FindStringSubmatch(th.Expr)
+		if th.Name != "http_req_duration" || m == nil {
+			continue
+		}
+		limit, _ := strconv.ParseFloat(m[3], 64)
+		state, c := "held", thresholdColor
+		if !th.OK {
+			state, c = "crossed", failedColor
+		}
+		lat = append(lat, series{name: fmt.Sprintf("threshold %s %s: %s", th.Metric, th.Expr, state),
+			xys: plotter.XYs{{X: 0, Y: limit}, {X: r.Duration.Seconds(), Y: limit}}, color: c, dashed: true})
+	}
+	if latency, err = lineChart("Request duration, each second", "seconds since the start", "ms", lat); err != nil {
+		return chart{}, chart{}, err
 	}
 	var all, failed plotter.XYs
 	for i, b := range r.perSecondBuckets("http_req_failed") {
@@ -102,46 +149,9 @@ func (r run) charts() (latency, rps template.URL, err error) {
 			all = append(all, plotter.XY{X: float64(i) + 0.5, Y: float64(len(b))})
 		}
 	}
-	rps, err = lineChart("Requests per second", "requests", []series{{"requests", all, medColor}, {"failed (http_req_failed)", failed, failedColor}})
+	rps, err = lineChart("Requests per second", "seconds since the start", "requests",
+		[]series{{name: "requests", xys: all, color: medColor}, {name: "failed (http_req_failed)", xys: failed, color: failedColor}})
 	return latency, rps, err
-}
-
-type series struct {
-	name  string
-	xys   plotter.XYs
-	color color.Color
-}
-
-func lineChart(title, unit string, ss []series) (template.URL, error) {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "seconds since the start"
-	p.Y.Label.Text = unit
-	p.Y.Min = 0
-	p.Add(plotter.NewGrid())
-	for _, s := range ss {
-		if len(s.xys) == 0 {
-			continue
-		}
-		l, err := plotter.NewLine(s.xys)
-		if err != nil {
-			return "", fmt.Errorf("chart %s: %w", title, err)
-		}
-		l.Color = s.color
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(s.name, l)
-	}
-	p.Legend.Top = true
-	wt, err := p.WriterTo(24*vg.Centimeter, 9*vg.Centimeter, "svg")
-	if err != nil {
-		return "", fmt.Errorf("chart %s: %w", title, err)
-	}
-	var b bytes.Buffer
-	if _, err := wt.WriteTo(&b); err != nil {
-		return "", fmt.Errorf("chart %s: %w", title, err)
-	}
-	return template.URL("data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString(b.Bytes())), nil
 }
 
 // endpoints are the request statistics of each endpoint, busiest first.
@@ -197,21 +207,29 @@ var reportPage = template.Must(template.New("report").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>shop load: {{if .Passed}}passed{{else}}FAILED{{end}}, {{.Start}}</title>
 <style>
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
+body { font: 14px/1.45 {{.Font}}; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 2em; }
 .ok { color: #2a7a2a; } .bad { color: #c00000; }
 table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
 th, td { padding: .3em .6em; border-bottom: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child, td.statuses { text-align: left; }
-img { max-width: 100%; }
+svg.chart { display: block; width: 100%; height: auto; overflow: visible; }
+ul.legend { list-style: none; display: flex; flex-wrap: wrap; gap: .2em 1.5em; padding: 0; margin: .5em 0; }
+ul.legend li { display: inline-flex; align-items: center; gap: .4em; }
+ul.legend .key { display: inline-block; width: 1.8em; border-top: 2px solid; }
+ul.legend .key.dashed { border-top-style: dashed; }
 pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 12px; }
 </style></head><body>
 <h1>shop load — <span class="{{if .Passed}}ok{{else}}bad{{end}}">{{if .Passed}}every threshold held{{else}}the run failed{{end}}</span></h1>
 <p>Started {{.Start}}, ran {{.Duration}} (setup and teardown included).</p>
+{{define "chart"}}<ul class="legend">{{range .Legend}}<li><span class="key{{if .Dashed}} dashed{{end}}" style="border-color: {{.Color}}"></span>{{.Name}}</li>{{end}}</ul>
+{{.SVG}}{{end}}
+<h2>Virtual users and iterations</h2>
+{{template "chart" .VUs}}
 <h2>Latency over time</h2>
-<img alt="request duration over time" src="{{.Latency}}">
+{{template "chart" .Latency}}
 <h2>Requests per second</h2>
-<img alt="requests per second over time" src="{{.RPS}}">
+{{template "chart" .RPS}}
 <h2>Endpoints</h2>
 <table>
 <tr><th>endpoint</th><th>requests</th><th>req/s</th><th>failed</th><th>avg</th><th>med</th><th>p(95)</th><th>p(99)</th><th>max</th><th>statuses</th></tr>

@@ -18,7 +18,7 @@ import http from 'k6/http';
 import { check, fail, sleep } from 'k6';
 import { Counter } from 'k6/metrics';
 import * as api from './lib/api.js';
-import { THINK, floatEnv, intEnv, newKey, pickScenarios, runId } from './lib/config.js';
+import { THINK, floatEnv, intEnv, loadSku, newKey, pickScenarios, runId } from './lib/config.js';
 import { classify, replayed, retrying } from './lib/outcomes.js';
 
 const P95_MS = floatEnv('P95_MS', 2000); // a storm's p95 bound, in ms
@@ -50,7 +50,7 @@ let myOrder = '';
 
 export function setup() {
   api.ready(FLOW);
-  const sku = `flash-${runId()}`;
+  const sku = loadSku(`flash-${runId()}`);
   api.createProduct(FLOW, sku, 1999, STOCK);
   return { sku, stock: STOCK, buyers: api.registerMany(FLOW, `buyer-${runId()}`, BUYERS) };
 }

@@ -18,7 +18,7 @@
 import http from 'k6/http';
 import { check, fail, sleep } from 'k6';
 import * as api from './lib/api.js';
-import { THINK, floatEnv, intEnv, pickScenarios, runId } from './lib/config.js';
+import { THINK, floatEnv, intEnv, loadTitle, pickScenarios, runId } from './lib/config.js';
 import { classify, retrying } from './lib/outcomes.js';
 
 const P95_MS = floatEnv('P95_MS', 2000); // a storm's p95 bound, in ms
@@ -42,7 +42,7 @@ export function setup() {
   api.ready(FLOW);
   const id = runId();
   const author = api.registerMany(FLOW, `author-${id}`, 1)[0];
-  const post = api.createPost(FLOW, author.token, `Hot post ${id}`);
+  const post = api.createPost(FLOW, author.token, loadTitle(`Hot post ${id}`));
   return { post: post.id, author: author.token, likers: api.registerMany(FLOW, `liker-${id}`, LIKERS) };
 }
 

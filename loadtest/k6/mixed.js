@@ -15,7 +15,7 @@
 //     -e RATE=20 -e DURATION=5m -e USERS=50 loadtest/k6/mixed.js
 import { check, fail, group, sleep } from 'k6';
 import * as api from './lib/api.js';
-import { SEATS, THINK, floatEnv, intEnv, newKey, pickScenarios, runId } from './lib/config.js';
+import { SEATS, THINK, floatEnv, intEnv, loadSku, loadTitle, newKey, pickScenarios, runId } from './lib/config.js';
 import { classify, retrying } from './lib/outcomes.js';
 
 const FLOW = 'mixed';
@@ -64,16 +64,16 @@ export function setup() {
   const id = runId();
   const skus = [];
   for (let i = 0; i < 5; i++) {
-    skus.push(api.createProduct(FLOW, `mixed-${id}-${i}`, 500 + 100 * i, 1000000).sku);
+    skus.push(api.createProduct(FLOW, loadSku(`mixed-${id}-${i}`), 500 + 100 * i, 1000000).sku);
   }
   const users = api.registerMany(FLOW, `shopper-${id}`, USERS);
   const posts = [];
   for (let i = 0; i < 3; i++) {
-    posts.push(api.createPost(FLOW, users[i % users.length].token, `Mixed ${id} ${i}`).id);
+    posts.push(api.createPost(FLOW, users[i % users.length].token, loadTitle(`Mixed ${id} ${i}`)).id);
   }
   const data = { skus, users, posts, event: '' };
   if (SEATS) {
-    data.event = api.createEvent(FLOW, `Mixed ${id}`, 20, 50).id;
+    data.event = api.createEvent(FLOW, loadTitle(`Mixed ${id}`), 20, 50).id;
   }
   return data;
 }

@@ -21,7 +21,7 @@
 import http from 'k6/http';
 import { check, fail, sleep } from 'k6';
 import * as api from './lib/api.js';
-import { THINK, floatEnv, intEnv, newKey, pickScenarios, runId } from './lib/config.js';
+import { THINK, floatEnv, intEnv, loadSku, newKey, pickScenarios, runId } from './lib/config.js';
 import { classify, retrying } from './lib/outcomes.js';
 
 const P95_MS = floatEnv('P95_MS', 3000); // a storm's p95 bound, in ms
@@ -44,7 +44,7 @@ export const options = {
 
 export function setup() {
   api.ready(FLOW);
-  const sku = `pay-${runId()}`;
+  const sku = loadSku(`pay-${runId()}`);
   api.createProduct(FLOW, sku, PRICE, PAYERS * ORDERS * 2);
   return { sku, payers: api.registerMany(FLOW, `payer-${runId()}`, PAYERS) };
 }

@@ -22,7 +22,7 @@ import http from 'k6/http';
 import { check, fail, sleep } from 'k6';
 import { Counter } from 'k6/metrics';
 import * as api from './lib/api.js';
-import { THINK, floatEnv, intEnv, newKey, pickScenarios, runId } from './lib/config.js';
+import { THINK, floatEnv, intEnv, loadTitle, newKey, pickScenarios, runId } from './lib/config.js';
 import { classify, replayed, retrying } from './lib/outcomes.js';
 
 const P95_MS = floatEnv('P95_MS', 2000); // a storm's p95 bound, in ms
@@ -56,7 +56,7 @@ export const options = {
 export function setup() {
   api.ready(FLOW);
   const id = runId();
-  const event = api.createEvent(FLOW, `Seat rush ${id}`, ROWS, PER_ROW);
+  const event = api.createEvent(FLOW, loadTitle(`Seat rush ${id}`), ROWS, PER_ROW);
   return { event: event.id, rows: ROWS, perRow: PER_ROW, fans: api.registerMany(FLOW, `fan-${id}`, FANS) };
 }
 

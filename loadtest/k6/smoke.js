@@ -10,7 +10,7 @@
 import http from 'k6/http';
 import { check, group } from 'k6';
 import * as api from './lib/api.js';
-import { SEATS, newKey, runId } from './lib/config.js';
+import { SEATS, loadSku, loadTitle, newKey, runId } from './lib/config.js';
 import { code, retrying } from './lib/outcomes.js';
 
 const FLOW = 'smoke';
@@ -28,7 +28,7 @@ export const options = {
 export function setup() {
   api.ready(FLOW);
   const id = runId();
-  const sku = `smoke-${id}`;
+  const sku = loadSku(`smoke-${id}`);
   api.createProduct(FLOW, sku, 1200, 5);
   return { id, sku, user: api.registerMany(FLOW, `smoke-${id}`, 1)[0] };
 }
@@ -71,7 +71,7 @@ export default function (data) {
   });
 
   group('likes', () => {
-    const post = api.createPost(FLOW, token, `Smoke ${data.id}`);
+    const post = api.createPost(FLOW, token, loadTitle(`Smoke ${data.id}`));
     const tap = api.likeSpec(FLOW, token, post.id);
     // A double tap; a tap told to wait for the other retries.
     const liked = http.batch([tap, tap]).map((first) => retrying(FLOW, () => api.send(tap), first));
@@ -84,7 +84,7 @@ export default function (data) {
 
   if (SEATS) {
     group('seats', () => {
-      const event = api.createEvent(FLOW, `Smoke ${data.id}`, 1, 4);
+      const event = api.createEvent(FLOW, loadTitle(`Smoke ${data.id}`), 1, 4);
       const held = api.send(api.holdSpec(FLOW, token, event.id, ['A1', 'A2'], newKey()));
       check(held, { 'seats held': (r) => r.status === 201 && r.json().status === 'active' });
       const taken = api.send(api.holdSpec(FLOW, token, event.id, ['A2', 'A3'], newKey()));

@@ -31,6 +31,12 @@ export function floatEnv(name, fallback) {
   return Number.isFinite(v) && v >= 0 ? v : fallback;
 }
 
+// What a script creates is tagged, so that the shop's pages leave it out
+// (web/shop.js, web/posts.js; docs/LOADTEST.md): a product's SKU starts
+// with LOAD-, a post's title and an event's name with "Load test: ".
+export const loadSku = (name) => `LOAD-${name}`;
+export const loadTitle = (text) => `Load test: ${text}`;
+
 // runId makes the names of a run's data (SKUs, user names) unique, so a
 // script can run again against the same database.
 export function runId() {
