@@ -28,7 +28,7 @@ const (
 var layerColumns = []string{"0 idempotency", "1 lock", "2 state", "3 version", "4 constraint"}
 
 // layerFlows are words each of the table's rows names, one row each.
-var layerFlows = []string{"orders", "payments", "seat", "likes", "fulfilment"}
+var layerFlows = []string{"orders", "payments", "refunds", "seat", "likes", "fulfilment"}
 
 // TestReadme_Short fails when README.md grows past readmeMaxLines: its
 // long sections belong in docs/, linked from it.
