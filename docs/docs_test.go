@@ -181,6 +181,32 @@ func TestDocs_GeneratedBlocks(t *testing.T) {
 	}
 }
 
+// TestDocs_NoRegression fails when a generated block says a measured hot
+// path fell: the bench's history writes a FAILED line for each layered
+// cell whose throughput dropped by more than a fifth from one run to the
+// next (harness/bench layeredDrops). A change that cost a flow that much
+// does not land until it is found and undone, or the drop explained by a
+// new run.
+func TestDocs_NoRegression(t *testing.T) {
+	for _, file := range markdownFiles(t) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, err := docblock.Parse(string(b))
+		if err != nil {
+			continue // TestDocs_GeneratedBlocks reports it
+		}
+		for _, blk := range blocks {
+			for _, line := range strings.Split(blk.Body, "\n") {
+				if strings.HasPrefix(line, "FAILED:") {
+					t.Errorf("%s: block %s: %s", file, blk.Name, line)
+				}
+			}
+		}
+	}
+}
+
 // TestDocs_MeasuredOnQuietBoxes lists the generated blocks measured on a
 // loaded box (docblock.Block.Loaded: the LOADED BOX marker that `shop
 // bench … -doc -loaded` writes, or an older block's load above its

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/shop-example/shop/harness/docblock"
@@ -39,11 +40,18 @@ var goalLineRE = regexp.MustCompile(`^(hot|spread): layered ([0-9.]+)/s / (.+?)(
 
 // goalRun is one measured commit's goal lines, as its blocks hold them.
 type goalRun struct {
-	commit  string            // the commit the run measured
-	machine string            // its blocks' machine
-	http    bool              // its baselines were served through HTTP
-	cells   map[string]string // "orders/hot" → "0.90, 52.1 ms" (bold when the goal was met)
+	commit  string             // the commit the run measured
+	machine string             // its blocks' machine
+	http    bool               // its baselines were served through HTTP
+	cells   map[string]string  // "orders/hot" → "0.90, 52.1 ms" (bold when the goal was met)
+	rates   map[string]float64 // "orders/hot" → the layered flow's operations per second
 }
+
+// maxDrop is how far a layered cell may fall between two measured runs
+// before the history block calls it a regression: a hot path that lost
+// more than a fifth of its throughput between two commits was changed
+// without being measured.
+const maxDrop = 0.20
 
 // goalRuns reads the goal lines out of versions of the file, newest first,
 // and returns one run per measured commit, oldest first. A flow whose
@@ -64,7 +72,7 @@ func goalRuns(versions []string) []goalRun {
 			}
 			run := byCommit[b.Commit]
 			if run == nil {
-				run = &goalRun{commit: b.Commit, machine: b.Machine, cells: map[string]string{}}
+				run = &goalRun{commit: b.Commit, machine: b.Machine, cells: map[string]string{}, rates: map[string]float64{}}
 				byCommit[b.Commit] = run
 				runs = append(runs, run)
 			}
@@ -82,6 +90,9 @@ func goalRuns(versions []string) []goalRun {
 					v = "**" + v + "**"
 				}
 				run.cells[cell] = v
+				if rate, err := strconv.ParseFloat(m[2], 64); err == nil {
+					run.rates[cell] = rate
+				}
 				run.http = run.http || m[4] != ""
 			}
 		}
@@ -149,7 +160,41 @@ func historyTable(runs []goalRun, dates map[string]string) string {
 	}
 	fmt.Fprintf(&b, "\nEach cell: the layered flow ÷ the fastest strategy with no anomaly in that run, and the layered p99; bold where the goal (ratio >= %.1f, p99 < %s) was met. "+
 		"Before the baselines were served through HTTP, the ratio was taken against them in process.\n", goalStrategyRatio, goalP99)
+	fmt.Fprintln(&b)
+	drops := layeredDrops(runs)
+	for _, d := range drops {
+		fmt.Fprintln(&b, d)
+	}
+	if len(drops) == 0 {
+		fmt.Fprintf(&b, "No layered cell fell by more than %.0f %% from one run to the next (runs through HTTP on a quiet box, side by side).\n", maxDrop*100)
+	}
 	return b.String()
+}
+
+// layeredDrops are the failed lines of the history: each layered cell
+// whose throughput fell by more than maxDrop from one run to the next,
+// where both were measured through HTTP on a box not marked loaded (the
+// runs whose figures compare).
+func layeredDrops(runs []goalRun) []string {
+	var out []string
+	var prev *goalRun
+	for i := range runs {
+		r := &runs[i]
+		if !r.http || strings.Contains(r.machine, docblock.LoadedMarker) {
+			continue
+		}
+		if prev != nil {
+			for _, cell := range goalCells() {
+				before, after := prev.rates[cell], r.rates[cell]
+				if before > 0 && after > 0 && after < before*(1-maxDrop) {
+					out = append(out, fmt.Sprintf("FAILED: %s: the layered flow fell from %.0f/s at %s to %.0f/s at %s, %.0f %% (more than %.0f %%)",
+						cell, before, shortCommit(prev.commit), after, shortCommit(r.commit), (after/before-1)*100, maxDrop*100))
+				}
+			}
+		}
+		prev = r
+	}
+	return out
 }
 
 func shortCommit(c string) string {

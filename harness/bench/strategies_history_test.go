@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,52 @@ func TestGoalLineRE_ReadsGoalLine(t *testing.T) {
 		if len(runs) != 1 || runs[0].cells["orders/spread"] != tc.want || !runs[0].http {
 			t.Errorf("goalLine wrote %q; the history read %+v, want orders/spread %q through HTTP", line, runs, tc.want)
 		}
+	}
+}
+
+// TestHistory_FailsADrop: a layered cell that lost more than a fifth of
+// its throughput from one measured run to the next is a failed line of
+// the history block (and docs/docs_test.go fails on it); a drop of a
+// fifth or less, a run on a loaded box, or one measured in process is no
+// comparison and shows none.
+func TestHistory_FailsADrop(t *testing.T) {
+	const quiet, loaded = "2 cores, linux/amd64, load 0.50 at the start", "2 cores, linux/amd64, load 6.00 at the start, " + docblock.LoadedMarker
+	line := func(rate int) string {
+		return "spread: layered " + strconv.Itoa(rate) + "/s / row lock through HTTP 1330/s = 0.80, layered p99 43.5 ms: goal (ratio >= 0.7, p99 < 100ms) MET"
+	}
+	for _, tc := range []struct {
+		name     string
+		versions []string // newest first
+		want     string   // a fragment of the failed line; "" for none
+	}{
+		{"DropOfAThird", []string{
+			historyDoc(t, "bbbbbbbbbbbb", quiet, line(554)),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813)),
+		}, "FAILED: orders/spread: the layered flow fell from 813/s at aaaaaaa to 554/s at bbbbbbb, -32 %"},
+		{"DropOfAFifth", []string{
+			historyDoc(t, "bbbbbbbbbbbb", quiet, line(651)),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813)),
+		}, ""},
+		{"LoadedBoxIsNoComparison", []string{
+			historyDoc(t, "cccccccccccc", quiet, line(800)),
+			historyDoc(t, "bbbbbbbbbbbb", loaded, line(300)),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813)),
+		}, ""},
+		{"AgainstTheLastComparableRun", []string{
+			historyDoc(t, "cccccccccccc", quiet, line(500)),
+			historyDoc(t, "bbbbbbbbbbbb", loaded, line(900)),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813)),
+		}, "from 813/s at aaaaaaa to 500/s at ccccccc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table := historyTable(goalRuns(tc.versions), nil)
+			failed := strings.Contains(table, "FAILED:")
+			switch {
+			case tc.want == "" && failed:
+				t.Errorf("a failed line where there is no drop to compare:\n%s", table)
+			case tc.want != "" && !strings.Contains(table, tc.want):
+				t.Errorf("want the failed line %q:\n%s", tc.want, table)
+			}
+		})
 	}
 }
