@@ -17,14 +17,14 @@ import (
 	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
-// payer pays pending orders as the pay flow's last transaction does
-// (payments.Store.Settle): the order read first, its move to paid applied
-// by the domain's rules, then one transaction of two round trips,
+// payer pays pending orders as the pay flow's settle does
+// (payments.Service.settle): the order read first, its move to paid
+// applied by the domain's rules, then one transaction of two round trips,
 //
 //	BEGIN + the succeeded payment +   the order's write at the version
-//	the order's versioned write       read (orders.QueueWrite)
-//	order.paid + COMMIT               orders.QueueAnnounce, once the
-//	                                  write was seen to take effect
+//	the order's versioned write +     read, and its event
+//	order.paid                        (orders.Store.QueueMove)
+//	COMMIT
 //
 // so each event is the outbox row the flow writes, committed with the
 // change it announces. What comes before that transaction in the flow

@@ -2,7 +2,7 @@ package bench
 
 // Order creation in the shoot-out: each operation places a one-unit order
 // (the stock taken and the order inserted in one transaction, with
-// inventory.TakeStock and orders.Insert where the strategy allows), on one
+// inventory.Store.Take and orders.Store.Insert where the strategy allows), on one
 // SKU (hot) or one of -skus (spread). The audit compares, per SKU, the
 // units taken from stock with the orders the clients were told were
 // placed (in flight) and with the units the orders hold (after): every

@@ -1,26 +1,20 @@
 // Package layers names the five defences every flow stacks (DESIGN.md §1)
-// and lets a test take some of them off.
+// and gives the flows their one skeleton (flow.go): the lock, the bounded
+// retry of a write that lost a race, and the count of what each layer
+// stopped.
 //
-// A flow's Config carries a Set of the layers that are on. Its zero value
-// is every layer on: production code never names a layer, so it cannot
-// forget one, and a test names exactly what it takes off:
+// The production code never asks whether a layer is on: it has no
+// switch. A test takes a layer off by handing a flow a variant of the
+// step the layer lives in (harness/variants), and names what it takes off
+// with a Set, whose zero value is every layer on:
 //
-//	orders.Config{..., Layers: layers.Off(layers.Lock, layers.Version)}
+//	variants.For(layers.Off(layers.Lock, layers.Version), "", probe)
 //
-// Flows ask the set, at the step each layer guards:
-//
-//	if s.layers.On(layers.Version) { … WHERE version = $read … }
-//
-// Two layers live outside the flow's code. The idempotency layer is a
-// middleware on the route: a test that takes it off calls the service
-// directly, or registers the route without it. A constraint cannot be
-// switched off in Go: the test harness drops the flow's constraints in the
-// test's own database when its set has Constraint off.
-//
-// A switch must switch something: a layer test hands the set a Probe
-// (Set.Probed), which records each layer asked for while it is off. A row
-// of the ablation matrix whose layers were never asked runs the same code
-// as all layers on, and fails.
+// A constraint is taken off in the test's own database (the flows'
+// catalogues of them, app.Layer4). A switch must switch something: each
+// variant tells the row's Probe when it took its layer off during the
+// race, and a row of the ablation matrix whose layers were never taken
+// off runs the same code as all layers on, and fails.
 package layers
 
 import (
@@ -34,7 +28,7 @@ type Layer uint8
 // The layers, in the order a request meets them.
 const (
 	Idempotency Layer = iota // 0: the client's Idempotency-Key at the API
-	Lock                     // 1: a redsync lock on the resource
+	Lock                     // 1: a lock on the resource: in Redis (redsync), or an advisory lock in PostgreSQL
 	State                    // 2: the status state machine
 	Version                  // 3: version-checked or atomic conditional writes
 	Constraint               // 4: unique and check constraints in the schema
