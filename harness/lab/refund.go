@@ -93,10 +93,10 @@ func refundStormRequest(r *run, i int) request {
 }
 
 const (
-	sqlRefundsOf        = `SELECT order_id::text, status, amount_cents, coalesce(processor_refund_id, '') FROM refunds WHERE order_id = ANY($1)`
-	sqlRefundedCentsOf  = `SELECT id::text, refunded_cents FROM orders WHERE id = ANY($1)`
-	refundStatusFailed  = "failed"
-	refundStatusSettled = "succeeded"
+	sqlRefundsOf          = `SELECT order_id::text, status, amount_cents, coalesce(processor_refund_id, '') FROM refunds WHERE order_id = ANY($1)`
+	sqlRefundedCentsOf    = `SELECT id::text, refunded_cents FROM orders WHERE id = ANY($1)`
+	refundStatusFailed    = "failed"
+	refundStatusSucceeded = "succeeded"
 )
 
 // shopRefund is a refund as the copy's tables hold it.
@@ -155,7 +155,7 @@ func refundStormCheck(ctx context.Context, r *run, _ map[string]int) (check, err
 				holds += f.amountCents
 			}
 			switch f.status {
-			case refundStatusSettled:
+			case refundStatusSucceeded:
 				succeeded++
 				seen[f.processorID] = true
 				if !atProcessor[f.processorID] {
