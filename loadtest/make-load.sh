@@ -4,11 +4,11 @@
 #
 #   SCRIPT=loadtest/k6/flash-sale.js VUS=50 DURATION=20s loadtest/make-load.sh
 #
-# SCRIPT is a path or a name of loadtest/k6 (flash-sale); VUS and DURATION
-# are k6's --vus and --duration (DURATION replaces the script's scenarios
-# with its default function, as in k6; mixed.js has none: give it
-# LOAD_ARGS='-e DURATION=20s' instead); LOAD_ARGS passes more flags
-# (-e BUYERS=100). The summary goes to the terminal and to
+# SCRIPT is a path or a name of loadtest/k6 (flash-sale, or flash-sale.js);
+# VUS and DURATION are k6's --vus and --duration (DURATION replaces the
+# script's scenarios with its default function, as in k6; mixed.js has
+# none: give it LOAD_ARGS='-e DURATION=20s' instead); LOAD_ARGS passes
+# more flags (-e BUYERS=100). The summary goes to the terminal and to
 # $LOAD_OUT/summary.txt, with summary.json (k6's --summary-export) and
 # report.html beside it.
 #
@@ -31,7 +31,7 @@ say() { printf '[load] %s\n' "$*" >&2; }
 
 script=${SCRIPT:-smoke}
 case "$script" in
-  *.js) ;;
+  *.js) [ -f "$script" ] || [ ! -f "loadtest/k6/$script" ] || script=loadtest/k6/$script ;;
   *) script=loadtest/k6/$script.js ;;
 esac
 if [ ! -f "$script" ]; then

@@ -594,8 +594,36 @@ func raceLab(t *testing.T, p page, s *stack) {
 	}
 	p.screenshot("lab-redelivery-storm")
 
+	// Refund storm: two paid orders, ten agents refunding 60 % of each at
+	// once; one refund per order at the lab's gateway and in the live
+	// copy's tables, the other agents refused by the refund rule.
+	d = race(t, p, "refund_storm", 20)
+	ids = stormOrders(t, s, "shop_lab_live", d["run"])
+	if d["ok"] != "true" || d["target"] != "live" || len(ids) != 2 {
+		t.Fatalf("refund storm: page %v, %d orders in the live copy", d, len(ids))
+	}
+	var madeAt, given int64
+	for _, id := range ids {
+		made, cents := processorRefunds(t, s, s.labGateway, id)
+		recorded := s.count(t, `SELECT count(*) FROM shop_lab_live.refunds WHERE order_id = $1 AND status = 'succeeded'`, id)
+		if made != 1 || recorded != 1 || cents != 6000 {
+			t.Fatalf("refund storm: order %s has %d refunds of %d cents at the lab's gateway, %d recorded", id, made, cents, recorded)
+		}
+		madeAt, given = madeAt+made, given+cents
+	}
+	if d["refundsAtProcessor"] != strconv.FormatInt(madeAt, 10) || d["refundsRecorded"] != "2" || d["refundedCents"] != strconv.FormatInt(given, 10) ||
+		d["overRefundedCents"] != "0" || d["created"] != "2" {
+		t.Fatalf("refund storm: the page says %v; the lab's gateway made %d refunds of %d cents", d, madeAt, given)
+	}
+	byRule := eval[string](p, `document.querySelector('#metrics tr[data-series='+JSON.stringify('shop_conflicts_stopped_total{flow="refund_order",layer="state"}')+']')?.dataset.value || '0'`)
+	refusedRefunds := eval[int](p, `Number(document.querySelector('#tally li[data-key="422 refund_exceeds_remaining"] .n')?.textContent || 0)`)
+	if refusedRefunds != 18 || byRule != "18" {
+		t.Errorf("%d agents refused refund_exceeds_remaining, the refund rule's counter moved by %s; want 18 and 18", refusedRefunds, byRule)
+	}
+	p.screenshot("lab-refund-storm")
+
 	if after := realShop(t, s); after != realBefore {
-		t.Fatalf("five live runs moved the real shop: %+v, then %+v", realBefore, after)
+		t.Fatalf("six live runs moved the real shop: %+v, then %+v", realBefore, after)
 	}
 
 	// Layers off: the sandbox oversells, on its own tables; the real
@@ -678,6 +706,22 @@ func raceLab(t *testing.T, p page, s *stack) {
 	}
 	p.screenshot("lab-redelivery-storm-off")
 
+	// A refund storm with the refund rule, the version check and the
+	// constraints off, against the sandbox's processor, which refunds
+	// whatever it is asked: every agent's 60 % is given back, five times
+	// what each order was charged, as the sandbox's tables record.
+	d = race(t, p, "refund_storm", 20, "state", "version", "constraint")
+	ids = stormOrders(t, s, "shop_lab_bare", d["run"])
+	var recordedOff int64
+	for _, id := range ids {
+		recordedOff += s.count(t, `SELECT count(*) FROM shop_lab_bare.refunds WHERE order_id = $1 AND status = 'succeeded'`, id)
+	}
+	if d["target"] != "sandbox" || d["ok"] != "false" || len(ids) != 2 || recordedOff != 20 ||
+		d["refundsRecorded"] != "20" || d["refundsAtProcessor"] != "20" || d["overRefundedCents"] != "100000" {
+		t.Fatalf("refund storm in the sandbox: page %v; the sandbox has %d orders, %d refunds succeeded", d, len(ids), recordedOff)
+	}
+	p.screenshot("lab-refund-storm-off")
+
 	// The waterfall of a pay storm on the live copy, drawn from the spans
 	// both replicas kept: the winner holds the order's lock across the
 	// card processor's call; each loser names what turned it away, the
@@ -757,6 +801,26 @@ func stormOrders(t *testing.T, s *stack, schema, run string) []string {
 	return ids
 }
 
+// processorRefunds counts the refunds the gateway at base made of
+// order's charges, and what they gave back.
+func processorRefunds(t *testing.T, s *stack, base, order string) (n, cents int64) {
+	t.Helper()
+	var charges struct {
+		Items []struct {
+			Refunds []struct {
+				AmountCents int64 `json:"amount_cents"`
+			} `json:"refunds"`
+		} `json:"items"`
+	}
+	s.get(t, base, "/v1/charges?reference="+order, "", &charges)
+	for _, c := range charges.Items {
+		for _, r := range c.Refunds {
+			n, cents = n+1, cents+r.AmountCents
+		}
+	}
+	return n, cents
+}
+
 // receipts counts the receipts of order at the mail provider at base.
 func receipts(t *testing.T, s *stack, base, order string) int {
 	t.Helper()
@@ -770,7 +834,7 @@ func receipts(t *testing.T, s *stack, base, order string) int {
 // shopRows are what the real shop holds that a race could make.
 type shopRows struct {
 	users, products, orders, payments, events, posts, likes, charges int64
-	outbox, inbox, fulfilments                                       int64
+	outbox, inbox, fulfilments, refunds                              int64
 }
 
 func realShop(t *testing.T, s *stack) shopRows {
@@ -791,6 +855,7 @@ func realShop(t *testing.T, s *stack) shopRows {
 		outbox:      s.count(t, `SELECT count(*) FROM public.watermill_outbox`),
 		inbox:       s.count(t, `SELECT count(*) FROM public.inbox`),
 		fulfilments: s.count(t, `SELECT count(*) FROM public.fulfilments`),
+		refunds:     s.count(t, `SELECT count(*) FROM public.refunds`),
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"sync/atomic"
 	"testing"
+
+	"github.com/shop-example/shop/internal/app"
 )
 
 // Stack is replicas of the service behind a balancer; everything stops
@@ -59,6 +61,10 @@ type StackOptions struct {
 	// proxy in front of the service (one that gives every order request
 	// a key of its own).
 	Rewrite func(*httputil.ProxyRequest)
+	// Deps are the replicas' switches, as NewWith's: variants that take
+	// layers off (harness/variants), for a test that shows a client's
+	// check catching what a missing layer lets through.
+	Deps app.Deps
 }
 
 // Start starts replicas of the service (New) behind a balancer. vars
@@ -87,7 +93,7 @@ func StartWith(t testing.TB, replicas int, opts StackOptions) *Stack {
 	vars := map[string]string{"SHOP_LAB_TARGET": baseURL}
 	maps.Copy(vars, opts.Vars)
 
-	e := build(t, spec{replicas: replicas, vars: vars, names: opts.Names, labGateway: opts.LabGateway, labMailer: opts.LabMailer})
+	e := build(t, spec{replicas: replicas, vars: vars, switches: opts.Deps, names: opts.Names, labGateway: opts.LabGateway, labMailer: opts.LabMailer})
 	s := &Stack{BaseURL: baseURL, GatewayURL: e.Cfg.GatewayURL, LabGatewayURL: e.Cfg.LabGatewayURL, LabMailerURL: e.Cfg.LabMailerURL, Env: e, lb: lb}
 	errs := log.New(testLog(t, "balancer: "), "", 0)
 	for _, r := range e.Replicas {

@@ -235,7 +235,7 @@ func parseBenchFlags(what string, args []string) (benchOptions, error) {
 		fs.IntVar(&o.seatRows, "seat-rows", seats.MaxRows, fmt.Sprintf("rows of %d seats of the spread seat cases, 1–%d", seats.MaxSeatsPerRow, seats.MaxRows))
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of each layered cell to this file, suffixed -flow-hot / -flow-spread")
 		fs.StringVar(&o.chart, "chart", "", "write the throughput chart to this SVG file, and a PNG beside it")
-		list(fs, &o.flows, "flows", "orders,payments,seats,likes", "comma-separated flows to run")
+		list(fs, &o.flows, "flows", strings.Join(defaultStrategyFlows, ","), "comma-separated flows to run: "+strings.Join(strategyFlowNames(), ","))
 		list(fs, &o.shapes, "cases", hot+","+spread, "comma-separated cases to run")
 		list(fs, &o.only, "strategies", "", "comma-separated strategies to run (default all): "+strings.Join(strategyNames, ","))
 	case "outside":

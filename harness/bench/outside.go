@@ -44,6 +44,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shop-example/shop/harness/docblock"
+	gw "github.com/shop-example/shop/harness/gateway"
 	"github.com/shop-example/shop/internal/seats"
 )
 
@@ -155,7 +156,7 @@ func runOutside(ctx context.Context, o benchOptions, logger *slog.Logger) (run o
 			return run, fmt.Errorf("add the audits' columns: %w", err)
 		}
 	}
-	_, gateway, err := startGateway(ctx)
+	_, gateway, err := startGateway(ctx, gw.Options{})
 	if err != nil {
 		return run, err
 	}

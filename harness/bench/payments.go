@@ -114,7 +114,7 @@ func benchPayments(ctx context.Context, o benchOptions, logger *slog.Logger) (er
 		return fmt.Errorf("analyze: %w", err)
 	}
 
-	processor, processorSrv, err := startGateway(ctx)
+	processor, processorSrv, err := startGateway(ctx, gw.Options{})
 	if err != nil {
 		return err
 	}
@@ -171,13 +171,15 @@ func benchPayments(ctx context.Context, o benchOptions, logger *slog.Logger) (er
 
 // startGateway runs the stand-in card processor in this process, on a
 // loopback port of its own, with its journal in a new temporary directory
-// that stop removes.
-func startGateway(ctx context.Context) (*gw.Server, *service, error) {
+// that stop removes; opts says the rest (its journal and logger are
+// these).
+func startGateway(ctx context.Context, opts gw.Options) (*gw.Server, *service, error) {
 	dir, err := os.MkdirTemp("", "shop-bench-gateway-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway journal: %w", err)
 	}
-	processor, err := gw.New(gw.Options{JournalPath: filepath.Join(dir, "journal.jsonl"), Logger: serviceLogger()})
+	opts.JournalPath, opts.Logger = filepath.Join(dir, "journal.jsonl"), serviceLogger()
+	processor, err := gw.New(opts)
 	if err != nil {
 		os.RemoveAll(dir) //nolint:errcheck
 		return nil, nil, err

@@ -16,9 +16,9 @@ package bench
 // the route's slot and takes it out after. The body names the key of the
 // operation ({"key": "S1-SKU-7"}: a SKU, an order id, seats "A1,A2", a
 // post). A success answers 201 with what was done; a refusal, 409 (402
-// for a decline) problem+json with a code and the operation's own word
-// for it as the detail, which the client counts as in process; any other
-// failure, 500.
+// for a decline, 422 for a refund beyond what is left) problem+json with a
+// code and the operation's own word for it as the detail, which the
+// client counts as in process; any other failure, 500.
 
 import (
 	"context"
@@ -149,15 +149,16 @@ func (r *baselineRouter) handle(f flowSpec, strategy string, slot *baselineSlot)
 // refusals are the failures of the baselines' operations that are
 // answers, not faults, and the code each is answered with.
 var refusals = map[string]problem.Code{
-	"out of stock":     problem.OutOfStock,
-	"not pending":      problem.InvalidState,
-	"version conflict": problem.InvalidState,
-	"unique violation": problem.AlreadyExists,
-	"duplicate like":   problem.AlreadyExists,
-	"declined":         problem.PaymentDeclined,
-	"lock busy":        problem.ResourceBusy,
-	failBusy:           problem.ResourceBusy,
-	failConflict:       problem.SeatUnavailable,
+	"out of stock":      problem.OutOfStock,
+	"not pending":       problem.InvalidState,
+	"version conflict":  problem.InvalidState,
+	"unique violation":  problem.AlreadyExists,
+	"duplicate like":    problem.AlreadyExists,
+	"declined":          problem.PaymentDeclined,
+	"lock busy":         problem.ResourceBusy,
+	"exceeds remaining": problem.RefundExceedsRemaining,
+	failBusy:            problem.ResourceBusy,
+	failConflict:        problem.SeatUnavailable,
 }
 
 // refusalOf is the problem a failure is answered with: a refusal keeps its
@@ -200,7 +201,7 @@ func (r *baselineRouter) send(ctx context.Context, path string, client int, req 
 		return "request"
 	}
 	a := r.svc.post(ctx, r.svc.tokens[client], path, string(body), "")
-	if a.status == http.StatusConflict || a.status == http.StatusPaymentRequired {
+	if a.status == http.StatusConflict || a.status == http.StatusPaymentRequired || a.status == http.StatusUnprocessableEntity {
 		var p struct {
 			Detail string `json:"detail"`
 		}

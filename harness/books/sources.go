@@ -22,6 +22,8 @@ const (
 		coalesce(charge_id, ''), coalesce(refund_id, '') FROM payments ORDER BY id`
 	sqlRefunds = `SELECT id::text, order_id::text, status, amount_cents, coalesce(processor_refund_id, '')
 		FROM refunds ORDER BY id`
+	sqlRefundsOf = `SELECT id::text, order_id::text, status, amount_cents, coalesce(processor_refund_id, '')
+		FROM refunds WHERE order_id = ANY($1::uuid[]) ORDER BY id`
 	sqlOrdersOf   = `SELECT id::text, status, total_cents, refunded_cents FROM orders WHERE id = ANY($1::uuid[]) ORDER BY id`
 	sqlPaymentsOf = `SELECT id::text, order_id::text, status, amount_cents,
 		coalesce(charge_id, ''), coalesce(refund_id, '') FROM payments WHERE order_id = ANY($1::uuid[]) ORDER BY id`
@@ -61,7 +63,17 @@ func fromDB(ctx context.Context, db Querier, ordersSQL, paymentsSQL string, args
 
 // RefundsFromDB reads every refund of the shop's database.
 func RefundsFromDB(ctx context.Context, db Querier) ([]Refund, error) {
-	rows, err := db.Query(ctx, sqlRefunds)
+	return refundsFromDB(ctx, db, sqlRefunds)
+}
+
+// RefundsFromDBFor reads the refunds of the orders whose ids are ids: what
+// RefundsFromDB reads of them (FromDBFor's companion).
+func RefundsFromDBFor(ctx context.Context, db Querier, ids []string) ([]Refund, error) {
+	return refundsFromDB(ctx, db, sqlRefundsOf, ids)
+}
+
+func refundsFromDB(ctx context.Context, db Querier, sql string, args ...any) ([]Refund, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read refunds: %w", err)
 	}

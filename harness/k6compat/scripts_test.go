@@ -16,6 +16,10 @@ import (
 	"github.com/shop-example/shop/harness/apptest"
 	"github.com/shop-example/shop/harness/k6compat"
 	"github.com/shop-example/shop/harness/testenv"
+	"github.com/shop-example/shop/harness/variants"
+	"github.com/shop-example/shop/internal/app"
+	"github.com/shop-example/shop/internal/orders"
+	"github.com/shop-example/shop/internal/platform/layers"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -40,8 +44,9 @@ var scriptLimits = k6compat.Limits{VUs: 4, Iterations: 12, Duration: 8 * time.Se
 // flash-sale orders.create 198 ms, pay-storm payments.create 225 ms,
 // seat-rush holds.create 167 ms, like-storm posts.like 87 ms, mixed 96 ms
 // at p95 and 112 ms at p99 over its endpoints (the runs' spread was up to
-// 2.5×). A request that waits out a lock's budget or a gateway timeout (a
-// second or more) crosses them.
+// 2.5×); refund-storm refunds.create 294 ms (load average 11–15). A
+// request that waits out a lock's budget or a gateway timeout (a second
+// or more) crosses them.
 var scripts = []struct {
 	name  string
 	seats bool // needs the seats flow
@@ -51,6 +56,7 @@ var scripts = []struct {
 	{"pay-storm", false, map[string]string{"PAYERS": "3", "ORDERS": "4", "P95_MS": "1200"}},
 	{"seat-rush", true, map[string]string{"FANS": "4", "ROWS": "2", "SEATS_PER_ROW": "4", "TRIES": "3", "P95_MS": "900"}},
 	{"like-storm", false, map[string]string{"LIKERS": "4", "TOGGLES": "3", "P95_MS": "500"}},
+	{"refund-storm", false, map[string]string{"AGENTS": "4", "SHARE": "2", "ROUNDS": "3", "SETTLE_WAIT": "20", "P95_MS": "1500"}},
 	{"mixed", false, map[string]string{"USERS": "4", "DURATION": "4s", "RATE": "4", "P95_MS": "500", "P99_MS": "600"}},
 	{"smoke", false, nil},
 }
@@ -168,6 +174,38 @@ func TestScripts_CatchBrokenIdempotency(t *testing.T) {
 		if !strings.Contains(failures, want) {
 			t.Errorf("want a failure with %q", want)
 		}
+	}
+}
+
+// TestScripts_CatchOverRefunds shows refund-storm.js's teardown is not
+// decoration: against replicas whose refund flow has no rule, no version
+// check and no orders_refunded_within_total (their variants, the CHECK
+// dropped), and a processor whose own check is off, every agent's refund
+// goes through, and the teardown must find an order given back more than
+// was captured.
+func TestScripts_CatchOverRefunds(t *testing.T) {
+	probe := &layers.Probe{}
+	stack := apptest.StartWith(t, 2, apptest.StackOptions{
+		Vars: map[string]string{"SHOP_GATEWAY_REFUND_LIMIT": "off"},
+		Deps: app.Deps{Variants: variants.For(layers.Off(layers.State, layers.Version, layers.Constraint), "", probe)},
+	})
+	stack.Env.Drop(t, orders.ConstraintRefundedWithinTotal)
+
+	res, err := k6compat.Run(context.Background(), k6compat.Config{
+		Script: filepath.Join(scriptsDir(t), "refund-storm.js"), Limits: scriptLimits, Timeout: 3 * time.Minute, Logf: t.Logf,
+		Env: map[string]string{"BASE_URL": stack.BaseURL, "GATEWAY_URL": stack.GatewayURL, "ADMIN_TOKEN": apptest.AdminToken,
+			"THINK": "0", "RETRY_WAIT_MAX": "0.05", "AGENTS": "4", "SHARE": "2", "ROUNDS": "3", "SETTLE_WAIT": "20"},
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	failures := strings.Join(res.Failures(), "\n")
+	t.Logf("failures, as wanted:\n%s", failures)
+	if want := "the processor gave back"; !strings.Contains(res.TeardownError, want) {
+		t.Errorf("want the teardown to fail with %q; it said %q", want, res.TeardownError)
+	}
+	if !probe.Asked(layers.State) {
+		t.Error("the refunds ran with their rule on: the variants took nothing off")
 	}
 }
 

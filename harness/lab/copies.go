@@ -135,8 +135,11 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ Target, _ func
 		}
 	}()
 	// A gateway of its own, so the sandbox's charges never reach the
-	// journal the books of real orders are audited against.
-	_, gwURL, stopGateway, err := s.gateway()
+	// journal the books of real orders are audited against; its own
+	// check of refunds is off, so that what a missing layer lets through
+	// reaches the processor (a refund beyond what was captured), as it
+	// would at a processor whose bound is the charge, not the order.
+	_, gwURL, stopGateway, err := s.gateway(refundLimitOff)
 	if err != nil {
 		return Target{}, nil, err
 	}
@@ -207,8 +210,8 @@ func (s *sandboxes) build(ctx context.Context, set layers.Set) (_ Target, _ func
 		}
 	}()
 	undo.add(func() { _ = srv.Close() })
-	return Target{Name: "sandbox", URL: "http://" + ln.Addr().String(), GatewayURL: gwURL, MailerURL: mailURL,
-		Events: evs, Pool: pool, Metrics: sb.Metrics, Layers: set, Spans: spans}, undo.run, nil
+	return Target{Name: "sandbox", URL: "http://" + ln.Addr().String(), GatewayURL: gwURL, AdminToken: cfg.AdminToken,
+		MailerURL: mailURL, Events: evs, Pool: pool, Metrics: sb.Metrics, Layers: set, Spans: spans}, undo.run, nil
 }
 
 // teardown stops what was started, the last first.
@@ -222,15 +225,23 @@ func (t teardown) run() {
 	}
 }
 
+// The refund limit of a lab gateway: a sandbox's is off, the live copy's
+// on, as a real processor's is.
+const (
+	refundLimitOn  = false
+	refundLimitOff = true
+)
+
 // gateway starts a stand-in card processor for one sandbox run, its
-// journal in a temporary directory removed when it stops.
-func (s *sandboxes) gateway() (*gateway.Server, string, func(), error) {
+// journal in a temporary directory removed when it stops; with
+// noRefundLimit (refundLimitOff) it refunds whatever it is asked.
+func (s *sandboxes) gateway(noRefundLimit bool) (*gateway.Server, string, func(), error) {
 	dir, err := os.MkdirTemp("", "shop-lab-gateway-")
 	if err != nil {
 		return nil, "", nil, err
 	}
 	gw, err := gateway.New(gateway.Options{JournalPath: filepath.Join(dir, "journal.jsonl"),
-		SlowDelay: s.a.cfg.GatewaySlowDelay, Logger: s.a.deps.Logger})
+		SlowDelay: s.a.cfg.GatewaySlowDelay, Logger: s.a.deps.Logger, NoRefundLimit: noRefundLimit})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, "", nil, err
@@ -301,7 +312,7 @@ func (l *liveCopy) get(ctx context.Context) (_ *app.App, err error) {
 	}()
 	if l.gatewayURL = l.a.cfg.LabGatewayURL; l.gatewayURL == "" {
 		var stopGateway func()
-		if _, l.gatewayURL, stopGateway, err = l.a.sandboxes.gateway(); err != nil {
+		if _, l.gatewayURL, stopGateway, err = l.a.sandboxes.gateway(refundLimitOn); err != nil {
 			return nil, err
 		}
 		undo.add(stopGateway)
@@ -374,7 +385,7 @@ func (l *liveCopy) target(ctx context.Context) (Target, error) {
 		return Target{}, err
 	}
 	return Target{Name: "live", URL: l.a.cfg.LabTarget, Header: http.Header{RouteHeader: {l.key}},
-		GatewayURL: l.gatewayURL, MailerURL: l.mailerURL, Events: l.events, Pool: l.pool, Metrics: copied.Metrics,
+		GatewayURL: l.gatewayURL, AdminToken: l.a.cfg.AdminToken, MailerURL: l.mailerURL, Events: l.events, Pool: l.pool, Metrics: copied.Metrics,
 		Spans: l.spans}, nil
 }
 

@@ -27,10 +27,22 @@
 // of the service, built with the variants that take those layers off
 // (harness/variants) and serving on a loopback port of this process, over tables of its own (the shop_lab
 // schema; shop_lab_bare, without the constraints, when layer 4 is off)
-// and with a payment gateway of its own. Real orders never see it, and a
-// visitor sees what a missing layer lets through — oversold stock, a
-// second charge, a seat held twice — next to the same run with every
-// layer on.
+// and with a payment gateway of its own, whose own check of refunds is
+// off. Real orders never see it, and a visitor sees what a missing layer
+// lets through — oversold stock, a second charge, a seat held twice,
+// money given back beyond what was captured — next to the same run with
+// every layer on.
+//
+// The refund storm (refund.go) pays N/10 orders through the API, then
+// sends ten support agents (the copy's admin token, a key each) at each
+// one, all refunding 60 % of it at once. Its check is the books' for
+// refunds, read from the copy's tables and its gateway's audit: per
+// order, what the processor gave back against what it captured, its
+// refunds against those the shop recorded as succeeded (by the
+// processor's refund id), and what the order holds against its refunds
+// not failed. A sandbox's processor refunds whatever it is asked, as
+// one whose bound is the charge would refund parts that fit in it, so
+// what the shop's layers fail to stop is given back and counted.
 //
 // One race is not made of requests: the redelivery storm races the
 // consumers of events (package outbox). Its setup pays N/10 orders

@@ -48,8 +48,11 @@ type Target struct {
 	// copy on whichever replica the balancer picks.
 	Header http.Header
 	// GatewayURL is the payment gateway it charges, asked how many
-	// charges an order got.
+	// charges an order got and what their refunds gave back.
 	GatewayURL string
+	// AdminToken is its admin's bearer token: the support agents of a
+	// refund storm refund with it, as the shop's support does.
+	AdminToken string
 	// MailerURL is the mail provider its consumers send receipts
 	// through, asked how many receipts an order got.
 	MailerURL string

@@ -78,8 +78,8 @@ func TestLab_SandboxOversells(t *testing.T) {
 
 // TestLab_LiveRunsStayOutOfTheShop: a live run, every layer on, goes
 // through the balancer to both replicas, and leaves the real shop as it
-// found it: no user, product, order, payment, event, hold, post, like,
-// outbox event, inbox row or fulfilment in its tables, no charge at its
+// found it: no user, product, order, payment, refund, event, hold, post,
+// like, outbox event, inbox row or fulfilment in its tables, no charge at its
 // gateway and no mail at its provider. What the runs made is in the live
 // copy's schema and at the lab's gateway and provider.
 func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
@@ -91,7 +91,7 @@ func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
 	u := apptest.MustCreateUser(t, e.R(0), "lab visitor")
 
 	before := shopRows(t, e)
-	for i, scenario := range []string{"flash_sale", "pay_storm", "like_storm", "seat_rush", "redelivery_storm"} {
+	for i, scenario := range []string{"flash_sale", "pay_storm", "like_storm", "seat_rush", "redelivery_storm", "refund_storm"} {
 		// One run at a time per replica, a second apart: the lab's clock
 		// is the replicas'.
 		e.Clock.Advance(2 * time.Second)
@@ -117,8 +117,8 @@ func TestLab_LiveRunsStayOutOfTheShop(t *testing.T) {
 		Items []struct{} `json:"items"`
 	}
 	getJSON(t, labGateway+"/v1/charges", &charges)
-	if len(charges.Items) != 2 {
-		t.Errorf("the lab's gateway has %d charges, want the pay storm's one and the redelivery storm's order's", len(charges.Items))
+	if len(charges.Items) != 3 {
+		t.Errorf("the lab's gateway has %d charges, want the pay storm's one and the redelivery and refund storms' orders'", len(charges.Items))
 	}
 	if n := len(s.Env.LabMailer.Messages("")); n != 1 {
 		t.Errorf("the lab's provider sent %d mails, want the redelivery storm's order's receipt", n)
@@ -270,7 +270,7 @@ func shopRows(t *testing.T, e *apptest.Env) map[string]int {
 	rows := map[string]int{}
 	for _, table := range []string{"users", "products", "orders", "order_items", "payments", "stock_releases",
 		"events", "seats", "holds", "hold_seats", "bookings", "tickets", "posts", "likes", "post_like_shards", "idempotency_keys",
-		"watermill_outbox", "inbox", "fulfilments"} {
+		"watermill_outbox", "inbox", "fulfilments", "refunds", "refund_items"} {
 		rows[table] = e.Count(t, `SELECT count(*) FROM public.`+table)
 	}
 	var charges struct {

@@ -19,6 +19,7 @@ func TestRaceRequest_Validate(t *testing.T) {
 		{"Largest", raceRequest{Scenario: "like_storm", Size: MaxSize}, true, layers.Set{}},
 		{"LayersOff", raceRequest{Scenario: "pay_storm", Size: 50, LayersOff: []string{"lock", "constraint"}}, true, layers.Off(layers.Lock, layers.Constraint)},
 		{"RedeliveryStorm", raceRequest{Scenario: "redelivery_storm", Size: 50, LayersOff: []string{"idempotency"}}, true, layers.Off(layers.Idempotency)},
+		{"RefundStorm", raceRequest{Scenario: "refund_storm", Size: 30, LayersOff: []string{"state", "version", "constraint"}}, true, layers.Off(layers.State, layers.Version, layers.Constraint)},
 		{"TooSmall", raceRequest{Scenario: "flash_sale", Size: MinSize - 1}, false, layers.Set{}},
 		{"TooBig", raceRequest{Scenario: "flash_sale", Size: MaxSize + 1}, false, layers.Set{}},
 		{"UnknownScenario", raceRequest{Scenario: "bank_run", Size: 50}, false, layers.Set{}},

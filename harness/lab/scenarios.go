@@ -19,6 +19,7 @@ var scenarios = map[string]scenario{
 	"pay_storm":        {setup: payStormSetup, request: payStormRequest, check: payStormCheck},
 	"like_storm":       {setup: likeStormSetup, request: likeStormRequest, check: likeStormCheck},
 	"redelivery_storm": {setup: stormSetup, request: stormRequest, settle: stormSettle, check: stormCheck},
+	"refund_storm":     {setup: refundStormSetup, request: refundStormRequest, check: refundStormCheck},
 }
 
 // Flash sale: N buyers, one unit each, for N/2 units of one product.

@@ -86,6 +86,19 @@ export const paySpec = (flow, token, orderId, method, key) =>
 export const listPayments = (flow, token, orderId) =>
   send(spec('GET', `/v1/orders/${orderId}/payments`, null, params(flow, 'payments.list', token)));
 
+// Refunds (the order's owner or the admin). A refund of more than the
+// order has left is refused with 422 refund_exceeds_remaining: an outcome
+// the scripts classify, not a failed request.
+const refundAnswers = http.expectedStatuses({ min: 200, max: 299 }, 409, 422);
+
+export function refundSpec(flow, token, orderId, body, key) {
+  const p = params(flow, 'refunds.create', token, key);
+  p.responseCallback = refundAnswers;
+  return spec('POST', `/v1/orders/${orderId}/refunds`, body, p);
+}
+export const listRefunds = (flow, token, orderId) =>
+  send(spec('GET', `/v1/orders/${orderId}/refunds`, null, params(flow, 'refunds.list', token)));
+
 // allOrders pages through GET /v1/orders for the user.
 export function allOrders(flow, token) {
   const out = [];

@@ -1,7 +1,8 @@
-// How the scripts read an answer. The 409s below are the service's layers
-// doing their job under contention, not failures: each is counted in a
-// Counter of its own (conflict_<code>), and only an answer no flow expects
-// counts in unexpected_answers, which every script holds at zero.
+// How the scripts read an answer. The 409s below, and a refund's 422, are
+// the service's layers doing their job under contention, not failures:
+// each is counted in a Counter of its own (conflict_<code>), and only an
+// answer no flow expects counts in unexpected_answers, which every script
+// holds at zero.
 import { sleep } from 'k6';
 import { Counter } from 'k6/metrics';
 import { RETRY_WAIT_MAX } from './config.js';
@@ -19,6 +20,8 @@ const conflicts = {
   seat_unavailable: new Counter('conflict_seat_unavailable'),
   // confirming a hold that expired
   hold_expired: new Counter('conflict_hold_expired'),
+  // (422) a refund of more than the order has left to refund
+  refund_exceeds_remaining: new Counter('conflict_refund_exceeds_remaining'),
 };
 
 export const declined = new Counter('payment_declined');
