@@ -31,7 +31,7 @@ import http from 'k6/http';
 import { check, fail, sleep } from 'k6';
 import { Counter } from 'k6/metrics';
 import * as api from './lib/api.js';
-import { ADMIN_TOKEN, THINK, floatEnv, intEnv, newKey, pickScenarios, runId } from './lib/config.js';
+import { ADMIN_TOKEN, THINK, floatEnv, intEnv, loadSku, newKey, pickScenarios, runId } from './lib/config.js';
 import { classify, retrying } from './lib/outcomes.js';
 
 const P95_MS = floatEnv('P95_MS', 3000); // a storm's p95 bound, in ms
@@ -70,7 +70,7 @@ export const options = {
 
 export function setup() {
   api.ready(FLOW);
-  const sku = `LOAD-refund-${runId()}`;
+  const sku = loadSku(`refund-${runId()}`);
   api.createProduct(FLOW, sku, PRICE, ORDERS * UNITS);
   const buyers = api.registerMany(FLOW, `refund-buyer-${runId()}`, Math.min(ORDERS, 10));
   const orders = [];
