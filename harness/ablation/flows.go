@@ -152,7 +152,7 @@ func FulfilOrder() Flow {
 	return Flow{Name: "fulfil_order", Test: "TestAblation_FulfilOrder",
 		Rows: []Row{
 			{Why: "every layer: the first copy to commit its inbox row wins, and a copy that races it waits on that row and finds it written"},
-			{Layers: off(idem), Why: "no inbox: the lock on order:{id} serialises the copies, and each after the first finds the order fulfilled (the state rule)"},
+			{Layers: off(idem), Why: "no inbox: the order's advisory lock serialises the copies in their transactions, and each after the first finds the order fulfilled (the state rule)"},
 			{Layers: off(lck), Why: "the inbox row, in the move's transaction: copies that read the order at once each insert it, and the second waits for the first to commit and then inserts nothing"},
 			{Layers: off(state), Why: "the inbox: a copy that would fulfil a fulfilled order never gets that far"},
 			{Layers: off(version), Why: "the inbox and the lock"},
@@ -160,7 +160,7 @@ func FulfilOrder() Flow {
 			{Layers: off(layers.Database...), Why: "the inbox and the lock alone: the inbox row decides, in the transaction that would make the move"},
 			{Layers: off(lck, layers.State, version, constraint), Why: "the inbox alone: a consumer's inbox row is a unique key on (consumer, event), written in the same transaction as the effect, so two copies of one event cannot both commit it"},
 			{Layers: off(idem, layers.State, version, constraint), Breaks: true,
-				Why: "no inbox and no rule: the lock serialises the copies, but each applies no rule to the order it reads, writes fulfilled again and ships it again. An order shipped more than once (two fulfilment rows)"},
+				Why: "no inbox and no rule: the order's advisory lock serialises the copies, but each applies no rule to the order it reads, writes fulfilled again and ships it again. An order shipped more than once (two fulfilment rows)"},
 			{Layers: off(idem, lck, version, constraint), Breaks: true,
 				Why: "the race the version check exists for: copies read the order paid before any of them commits, each moves it to fulfilled, and nothing refuses the second shipment"},
 		}}

@@ -19,6 +19,9 @@ import (
 // telling probe each time one was: the state rule applied blind
 // (BlindOrders), the writes without their version (UnversionedOrders).
 func Orders(rows orders.OrderRows, off layers.Set, probe *layers.Probe) orders.OrderRows {
+	if isOff(off, layers.Lock) {
+		rows = UnlockedOrders{OrderRows: rows, Probe: probe}
+	}
 	if isOff(off, layers.Version) {
 		rows = UnversionedOrders{OrderRows: rows, Probe: probe}
 	}
@@ -154,6 +157,16 @@ var (
 	farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	farPast   = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 )
+
+// UnlockedOrders are the order rows without the order's advisory lock,
+// which the fulfilment takes in its transaction.
+type UnlockedOrders struct {
+	orders.OrderRows
+	Probe *layers.Probe
+}
+
+// QueueLock queues no lock.
+func (u UnlockedOrders) QueueLock(*pgx.Batch, string) { u.Probe.Took(layers.Lock) }
 
 // UnversionedOrders are the order rows written without the version
 // check: an order is written whatever moved it since it was read.

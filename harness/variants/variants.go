@@ -25,8 +25,10 @@ func For(off layers.Set, naive string, probe *layers.Probe) app.Variants {
 	if isOff(off, layers.Lock) {
 		v.Locker = func(layers.Locker) layers.Locker { return NoLock{Probe: probe} }
 	}
-	if isOff(off, layers.State) || isOff(off, layers.Version) {
+	if isOff(off, layers.Lock) || isOff(off, layers.State) || isOff(off, layers.Version) {
 		v.Orders = func(rows orders.OrderRows) orders.OrderRows { return Orders(rows, off, probe) }
+	}
+	if isOff(off, layers.State) || isOff(off, layers.Version) {
 		v.Payments = func(rows payments.PaymentRows) payments.PaymentRows { return Payments(rows, off, probe) }
 	}
 	if isOff(off, layers.Lock) || isOff(off, layers.State) || isOff(off, layers.Version) {

@@ -203,7 +203,14 @@ func TestTraces_PaymentAndItsEvents(t *testing.T) {
 			t.Errorf("%s's delivery, in the payment's trace: %v", c, consumed[c].Attributes)
 		}
 	}
-	s.child(consumed["fulfilment"], "lock.wait") // order:{id}, as a cancel takes it
+	// The fulfilment's lock is the order's advisory lock, in its
+	// transaction: no Redis lock.
+	s.child(consumed["fulfilment"], "db.tx")
+	for _, sp := range s.under(consumed["fulfilment"]) {
+		if sp.Name == "lock.wait" {
+			t.Error("the fulfilment waited on a Redis lock; its lock is in its transaction")
+		}
+	}
 }
 
 // TestTraces_RefusedByTheState: a request the state rule refuses names the

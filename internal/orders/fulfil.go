@@ -19,7 +19,11 @@ import (
 //
 //	0 idempotency   the inbox: the event's row (consumer, event id), read
 //	                before the lock and written in the move's transaction
-//	1 lock          order:{id}, as a cancel takes it
+//	1 lock          pg_advisory_xact_lock on the order, in the round
+//	                trip that begins the transaction (Store.QueueLock):
+//	                no Redis; a cancel takes its own, in Redis, which a
+//	                fulfilment never needs to wait for (a paid order
+//	                cannot be cancelled)
 //	2 state         Fulfil: paid → fulfilled
 //	3 version       Store.Update: sqlUpdateStatus
 //	4 constraint    fulfilments_pkey: one fulfilment per order
@@ -50,48 +54,55 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 		return outbox.Duplicate, nil
 	}
 	outcome := outbox.Processed
-	// Layer 1: the order's lock, the one a cancel takes.
-	err = s.fulfil.Lock(ctx, "order:"+id, func(ctx context.Context) error {
-		return s.fulfil.Retry(ctx, func(int) error {
-			now := s.stamp()
-			err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-				// Layer 0: the event's inbox row, in the move's transaction:
-				// a copy that raced this one here waits for its commit and
-				// then finds the row.
-				fresh, err := s.inbox.Record(ctx, tx, ConsumerFulfilment, e, now)
-				if err != nil || !fresh {
-					outcome = outbox.Duplicate
-					return err
-				}
-				// Layer 2: only a paid order ships; layer 3: at the version
-				// read. An order that cannot ship (not paid, or shipped) is
-				// left as it is, and the event recorded as skipped.
-				o, moved, err := s.orders.Update(ctx, tx, id, Fulfil(now))
-				if errors.Is(err, ErrInvalidState) || (err == nil && !moved) {
-					outcome = outbox.Skipped
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-				// Layer 4: fulfilments_pkey, one shipment per order.
-				outcome = outbox.Processed
-				return s.orders.Fulfilled(ctx, tx, o.ID, e.ID, now)
-			})
-			switch {
-			case errors.Is(err, ErrVersionConflict):
-				return layers.Lost(layers.Version, err)
-			case errors.Is(err, ErrAlreadyFulfilled):
-				s.fulfil.Stopped(ctx, layers.Constraint)
+	err = s.fulfil.Retry(ctx, func(int) error {
+		now := s.stamp()
+		// One transaction: BEGIN with the lock, then the inbox row, the
+		// order's read and write, and the fulfilment with COMMIT.
+		err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
+			// Layer 1: the order's advisory lock, to COMMIT: copies of
+			// the event that got past the inbox's first look ship one at
+			// a time, each after the one before has committed.
+			s.orders.QueueLock(b, id)
+		}, func(tx pgx.Tx) (*pgx.Batch, error) {
+			// Layer 0: the event's inbox row, in the move's transaction:
+			// a copy that raced this one here waits for its commit and
+			// then finds the row.
+			fresh, err := s.inbox.Record(ctx, tx, ConsumerFulfilment, e, now)
+			if err != nil || !fresh {
 				outcome = outbox.Duplicate
-				return nil
-			case err == nil && outcome == outbox.Duplicate:
-				s.fulfil.Stopped(ctx, layers.Idempotency)
-			case err == nil && outcome == outbox.Skipped:
-				s.fulfil.Stopped(ctx, layers.State)
+				return nil, err
 			}
-			return err
+			// Layer 2: only a paid order ships; layer 3: at the version
+			// read. An order that cannot ship (not paid, or shipped) is
+			// left as it is, and the event recorded as skipped.
+			o, moved, err := s.orders.Update(ctx, tx, id, Fulfil(now))
+			if errors.Is(err, ErrInvalidState) || (err == nil && !moved) {
+				outcome = outbox.Skipped
+				return nil, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			// Layer 4: fulfilments_pkey, one shipment per order; with
+			// COMMIT.
+			outcome = outbox.Processed
+			last := &pgx.Batch{}
+			s.orders.QueueFulfilled(last, o.ID, e.ID, now)
+			return last, nil
 		})
+		switch {
+		case errors.Is(err, ErrVersionConflict):
+			return layers.Lost(layers.Version, err)
+		case postgres.ConstraintViolated(err) == ConstraintFulfilledOnce:
+			s.fulfil.Stopped(ctx, layers.Constraint)
+			outcome = outbox.Duplicate
+			return nil
+		case err == nil && outcome == outbox.Duplicate:
+			s.fulfil.Stopped(ctx, layers.Idempotency)
+		case err == nil && outcome == outbox.Skipped:
+			s.fulfil.Stopped(ctx, layers.State)
+		}
+		return err
 	})
 	if errors.Is(err, ErrNotFound) {
 		return outbox.Failed, s.giveUp(ctx, e, fmt.Errorf("order.paid of %s: %w: %w", id, err, outbox.ErrPermanent))

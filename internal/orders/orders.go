@@ -96,9 +96,6 @@ var (
 	// ErrAlreadyReleased means the order's stock was already returned (the
 	// stock_releases primary key said so).
 	ErrAlreadyReleased = fmt.Errorf("order's stock already returned")
-	// ErrAlreadyFulfilled means the order was shipped before (the
-	// fulfilments primary key said so).
-	ErrAlreadyFulfilled = fmt.Errorf("order already fulfilled")
 	// ErrRefundedBeyondTotal means a write would have made the order's
 	// refunds hold more than its total (orders_refunded_within_total said
 	// so): a refund that got past the rule.

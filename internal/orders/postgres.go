@@ -98,6 +98,10 @@ const (
 
 	// Layer 4: a second fulfilment of the same order violates the primary key.
 	sqlInsertFulfilment = `INSERT INTO fulfilments (order_id, event_id, fulfilled_at) VALUES ($1, $2, $3)`
+
+	// Layer 1 in PostgreSQL: the order's advisory lock, to the end of the
+	// transaction, named as the Redis lock on the order is.
+	sqlLockOrder = `SELECT pg_advisory_xact_lock(hashtextextended('order:' || $1::text, 0))`
 )
 
 // Store keeps orders in PostgreSQL. The flows own their transactions:
@@ -268,18 +272,18 @@ func (s *Store) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit i
 	return len(expired), s.write(ctx, tx, expired...)
 }
 
-// Fulfilled records the order's one fulfilment, made by the event
-// eventID (fulfilments_pkey, layer 4): ErrAlreadyFulfilled when it
-// shipped before.
-func (s *Store) Fulfilled(ctx context.Context, tx pgx.Tx, orderID, eventID string, now time.Time) error {
-	_, err := tx.Exec(ctx, sqlInsertFulfilment, orderID, eventID, now)
-	switch {
-	case postgres.ConstraintViolated(err) == ConstraintFulfilledOnce:
-		return ErrAlreadyFulfilled
-	case err != nil:
-		return fmt.Errorf("record fulfilment of %s: %w", orderID, err)
-	}
-	return nil
+// QueueLock queues in b the order's advisory lock, held to the end of
+// the transaction (layer 1, for a flow whose lock is in PostgreSQL: the
+// fulfilment).
+func (s *Store) QueueLock(b *pgx.Batch, id string) {
+	b.Queue(sqlLockOrder, id)
+}
+
+// QueueFulfilled queues in b the order's one fulfilment, made by the
+// event eventID (fulfilments_pkey, layer 4): once b is sent, a second
+// fulfilment of the order fails it, ConstraintFulfilledOnce.
+func (s *Store) QueueFulfilled(b *pgx.Batch, orderID, eventID string, now time.Time) {
+	b.Queue(sqlInsertFulfilment, orderID, eventID, now)
 }
 
 // QueueMove applies change to known, the order as the flow read it before

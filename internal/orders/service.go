@@ -60,7 +60,8 @@ type (
 		Update(ctx context.Context, tx pgx.Tx, id string, change Change) (o Order, moved bool, err error)
 		QueueMove(ctx context.Context, b *pgx.Batch, known Order, change Change) (o Order, moved bool, err error)
 		ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int, change Change) (int, error)
-		Fulfilled(ctx context.Context, tx pgx.Tx, orderID, eventID string, now time.Time) error
+		QueueLock(b *pgx.Batch, id string)
+		QueueFulfilled(b *pgx.Batch, orderID, eventID string, now time.Time)
 	}
 	// Stock is the stock an order takes: *inventory.Store's Take, the
 	// conditional decrement.
