@@ -133,12 +133,6 @@ func counters(p *process) map[string]float64 {
 			out["lock "+labelValue(labels, "outcome")] += value
 		case "shop_lock_degraded_total":
 			out["lock degraded"] += value
-		case "shop_events_retried_total":
-			// The fulfilment takes the order's lock too: its refusals
-			// are deliveries left for later, not answers to a client.
-			if labelValue(labels, "consumer") == "fulfilment" && labelValue(labels, "reason") == "unavailable" {
-				out["lock unavailable to a consumer"] += value
-			}
 		}
 	})
 	eventCounts(p, out)
