@@ -45,7 +45,8 @@ func TestAtomic_DuplicatesDoNotStallThePool(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(flowDB.Close)
-			h := newHarnessOn(t, testenv.PoolFor(t, url), flowDB, Options{claimWaits: tt.claimWaits})
+			h := newHarnessOn(t, testenv.PoolFor(t, url), flowDB, Options{})
+			h.claimWaits = tt.claimWaits
 			waiting := sampleWaits(t, h)
 
 			first := start(t, h, request{path: atomicPath, key: "hot", gate: "first"})

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,15 +54,18 @@ const (
 // second run by its bytes. flowDB is the pool of the flow's transactions;
 // the store's own statements go to db.
 type harness struct {
-	db      *pgxpool.Pool
-	flowDB  *pgxpool.Pool
-	clock   *testenv.Clock
-	metrics *metrics.Metrics
-	store   *Store
-	srv     *httptest.Server
-	runs    atomic.Int64
-	stale   atomic.Int64 // second phases that found the key taken over
-	logs    *logBuffer   // the store's and the edge's log, as JSON lines
+	// claimWaits takes the try-lock out of the flows' claim
+	// (claimWithoutTryLock).
+	claimWaits bool
+	db         *pgxpool.Pool
+	flowDB     *pgxpool.Pool
+	clock      *testenv.Clock
+	metrics    *metrics.Metrics
+	store      *Store
+	srv        *httptest.Server
+	runs       atomic.Int64
+	stale      atomic.Int64 // second phases that found the key taken over
+	logs       *logBuffer   // the store's and the edge's log, as JSON lines
 
 	// crowd is how many copies of a request race (race sets it). A flow
 	// told to "wait_for_crowd" waits after its claim until the crowd is
@@ -223,7 +227,11 @@ func (h *harness) handle(c echo.Context) error {
 	case "invalid":
 		return problem.New(problem.Invalid, "quantity: required")
 	case "batched":
-		err = postgres.InTxBatched(ctx, h.flowDB, rec.QueueClaim, func(pgx.Tx) (*pgx.Batch, error) {
+		claim := rec.QueueClaim
+		if h.claimWaits {
+			claim = func(b *pgx.Batch) { claimWithoutTryLock(b, rec) }
+		}
+		err = postgres.InTxBatched(ctx, h.flowDB, claim, func(pgx.Tx) (*pgx.Batch, error) {
 			h.pause(c)
 			last := &pgx.Batch{}
 			last.Queue(sqlEffect, p.Scope(), key, run)
@@ -272,7 +280,7 @@ func (h *harness) handle(c echo.Context) error {
 		})
 	default:
 		err = postgres.InTx(ctx, h.flowDB, func(tx pgx.Tx) error {
-			if err := rec.Claim(ctx, tx); err != nil {
+			if err := h.claim(ctx, tx, rec); err != nil {
 				return err
 			}
 			h.pause(c)
@@ -364,4 +372,27 @@ func nonce() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// claim is rec.Claim, or, when the harness takes the try-lock out, the
+// same claim sent without it.
+func (h *harness) claim(ctx context.Context, tx pgx.Tx, rec *Record) error {
+	if !h.claimWaits || rec == nil {
+		return rec.Claim(ctx, tx)
+	}
+	b := &pgx.Batch{}
+	claimWithoutTryLock(b, rec)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// claimWithoutTryLock queues rec's claim with its try-lock taken out, as
+// a naive claim in the transaction would be: a copy of the request then
+// waits inside PostgreSQL on the unique index, holding its connection.
+// The client's key stays a parameter the statement uses.
+func claimWithoutTryLock(b *pgx.Batch, rec *Record) {
+	from := len(b.QueuedQueries)
+	rec.QueueClaim(b)
+	for _, q := range b.QueuedQueries[from:] {
+		q.SQL = strings.Replace(q.SQL, claimLock, "$2::text IS NOT NULL", 1)
+	}
 }

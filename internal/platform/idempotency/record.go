@@ -358,7 +358,7 @@ func (r *Record) QueueClaim(b *pgx.Batch) {
 				return nil
 			})
 		}
-		b.Queue(r.store.claimSQL, r.claimArgs()...).QueryRow(func(row pgx.Row) error {
+		b.Queue(sqlClaimInTx, r.claimArgs()...).QueryRow(func(row pgx.Row) error {
 			if !held {
 				return &Refusal{}
 			}
@@ -367,7 +367,7 @@ func (r *Record) QueueClaim(b *pgx.Batch) {
 		return
 	}
 	var held bool
-	b.Queue(r.store.reclaimSQL, r.claimArgs()...).QueryRow(func(row pgx.Row) error {
+	b.Queue(sqlReclaimInTx, r.claimArgs()...).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&held); err != nil {
 			return fmt.Errorf("claim idempotency key %q again: %w", r.key, err)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -57,10 +56,6 @@ type Options struct {
 	Now     func() time.Time // default time.Now; tests inject
 
 	finishTimeout time.Duration // default FinishTimeout; a test makes every first try fail
-	// claimWaits takes the try-lock out of the claim in a transaction, so
-	// that a duplicate waits inside PostgreSQL on the unique index, as a
-	// naive claim would: a test shows the pool stall it causes.
-	claimWaits bool
 }
 
 // Store keeps idempotency keys and the responses stored under them.
@@ -76,8 +71,6 @@ type Store struct {
 
 	finishTimeout time.Duration
 	secondTries   sync.WaitGroup // releases tried again after the answer
-	claimSQL      string         // sqlClaimInTx
-	reclaimSQL    string         // sqlReclaimInTx
 }
 
 // NewStore returns a store over db. The claim and the completion run in
@@ -108,13 +101,6 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 	if opts.finishTimeout <= 0 {
 		opts.finishTimeout = FinishTimeout
 	}
-	claimSQL, reclaimSQL := sqlClaimInTx, sqlReclaimInTx
-	if opts.claimWaits {
-		// The client's key stays a parameter the statement uses.
-		const noLock = "$2::text IS NOT NULL"
-		claimSQL = strings.Replace(sqlClaimInTx, claimLock, noLock, 1)
-		reclaimSQL = strings.Replace(sqlReclaimInTx, claimLock, noLock, 1)
-	}
 	return &Store{
 		db:        db,
 		lease:     opts.Lease,
@@ -126,8 +112,6 @@ func NewStore(db *pgxpool.Pool, opts Options) *Store {
 		now:       opts.Now,
 
 		finishTimeout: opts.finishTimeout,
-		claimSQL:      claimSQL,
-		reclaimSQL:    reclaimSQL,
 	}
 }
 
