@@ -44,6 +44,16 @@ import (
 //	                (not by what was asked), in a counter row
 //	                picked at random; the reconciler checks
 //	                sum(counter rows) = liked rows                Reconcile
+//
+// What the client is answered when a layer refuses (the codes' statuses
+// are httpx/errors.go's one table):
+//
+//	2  the like already where it is asked to be: 200, the like and its
+//	   count as they are, nothing written
+//	1  the lock not had within LockWait: 409 resource_busy, Retry-After
+//	3  the like moved since read: read again (3 tries, then 409
+//	   resource_busy)
+//	4  a second like row, a counter below zero: read again, and 2 answers
 
 // LockStrategy is where layer 1 serialises one user's clicks on one post
 // (SHOP_LIKE_LOCK).
@@ -170,7 +180,7 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	flow := layers.Flows("like", layers.Set{}, cfg.Locker, cfg.Metrics)
+	flow := layers.Flows("like", cfg.Locker, cfg.Metrics)
 	return &Service{db: cfg.DB, store: store, likes: cfg.Likes, like: flow(FlowLike), metrics: cfg.Metrics,
 		counts: counts, logger: cfg.Logger, now: cfg.Now, shards: cfg.Shards, lock: cfg.Lock}, nil
 }

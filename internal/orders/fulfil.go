@@ -25,7 +25,7 @@ import (
 //	                fulfilment never needs to wait for (a paid order
 //	                cannot be cancelled)
 //	2 state         Fulfil: paid → fulfilled
-//	3 version       Store.Update: sqlUpdateStatus
+//	3 version       Store.Update: sqlUpdateOrder
 //	4 constraint    fulfilments_pkey: one fulfilment per order
 const (
 	// ConsumerFulfilment is the consumer's group and its name in the inbox.

@@ -31,9 +31,25 @@ import (
 //	                order:{user}:{key} in Redis
 //	2 state         —                                Cancel (orders.go)          Expire (orders.go)
 //	3 version       Stock.Take: the conditional      Store.Update:               Store.Update's write
-//	                decrement                        sqlUpdateStatus
+//	                decrement                        sqlUpdateOrder
 //	4 constraint    orders_user_request_key,         stock_releases_pkey         stock_releases_pkey
 //	                products_stock_nonnegative
+//
+// What the client is answered when a layer refuses (the codes' statuses
+// are httpx/errors.go's one table):
+//
+//	create  0  a copy still running: 409 request_in_progress; a finished
+//	           one: its answer again; the key with other items: 422
+//	           idempotency_key_reused
+//	        3  a line beyond the stock: 409 out_of_stock, nothing taken
+//	        4  the CHECK behind it: 409 out_of_stock; the unique key: the
+//	           order placed under the key (the items must match)
+//	cancel  1  held by another cancel: 409 resource_busy, Retry-After
+//	        2  paid, expired, …: 409 invalid_state; already cancelled: 200,
+//	           the order as it is
+//	        3  moved since read: read again (3 tries, then 409
+//	           resource_busy)
+//	        4  stock returned before: the order as the first cancel left it
 
 // Flow names, the "flow" label of the conflict counter.
 const (
@@ -124,7 +140,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Inbox == nil {
 		cfg.Inbox = outbox.NewInbox(cfg.DB)
 	}
-	flow := layers.Flows("order", layers.Set{}, cfg.Locker, cfg.Metrics)
+	flow := layers.Flows("order", cfg.Locker, cfg.Metrics)
 	return &Service{db: cfg.DB, store: store, orders: cfg.Orders, stock: cfg.Stock, inbox: cfg.Inbox,
 		create: flow(FlowCreate), cancel: flow(flowCancel), expire: flow(flowExpire), fulfil: flow(flowFulfil),
 		metrics: cfg.Metrics, logger: cfg.Logger, ttl: cfg.OrderTTL, now: cfg.Now}, nil

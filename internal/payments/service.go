@@ -39,6 +39,24 @@ import (
 //	+ gateway key   the payment id is the gateway's             Gateway.Charge, Refund
 //	                Idempotency-Key: one charge per payment
 //
+// What the client is answered when a layer refuses (the codes' statuses
+// are httpx/errors.go's one table):
+//
+//	0  a copy still running: 409 request_in_progress; a finished one: its
+//	   answer again; the key with another method: 422
+//	   idempotency_key_reused
+//	1  the lock held by another click: 409 resource_busy, Retry-After (by
+//	   a copy of this request: request_in_progress, as 0)
+//	2  an order being paid: 409 resource_busy, with payments_url; paid,
+//	   cancelled, expired: 409 invalid_state (asked first of the order as
+//	   read, without the lock, and again in the begin)
+//	3  the order moved since read: read again (3 tries, then 409
+//	   resource_busy)
+//	4  another payment active: as 2
+//	gateway  declined: 402 payment_declined, the order payable again; no
+//	         answer: 202 with the payment processing, settled by the
+//	         reconciler (reconcile.go)
+//
 // What one payment costs the winner of its order (auth's round trip
 // aside): the lock in Redis (SET NX on each node, and the release), the
 // order's read, two round trips to begin (BEGIN with the claim and the
@@ -141,7 +159,7 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	flow := layers.Flows("order", layers.Set{}, cfg.Locker, cfg.Metrics)
+	flow := layers.Flows("order", cfg.Locker, cfg.Metrics)
 	return &Service{db: cfg.DB, store: store, orders: cfg.Orders, payments: cfg.Payments, gateway: cfg.Gateway,
 		pay: flow(FlowPay), reconcile: flow(jobReconcile),
 		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger, now: cfg.Now,

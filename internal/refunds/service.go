@@ -46,6 +46,27 @@ import (
 //	+ processor key the refund's id is the processor's          payments.Gateway.Refund
 //	                Idempotency-Key: one refund there per refund
 //
+// What the client is answered when a layer refuses (the codes' statuses
+// are httpx/errors.go's one table):
+//
+//	0  a copy still running: 409 request_in_progress; a finished one: its
+//	   answer again; the key with another amount or items: 422
+//	   idempotency_key_reused
+//	1  waits for the refund of the order in front of it to begin (its
+//	   first transaction, not its call to the processor), within the
+//	   request's budget
+//	2  an order not paid or fulfilled: 409 invalid_state; more than is
+//	   left to refund: 422 refund_exceeds_remaining; units not bought:
+//	   400 invalid_request
+//	3  the order moved since read: read again (3 tries, then 409
+//	   resource_busy)
+//	4  the totals' CHECKs: 422 refund_exceeds_remaining (units beyond
+//	   what was bought: 400 invalid_request), nothing written; a second
+//	   refund of the request: read again, and 0 answers
+//	processor  refused: 409 invalid_state, the refund failed and the
+//	           order's amount released; no answer: 202 with the refund
+//	           processing, settled by the reconciler
+//
 // What one refund costs (auth's round trip aside): three round trips to
 // begin (BEGIN with the lock, the claim and the reads; the order's write,
 // whose zero rows are checked before COMMIT is sent; the refund's insert
@@ -141,7 +162,7 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	// No Redis lock: the flow's lock is its transaction's (layer 1 above).
-	flow := layers.Flows("order", layers.Set{}, nil, cfg.Metrics)
+	flow := layers.Flows("order", nil, cfg.Metrics)
 	return &Service{db: cfg.DB, store: store, payments: payments.NewStore(cfg.DB), orders: cfg.Orders, refunds: cfg.Refunds,
 		gateway: cfg.Gateway, refund: flow(FlowRefund), reconcile: flow(jobReconcile),
 		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger, now: cfg.Now,

@@ -40,6 +40,24 @@ import (
 //	                                                   sqlReleaseHold)
 //	4 constraint   hold_seats_one_active_per_seat,     tickets_one_per_seat,             —
 //	               holdings_within_caps                bookings_one_per_hold
+//
+// What the client is answered when a layer refuses (the codes' statuses
+// are httpx/errors.go's one table):
+//
+//	hold     0  a copy still running: 409 request_in_progress; a finished
+//	            one: its answer again; the key with other seats: 422
+//	            idempotency_key_reused
+//	         1  a lock not had within its timeout: 409 resource_busy
+//	         2  a seat held or sold: 409 seat_unavailable, naming them; over
+//	            the user's caps: 409 hold_limit_reached
+//	         3  a seat moved since read: read again (3 tries, then 409
+//	            resource_busy)
+//	         4  a seat another hold took first, or a count of the user's
+//	            another hold made first: read again, and 2 answers
+//	confirm  2  a hold whose time is up: 409 hold_expired; released: 409
+//	            invalid_state; confirmed already: the hold as it is
+//	         4  a second ticket or booking: read again, and 2 answers
+//	release  2  as confirm; released already: the hold as it is
 
 // Flow names in the conflict counter and in docs/ABLATION.md.
 const (
@@ -160,7 +178,7 @@ func NewService(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	flow := layers.Flows("hold", layers.Set{}, cfg.Locker, cfg.Metrics)
+	flow := layers.Flows("hold", cfg.Locker, cfg.Metrics)
 	return &Service{db: cfg.DB, store: store, holds: cfg.Holds,
 		hold: flow(FlowHold), confirm: flow(FlowConfirm), release: flow(FlowRelease),
 		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger,

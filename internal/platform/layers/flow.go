@@ -29,10 +29,9 @@ type Locker interface {
 // (Flow.Retry): contention never becomes an unbounded loop.
 const MaxTries = 3
 
-// Flow is the skeleton every flow runs on: its name, its layers, its lock
-// and its count of the conflicts each layer stopped. A service holds one
-// per flow (create_order, cancel_order, …), all on the same Set and
-// Locker.
+// Flow is the skeleton every flow runs on: its name, its lock and its
+// count of the conflicts each layer stopped. A service holds one per flow
+// (create_order, cancel_order, …), all on the same Locker.
 type Flow struct {
 	// Name is the "flow" label of shop_conflicts_stopped_total, and the
 	// flow's name in docs/ABLATION.md.
@@ -40,21 +39,17 @@ type Flow struct {
 	// Noun is what the flow writes, as its answers name it: "order",
 	// "hold", "like".
 	Noun    string
-	Layers  Set
 	Locker  Locker
 	Metrics *metrics.Metrics // nil counts nothing
 }
 
 // Flows makes a service's flows, each by its name, all of them writing
-// noun on the same layers, lock and counter.
-func Flows(noun string, on Set, locker Locker, m *metrics.Metrics) func(name string) Flow {
+// noun under the same lock and counter.
+func Flows(noun string, locker Locker, m *metrics.Metrics) func(name string) Flow {
 	return func(name string) Flow {
-		return Flow{Name: name, Noun: noun, Layers: on, Locker: locker, Metrics: m}
+		return Flow{Name: name, Noun: noun, Locker: locker, Metrics: m}
 	}
 }
-
-// On reports whether layer l is on for this flow.
-func (f Flow) On(l Layer) bool { return f.Layers.On(l) }
 
 // Stopped counts a conflict that layer l stopped, and names the layer on
 // ctx's span and its request's (shop.layer).
@@ -63,21 +58,20 @@ func (f Flow) Stopped(ctx context.Context, l Layer) {
 	tracing.Stopped(ctx, l.String())
 }
 
-// Lock runs fn under the lock on key when layer 1 is on, and as it is
-// when it is off. See LockAll.
+// Lock runs fn under the lock on key. See LockAll.
 func (f Flow) Lock(ctx context.Context, key string, fn func(ctx context.Context) error) error {
 	return f.LockAll(ctx, []string{key}, fn)
 }
 
 // LockAll runs fn under the locks on keys, each taken inside the one
-// before (in the order given, released in reverse), when layer 1 is on.
-// With no keys it runs fn as it is and asks nothing of the layers: the
-// flow's lock is in its transaction, or this request needs none.
+// before (in the order given, released in reverse). With no keys it runs
+// fn as it is: the flow's lock is in its transaction, or this request
+// needs none.
 //
 // A lock that stays taken answers resource_busy without running fn; it
 // is counted as a conflict that layer 1 stopped.
 func (f Flow) LockAll(ctx context.Context, keys []string, fn func(ctx context.Context) error) error {
-	if len(keys) == 0 || !f.Layers.On(Lock) {
+	if len(keys) == 0 {
 		return fn(ctx)
 	}
 	ran := false

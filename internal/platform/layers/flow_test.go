@@ -49,28 +49,15 @@ func TestFlow_LockAll(t *testing.T) {
 			t.Fatalf("err %v, ran %v, events %v; want nil, true, %v", err, ran, r.events, want)
 		}
 	})
-	t.Run("NoKeysAsksNothing", func(t *testing.T) {
-		var p layers.Probe
+	t.Run("NoKeysTakesNoLock", func(t *testing.T) {
 		r := &recorder{}
-		f := layers.Flow{Name: "f", Locker: r, Layers: layers.Off(layers.Lock).Probed(&p)}
+		f := layers.Flow{Name: "f", Locker: r}
 		ran := false
 		if err := f.LockAll(context.Background(), nil, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
 			t.Fatalf("err %v, ran %v", err, ran)
 		}
-		if p.Asked(layers.Lock) || len(r.events) > 0 {
-			t.Errorf("a flow with no lock to take asked layer 1 (%v) or took a lock (%v)", p.Asked(layers.Lock), r.events)
-		}
-	})
-	t.Run("LayerOff", func(t *testing.T) {
-		var p layers.Probe
-		r := &recorder{}
-		f := layers.Flow{Name: "f", Locker: r, Layers: layers.Off(layers.Lock).Probed(&p)}
-		ran := false
-		if err := f.Lock(context.Background(), "a", func(context.Context) error { ran = true; return nil }); err != nil || !ran {
-			t.Fatalf("err %v, ran %v", err, ran)
-		}
-		if !p.Asked(layers.Lock) || len(r.events) > 0 {
-			t.Errorf("with layer 1 off: asked %v, events %v; want asked and no lock", p.Asked(layers.Lock), r.events)
+		if len(r.events) > 0 {
+			t.Errorf("a flow with no lock to take took one: %v", r.events)
 		}
 	})
 	t.Run("BusyCountedOnlyWhenTheWorkDidNotRun", func(t *testing.T) {

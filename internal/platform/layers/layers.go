@@ -141,15 +141,3 @@ func (s Set) String() string {
 	}
 	return strings.Join(parts, ", ") + " off"
 }
-
-// Pick is production when layer l is on in s, and without (the step as
-// it runs with the layer off, for a layer test) when it is off: an
-// ablation switch in one line at its guard, the production path first.
-//
-//	query := layers.Pick(on, layers.Version, sqlSettlePayment, sqlSettlePaymentUnversioned)
-func Pick[T any](s Set, l Layer, production, without T) T {
-	if s.On(l) {
-		return production
-	}
-	return without
-}

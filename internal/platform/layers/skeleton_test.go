@@ -101,7 +101,7 @@ var domainPackages = []string{"orders", "payments", "refunds", "seats", "likes",
 // flow a variant of one of its steps (harness/variants), never by a
 // switch the production path reads.
 func TestFlows_NoAblationSwitch(t *testing.T) {
-	switches := regexp.MustCompile(`layers\.(On|Pick)\(|\.On\(layers\.|\blayers\.Set\b[^{]|Layers\s+layers\.Set`)
+	switches := regexp.MustCompile(`layers\.(On|Pick|Off)\(|\.On\(layers\.|\blayers\.Set\b`)
 	found := 0
 	for _, pkg := range domainPackages {
 		dir := filepath.Join("..", "..", pkg)
