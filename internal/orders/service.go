@@ -211,6 +211,8 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 		}
 		return placed, err
 	case errors.Is(err, inventory.ErrStockConstraint):
+		// Before ErrOutOfStock, which it comes with: a problem matches
+		// errors.Is by its code, whatever its detail says.
 		s.create.Stopped(ctx, layers.Constraint)
 	case errors.Is(err, inventory.ErrOutOfStock):
 		s.create.Stopped(ctx, layers.Version)

@@ -460,7 +460,7 @@ func (s *Service) settle(ctx context.Context, r, settled Refund, known standing,
 		if settled.Status == StatusSucceeded {
 			move = orders.RefundSucceeded(known.succeeded+r.AmountCents, now)
 		}
-		moved, _, err := s.orders.QueueMove(ctx, first, known.order, move)
+		written, _, err := s.orders.QueueMove(ctx, first, known.order, move)
 		if err != nil {
 			if cur, gerr := s.store.Get(ctx, r.ID); gerr == nil && cur.Status != StatusProcessing {
 				settled = cur // another settler recorded it
@@ -473,7 +473,7 @@ func (s *Service) settle(ctx context.Context, r, settled Refund, known standing,
 			// refund's one move out of processing. order.refunded commits
 			// with it or not at all (outbox_one_per_event: one per refund).
 			inventory.QueueReturn(first, r.Items)
-			e, err := refundedEvent(settled, moved)
+			e, err := refundedEvent(settled, written)
 			if err != nil {
 				return err
 			}
