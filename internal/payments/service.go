@@ -503,7 +503,8 @@ func (s *Service) charge(ctx context.Context, p Payment, known orders.Order, rec
 
 // settle records settled, the outcome of the processing payment p (the
 // zero Payment discards p: the gateway refused it as invalid), and
-// applies move to its order, in one transaction of two round trips. The
+// applies move to its order (nil: the order does not move), in one
+// transaction of two round trips. The
 // payment's own row decides first: when another settler recorded an
 // outcome since p was read, that outcome is the answer, and the order is
 // not touched. When the order refuses move (a paid order's Pay on an
@@ -533,12 +534,14 @@ func (s *Service) settle(ctx context.Context, p, settled Payment, known orders.O
 			s.payments.QueueSettle(first, settled, p.Version)
 		}
 		// Layer 2: the order's rule; layer 3: at the version known.
-		if _, _, err := s.orders.QueueMove(ctx, first, known, move); err != nil {
-			if cur, gerr := s.store.Get(ctx, p.ID); gerr == nil && cur.Status != StatusProcessing {
-				settled = cur // another settler recorded it
-				return nil
+		if move != nil {
+			if _, _, err := s.orders.QueueMove(ctx, first, known, move); err != nil {
+				if cur, gerr := s.store.Get(ctx, p.ID); gerr == nil && cur.Status != StatusProcessing {
+					settled = cur // another settler recorded it
+					return nil
+				}
+				return err
 			}
-			return err
 		}
 		// Round trip 2: a success completes the key with its answer, and
 		// COMMIT.
@@ -600,8 +603,7 @@ func (s *Service) refund(ctx context.Context, p Payment, c Charge, rec *idempote
 		return p, err
 	}
 	// The order has stopped waiting: it does not move, and is not read.
-	unmoved := func(*orders.Order) (bool, error) { return false, nil }
-	return s.settle(ctx, p, refunded, orders.Order{ID: p.OrderID}, unmoved, rec)
+	return s.settle(ctx, p, refunded, orders.Order{ID: p.OrderID}, nil, rec)
 }
 
 // recorded returns the payment as another settler recorded it.
