@@ -142,6 +142,7 @@ func counters(p *process) map[string]float64 {
 		}
 	})
 	eventCounts(p, out)
+	refundCounts(p, out)
 	return out
 }
 
