@@ -62,15 +62,18 @@ func (w *workload) refundStorm(ctx context.Context, c *client, rng *rand.Rand, c
 		}
 		*current = o
 	}
+	// What the agents know of the order as the round begins; they write
+	// what they learn into o, under mu.
+	left, units := o.left, o.units
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	returned := false
 	for k := range refundAgents {
 		body := map[string]any{}
 		switch {
-		case k == 0 && o.left > 0:
+		case k == 0 && left > 0:
 			// A refusal said what is left: the rest, racing the others.
-		case !returned && o.units > 0 && rng.IntN(3) == 0:
+		case !returned && units > 0 && rng.IntN(3) == 0:
 			returned = true
 			body["items"] = []map[string]any{{"sku": w.payerSKU, "quantity": 1}}
 			body["reason"] = "returned"
@@ -207,9 +210,15 @@ func (h *history) ackRefundsCopy() (succeeded, processing []string) {
 }
 
 // refundPool is how many paid orders the storm finds ready at the start
-// of each scenario: enough for its clients (twice the size's) to refund
-// through every phase, an order lasting three rounds or so.
-func refundPool(sz size) int { return 12 * sz.clients }
+// of each scenario: enough for its clients (twice the size's) through
+// every phase of a brief row. A client gives an order back in three
+// rounds or so, and spent half an order a second at most on this machine
+// (the processor killed: refunds answered 202 at once); the pool holds
+// three quarters of an order a second for each.
+func refundPool(sz size) int {
+	seconds := (sz.brief[0] + sz.brief[1] + sz.brief[2]).Seconds()
+	return int(0.75 * float64(2*sz.clients) * seconds)
+}
 
 // topUpRefundable pays, before a scenario with the refund storm, the
 // orders it will refund, four at a time, through a client of its own:
