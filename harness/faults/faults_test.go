@@ -29,8 +29,8 @@ type size struct {
 	name                  string
 	before, during, after time.Duration
 	// brief are the phases of the rows marked brief (the refund storm's):
-	// shorter at the small size, so that CI runs them within a minute;
-	// at the large size the same as the others.
+	// shorter at the small size, so that CI runs the five of them in a
+	// minute and a quarter; at the large size the same as the others.
 	brief      [3]time.Duration
 	clients    int // per flow
 	users      int
