@@ -178,7 +178,7 @@ func MailReceipt() Flow {
 	return Flow{Name: "mail_receipt", Test: "TestAblation_MailReceipt",
 		Absent: map[layers.Layer]string{
 			lck:          "the mail takes no lock: no transaction is open during the provider call, and copies that race each other are one mail by the provider's key (the event's id)",
-			layers.State: "the receipt is sent only while the order is paid, but an order.paid is in the outbox only for a payment that committed, and an order leaves paid only to be fulfilled: in this scenario the rule can only say yes, so a row without it would switch nothing",
+			layers.State: "the receipt is sent only for an order that was paid (paid, or fulfilled or refunded since), and an order.paid is in the outbox only for a payment that committed: the rule can only say yes, so a row without it would switch nothing. The refund mail's rule is the same kind (a refund that succeeded, and order.refunded is written only by the settle of one), and the refund mail has no layer the receipt has not",
 			version:      "the mail writes no row of the shop's but its inbox row: there is no version to check",
 			constraint:   "the inbox's key (inbox_pkey) is named in its ON CONFLICT and stays; the mail itself is the provider's",
 		},

@@ -99,13 +99,21 @@ type audit struct {
 	tickets  int // seats booked over the run
 	liked    int
 	stuck    int // payments still processing after the settle wait
+	// stuckRefunds are refunds still processing after it: the reconcilers
+	// did not settle them within the run.
+	stuckRefunds int
 	// Acknowledged writes not found: orders answered 201, orders whose
-	// payment was answered 201 and are not paid, bookings answered 201.
-	lostOrders, lostPaid, lostBookings int
+	// payment was answered 201 and are not paid, bookings answered 201,
+	// refunds answered 201 or 202 not there (or answered 201 and not
+	// succeeded).
+	lostOrders, lostPaid, lostBookings, lostRefunds int
+	// ackRefunds and ackProcessing are the refunds the run acknowledged:
+	// answered 201, and answered only 202 (processing).
+	ackRefunds, ackProcessing int
 }
 
 // lost is every acknowledged write the audit did not find.
-func (a audit) lost() int { return a.lostOrders + a.lostPaid + a.lostBookings }
+func (a audit) lost() int { return a.lostOrders + a.lostPaid + a.lostBookings + a.lostRefunds }
 
 // quiet is how long the shop's tables must stay unchanged before an
 // audit: longer than a request can wait for its lock (lock.DefaultWaitBudget,
@@ -113,28 +121,30 @@ func (a audit) lost() int { return a.lostOrders + a.lostPaid + a.lostBookings }
 // replica, and may only now begin its payment.
 const quiet = 2500 * time.Millisecond
 
-// settle waits until no payment is processing (the reconcilers finish
-// what the fault left in flight) and nothing has changed for quiet, at
-// most wait. It returns the payments still processing.
-func settle(c *cluster, wait time.Duration) int {
+// settle waits until no payment and no refund is processing (the
+// reconcilers finish what the fault left in flight) and nothing has
+// changed for quiet, at most wait. It returns the payments and the
+// refunds still processing.
+func settle(c *cluster, wait time.Duration) (payments, refunds int) {
 	deadline := time.Now().Add(wait)
 	var last string
 	lastChange := time.Now()
 	for {
-		var n int
 		var state string
 		if err := c.db.QueryRow(context.Background(), `SELECT
 			(SELECT count(*) FROM payments WHERE status = 'processing'),
+			(SELECT count(*) FROM refunds WHERE status = 'processing'),
 			(SELECT count(*) || '/' || coalesce(max(updated_at)::text, '') FROM payments) || '/' ||
 			(SELECT count(*) || '/' || coalesce(max(updated_at)::text, '') FROM orders) || '/' ||
-			(SELECT count(*) || '/' || coalesce(max(updated_at)::text, '') FROM likes)`).Scan(&n, &state); err != nil {
-			n = -1
+			(SELECT count(*) || '/' || coalesce(max(updated_at)::text, '') FROM refunds) || '/' ||
+			(SELECT count(*) || '/' || coalesce(max(updated_at)::text, '') FROM likes)`).Scan(&payments, &refunds, &state); err != nil {
+			payments, refunds = -1, -1
 		}
 		if state != last {
 			last, lastChange = state, time.Now()
 		}
-		if (n == 0 && time.Since(lastChange) >= quiet) || time.Now().After(deadline) {
-			return n
+		if (payments == 0 && refunds == 0 && time.Since(lastChange) >= quiet) || time.Now().After(deadline) {
+			return payments, refunds
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -145,19 +155,23 @@ func check(t *testing.T, c *cluster, w *workload, h *history) audit {
 	t.Helper()
 	ctx := context.Background()
 	a := audit{sold: map[string]int{}}
-	a.stuck = settle(c, 30*time.Second)
+	a.stuck, a.stuckRefunds = settle(c, 30*time.Second)
 	if a.stuck != 0 {
 		a.problems = append(a.problems, fmt.Sprintf("%d payments still processing 30 s after the run", a.stuck))
 	}
+	if a.stuckRefunds != 0 {
+		a.problems = append(a.problems, fmt.Sprintf("%d refunds still processing 30 s after the run: the reconcilers did not settle them", a.stuckRefunds))
+	}
 	problem := func(format string, args ...any) { a.problems = append(a.problems, fmt.Sprintf(format, args...)) }
 
-	// Orders vs stock: what left the shelf is what the live orders hold.
+	// Orders vs stock: what left the shelf is what the live orders hold,
+	// less the units their refunds gave back.
 	for sku, initial := range w.stocked {
 		var stock, held int
 		if err := c.db.QueryRow(ctx, `SELECT stock_available FROM products WHERE sku = $1`, sku).Scan(&stock); err != nil {
 			t.Fatalf("read stock: %v", err)
 		}
-		if err := c.db.QueryRow(ctx, `SELECT coalesce(sum(i.quantity), 0)::int FROM order_items i
+		if err := c.db.QueryRow(ctx, `SELECT coalesce(sum(i.quantity - i.returned), 0)::int FROM order_items i
 			WHERE i.sku = $1 AND NOT EXISTS (SELECT 1 FROM stock_releases r WHERE r.order_id = i.order_id)`, sku).Scan(&held); err != nil {
 			t.Fatalf("read orders: %v", err)
 		}
@@ -188,7 +202,7 @@ func check(t *testing.T, c *cluster, w *workload, h *history) audit {
 		t.Fatalf("read acknowledged orders: %v", err)
 	}
 	if err := c.db.QueryRow(ctx, `SELECT count(*)::int FROM unnest($1::uuid[]) AS a(id)
-		WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = a.id AND o.status IN ('paid', 'fulfilled'))`, ackPaid).Scan(&unpaid); err != nil {
+		WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = a.id AND o.status IN ('paid', 'fulfilled', 'refunded'))`, ackPaid).Scan(&unpaid); err != nil {
 		t.Fatalf("read acknowledged payments: %v", err)
 	}
 	a.lostOrders, a.lostPaid = missing, unpaid
@@ -197,6 +211,24 @@ func check(t *testing.T, c *cluster, w *workload, h *history) audit {
 	}
 	if unpaid != 0 {
 		problem("%d orders answered 201 paid are not paid", unpaid)
+	}
+	// Every refund answered 201 is there and succeeded; every one answered
+	// 202 is there, and settled (no refund is left processing, above).
+	ackSucceeded, ackProcessing := h.ackRefundsCopy()
+	a.ackRefunds, a.ackProcessing = len(ackSucceeded), len(ackProcessing)
+	var notSucceeded, notThere int
+	if err := c.db.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM unnest($1::uuid[]) AS a(id) WHERE NOT EXISTS (SELECT 1 FROM refunds r WHERE r.id = a.id AND r.status = 'succeeded'))::int,
+		(SELECT count(*) FROM unnest($2::uuid[]) AS a(id) WHERE NOT EXISTS (SELECT 1 FROM refunds r WHERE r.id = a.id))::int`,
+		ackSucceeded, ackProcessing).Scan(&notSucceeded, &notThere); err != nil {
+		t.Fatalf("read acknowledged refunds: %v", err)
+	}
+	a.lostRefunds = notSucceeded + notThere
+	if notSucceeded != 0 {
+		problem("%d refunds answered 201 are not succeeded in the database", notSucceeded)
+	}
+	if notThere != 0 {
+		problem("%d refunds answered 202 are not in the database", notThere)
 	}
 
 	// The books: one charge per paid order, none on the others.
@@ -247,24 +279,34 @@ func check(t *testing.T, c *cluster, w *workload, h *history) audit {
 	return a
 }
 
-// checkBooks audits the books on one snapshot of the database (orders and
-// payments read in one repeatable-read transaction), then the gateway's
-// charges: a charge is only ever made for a payment already committed, so
-// the gateway read after the snapshot knows every charge the snapshot
-// records. A pay request the client gave up on still runs on its replica
-// for up to its budget; if the snapshot caught one in flight, the audit
-// waits and looks again.
+// checkBooks audits the books on one snapshot of the database (orders,
+// payments and refunds read in one repeatable-read transaction), then the
+// gateway's charges and their refunds: a charge or a refund is only ever
+// made for a payment or a refund already committed, so the gateway read
+// after the snapshot knows every one the snapshot records. It is called
+// once the tables have settled (check); a pay request the client gave up
+// on still runs on its replica for up to its budget, so if the snapshot
+// caught one in flight, the audit waits for the tables to settle again and
+// looks again.
 func checkBooks(t *testing.T, c *cluster) books.Report {
 	t.Helper()
 	ctx := context.Background()
 	var rep books.Report
-	for range 4 {
-		settle(c, 15*time.Second)
+	for try := range 4 {
+		if try > 0 {
+			time.Sleep(time.Second)
+			settle(c, 15*time.Second)
+		}
 		tx, err := c.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 		if err != nil {
 			t.Fatalf("books: %v", err)
 		}
 		orders, payments, err := books.FromDB(ctx, tx)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			t.Fatalf("books: %v", err)
+		}
+		refunds, err := books.RefundsFromDB(ctx, tx)
 		_ = tx.Rollback(ctx)
 		if err != nil {
 			t.Fatalf("books: %v", err)
@@ -273,12 +315,12 @@ func checkBooks(t *testing.T, c *cluster) books.Report {
 		if err != nil {
 			t.Fatalf("books: %v", err)
 		}
-		if rep = books.Audit(orders, payments, charges); rep.InFlight == 0 {
+		b := books.Books{Orders: orders, Payments: payments, Refunds: refunds, Charges: charges}
+		if rep = b.Audit(); rep.InFlight == 0 {
 			return rep
 		}
-		time.Sleep(time.Second)
 	}
-	rep.Problems = append(rep.Problems, fmt.Sprintf("%d orders still have a payment in flight", rep.InFlight))
+	rep.Problems = append(rep.Problems, fmt.Sprintf("%d orders still have a payment or a refund in flight", rep.InFlight))
 	return rep
 }
 

@@ -3,7 +3,8 @@
 // the database and the gateway hold.
 //
 // Each scenario follows the same shape, the one etcd's robustness tests
-// and Jepsen use: a workload (a flash sale, a pay storm, likes), a fault
+// and Jepsen use: a workload (a flash sale, a pay storm, likes, a seat
+// rush, a refund storm), a fault
 // schedule (before, during, after), a history of every answer the clients
 // saw, and the invariants checked afterwards on the stored data rather
 // than on the status codes alone.

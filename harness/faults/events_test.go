@@ -14,8 +14,10 @@ import (
 
 // The events after the commit (DESIGN.md §9) under the same faults: each
 // scenario ends with an audit of what the consumers made of every event
-// the run so far committed. Every paid order must end fulfilled once, with
-// one receipt at the mailer, and every booking with one ticket, whatever
+// the run so far committed. Every paid order must end fulfilled once
+// (unless it was refunded whole first), every order ever paid with one
+// receipt at the mailer, every booking with one ticket and every refund
+// that succeeded with one refund mail, and nothing else mailed, whatever
 // the fault did to the relay, the streams (on the first Redis node: rows
 // 2, 3a and 3b take it away), the consumers or the provider.
 
@@ -26,10 +28,12 @@ const eventsWithin = 45 * time.Second
 
 // eventsAudit is what the consumers did with the events committed so far.
 type eventsAudit struct {
-	paid     int // orders paid (or paid and fulfilled)
-	receipts int // receipts at the mailer
-	bookings int
-	tickets  int
+	paid        int // orders paid (and fulfilled or refunded since, or not)
+	receipts    int // receipts at the mailer
+	bookings    int
+	tickets     int
+	refunds     int // refunds that succeeded
+	refundMails int // refund mails at the mailer
 	// caughtUp is how long after the audit began every event had its
 	// effect; -1 when they had not within eventsWithin.
 	caughtUp time.Duration
@@ -39,10 +43,13 @@ type eventsAudit struct {
 // eventsState is one reading of the consumers' effects.
 type eventsState struct {
 	paid, unfulfilled, badFulfilments int
-	bookings                          int
-	// per reference: receipts for orders, tickets for bookings
-	receipts, tickets   map[string]int
-	paidIDs, bookingIDs map[string]bool
+	bookings, refunds                 int
+	// per reference: receipts for orders, tickets for bookings, refund
+	// mails for refunds
+	receipts, tickets, refundMails map[string]int
+	paidIDs, bookingIDs, refundIDs map[string]bool
+	// otherMails are messages of a kind the shop does not send.
+	otherMails int
 }
 
 // done reports whether every event has its one effect.
@@ -60,7 +67,12 @@ func (s eventsState) done() bool {
 			return false
 		}
 	}
-	return len(s.receipts) == len(s.paidIDs) && len(s.tickets) == len(s.bookingIDs)
+	for id := range s.refundIDs {
+		if s.refundMails[id] != 1 {
+			return false
+		}
+	}
+	return len(s.receipts) == len(s.paidIDs) && len(s.tickets) == len(s.bookingIDs) && len(s.refundMails) == len(s.refundIDs)
 }
 
 // summary is the reading as a string that changes when anything does.
@@ -72,7 +84,10 @@ func (s eventsState) summary() string {
 	for _, k := range s.tickets {
 		n += k
 	}
-	return fmt.Sprint(s.paid, s.unfulfilled, s.badFulfilments, s.bookings, n)
+	for _, k := range s.refundMails {
+		n += k
+	}
+	return fmt.Sprint(s.paid, s.unfulfilled, s.badFulfilments, s.bookings, s.refunds, n, s.otherMails)
 }
 
 // eventsQuiet is how long the consumers' effects must stay unchanged
@@ -105,13 +120,16 @@ func checkEvents(t *testing.T, c *cluster) eventsAudit {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	a.paid, a.bookings = s.paid, s.bookings
+	a.paid, a.bookings, a.refunds = s.paid, s.bookings, s.refunds
 	problem := func(format string, args ...any) { a.problems = append(a.problems, fmt.Sprintf(format, args...)) }
 	if s.unfulfilled > 0 {
 		problem("%d paid orders not fulfilled %s after the run", s.unfulfilled, eventsWithin)
 	}
 	if s.badFulfilments > 0 {
 		problem("%d orders whose status disagrees with their fulfilment row", s.badFulfilments)
+	}
+	if s.otherMails > 0 {
+		problem("%d mails of a kind the shop does not send", s.otherMails)
 	}
 	tally := func(kind string, owed map[string]bool, got map[string]int) int {
 		var missing, extra, stray, total int
@@ -141,22 +159,31 @@ func checkEvents(t *testing.T, c *cluster) eventsAudit {
 	}
 	a.receipts = tally("receipt", s.paidIDs, s.receipts)
 	a.tickets = tally("ticket", s.bookingIDs, s.tickets)
+	a.refundMails = tally("refund mail", s.refundIDs, s.refundMails)
 	return a
 }
 
-// readEvents reads the orders, the bookings and the mailer's audit.
+// readEvents reads the orders, the bookings, the refunds and the mailer's
+// audit.
 func readEvents(c *cluster) (eventsState, error) {
 	ctx := context.Background()
-	s := eventsState{paidIDs: map[string]bool{}, bookingIDs: map[string]bool{}, receipts: map[string]int{}, tickets: map[string]int{}}
+	s := eventsState{paidIDs: map[string]bool{}, bookingIDs: map[string]bool{}, refundIDs: map[string]bool{},
+		receipts: map[string]int{}, tickets: map[string]int{}, refundMails: map[string]int{}}
+	// A fulfilled order has its fulfilment row, and an order that is
+	// neither fulfilled nor refunded has none; a refunded order may have
+	// one, when it shipped before its last refund.
 	if err := c.db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM orders WHERE status = 'paid')::int,
-		(SELECT count(*) FROM orders o WHERE (o.status = 'fulfilled') <>
+		(SELECT count(*) FROM orders o WHERE o.status <> 'refunded' AND (o.status = 'fulfilled') <>
 			EXISTS (SELECT 1 FROM fulfilments f WHERE f.order_id = o.id))::int`).Scan(&s.unfulfilled, &s.badFulfilments); err != nil {
 		return s, fmt.Errorf("orders: %w", err)
 	}
 	for query, ids := range map[string]map[string]bool{
-		`SELECT id::text FROM orders WHERE status IN ('paid', 'fulfilled')`: s.paidIDs,
-		`SELECT id::text FROM bookings`:                                     s.bookingIDs,
+		// Every order that was paid owes its receipt, one refunded since
+		// included.
+		`SELECT id::text FROM orders WHERE status IN ('paid', 'fulfilled', 'refunded')`: s.paidIDs,
+		`SELECT id::text FROM bookings`:                           s.bookingIDs,
+		`SELECT id::text FROM refunds WHERE status = 'succeeded'`: s.refundIDs,
 	} {
 		rows, err := c.db.Query(ctx, query)
 		if err != nil {
@@ -175,7 +202,7 @@ func readEvents(c *cluster) (eventsState, error) {
 			return s, err
 		}
 	}
-	s.paid, s.bookings = len(s.paidIDs), len(s.bookingIDs)
+	s.paid, s.bookings, s.refunds = len(s.paidIDs), len(s.bookingIDs), len(s.refundIDs)
 	msgs, err := mailerMessages(c)
 	if err != nil {
 		return s, err
@@ -186,6 +213,10 @@ func readEvents(c *cluster) (eventsState, error) {
 			s.receipts[m.Reference]++
 		case "ticket":
 			s.tickets[m.Reference]++
+		case "refund":
+			s.refundMails[m.Reference]++
+		default:
+			s.otherMails++
 		}
 	}
 	return s, nil
@@ -263,9 +294,9 @@ func eventsLine(sum map[string]float64, a eventsAudit) string {
 		caught = a.caughtUp.Round(250 * time.Millisecond).String()
 	}
 	return fmt.Sprintf("events published %.0f, redelivered %.0f, consumed %.0f (deduplicated %.0f, skipped %.0f, failed %.0f), retried %.0f; "+
-		"every effect there %s after the run; %d paid orders, %d receipts; %d bookings, %d tickets",
+		"every effect there %s after the run; %d paid orders, %d receipts; %d bookings, %d tickets; %d refunds, %d refund mails",
 		sum["events published"], sum["events redelivered"],
 		sum["events processed"]+sum["events deduplicated"]+sum["events skipped"]+sum["events failed"],
 		sum["events deduplicated"], sum["events skipped"], sum["events failed"], sum["events retried"],
-		caught, a.paid, a.receipts, a.bookings, a.tickets)
+		caught, a.paid, a.receipts, a.bookings, a.tickets, a.refunds, a.refundMails)
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,18 +28,37 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 type size struct {
 	name                  string
 	before, during, after time.Duration
-	clients               int // per flow
-	users, posts          int
-	flashStock            int
+	// brief are the phases of the rows marked brief (the refund storm's):
+	// shorter at the small size, so that CI runs the five of them in a
+	// minute and a quarter; at the large size the same as the others.
+	brief      [3]time.Duration
+	clients    int // per flow
+	users      int
+	posts      int
+	flashStock int
 }
 
 func sizeFromEnv() size {
 	if os.Getenv("SHOP_FAULTS_SIZE") == "large" {
 		return size{name: "large", before: 8 * time.Second, during: 15 * time.Second, after: 12 * time.Second,
+			brief:   [3]time.Duration{8 * time.Second, 15 * time.Second, 12 * time.Second},
 			clients: 4, users: 200, posts: 5, flashStock: 6000}
 	}
 	return size{name: "small", before: 2 * time.Second, during: 5 * time.Second, after: 4 * time.Second,
+		brief:   [3]time.Duration{2 * time.Second, 3 * time.Second, 3 * time.Second},
 		clients: 2, users: 60, posts: 3, flashStock: 1500}
+}
+
+// phases returns how long sc's phases last at sz: before, during, after.
+func (sz size) phases(sc scenario) (before, during, after time.Duration) {
+	before, during, after = sz.before, sz.during, sz.after
+	if sc.brief {
+		before, during, after = sz.brief[0], sz.brief[1], sz.brief[2]
+	}
+	if sc.during > 0 {
+		during = sc.during
+	}
+	return before, during, after
 }
 
 var allFlows = []string{flowOrders, flowPay, flowLikes, flowSeats}
@@ -83,6 +103,11 @@ type scenario struct {
 	// paid during the fault has its receipt within it of its payment
 	// (judgeReceipts).
 	receiptsWithin time.Duration
+	// brief: the row runs the size's brief phases (size.brief).
+	brief bool
+	// judge, when set, is a floor of the row's own on what observe read
+	// when the fault ended and after the run.
+	judge func(healed, end map[string]float64) (verdict string, ok bool)
 }
 
 // result is what a scenario's run showed.
@@ -106,6 +131,7 @@ type result struct {
 	seatHistory           string // the porcupine check's verdict, when the scenario has one
 	eventsAudit           eventsAudit
 	events                string // what the relay and the consumers did, and the audit
+	refunds               string // what the refund flows did, and the audit, when the row has the refund storm
 }
 
 func TestFaults(t *testing.T) {
@@ -120,7 +146,7 @@ func TestFaults(t *testing.T) {
 	}
 	c := startCluster(t, "degrade")
 	w := setUp(t, c, sz.users, sz.posts, sz.flashStock)
-	w.clients, w.payClicks = sz.clients, 3
+	w.clients, w.payClicks, w.poolTarget = sz.clients, 3, refundPool(sz)
 
 	var results []result
 	for _, sc := range table {
@@ -189,12 +215,12 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	if flows == nil {
 		flows = allFlows
 	}
-	during := sz.during
-	if sc.during > 0 {
-		during = sc.during
-	}
+	before, during, after := sz.phases(sc)
 	restockFlash(t, c, w)
 	newHall(t, c, w)
+	if slices.Contains(flows, flowRefund) {
+		topUpRefundable(t, c, w)
+	}
 	countersAt := snapshotCounters(c)
 
 	h := &history{}
@@ -209,7 +235,7 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 
 	var p phases
 	p.start = time.Now()
-	time.Sleep(sz.before)
+	time.Sleep(before)
 	injectAt := time.Now()
 	c.workload = w
 	heal := sc.fault(t, c)
@@ -227,7 +253,7 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 		c.route.Store(routeOnly1)
 	}
 	c.heal()
-	time.Sleep(sz.after)
+	time.Sleep(after)
 	p.end = time.Now()
 	cancel()
 	wg.Wait()
@@ -259,7 +285,11 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	r.anomalies = append(r.anomalies, r.audit.problems...)
 	r.eventsAudit = checkEvents(t, c)
 	r.anomalies = append(r.anomalies, r.eventsAudit.problems...)
-	r.events = eventsLine(counterSums(countersAt, snapshotCounters(c)), r.eventsAudit)
+	sums := counterSums(countersAt, snapshotCounters(c))
+	r.events = eventsLine(sums, r.eventsAudit)
+	if slices.Contains(flows, flowRefund) {
+		r.refunds = refundsLine(sums, r.audit)
+	}
 	if sc.linearizable {
 		res, n, unknown := w.seats.check(time.Minute)
 		r.seatHistory = fmt.Sprintf("seat history %s (%d operations, %d without a definite answer)", res, n, unknown)
@@ -271,8 +301,10 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 			fail("the seat history check ran out of time: %s", r.seatHistory)
 		}
 	}
+	var obsEnd map[string]float64
 	if sc.observe != nil {
-		r.extra = sc.report(t, c, obsHealed, sc.observe(c))
+		obsEnd = sc.observe(c)
+		r.extra = sc.report(t, c, obsHealed, obsEnd)
 	}
 
 	// The floors: the work the fault leaves possible was done.
@@ -280,7 +312,7 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 		fail("row %s has no floor", sc.row)
 	}
 	for _, f := range sc.floors {
-		verdict, ok := f.judge(answers, p, w.clients)
+		verdict, ok := f.judge(answers, p, w.clientsOf(f.flows))
 		r.floors = append(r.floors, verdict)
 		if !ok {
 			fail("floor missed: %s", verdict)
@@ -288,6 +320,13 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	}
 	if sc.receiptsWithin > 0 {
 		verdict, ok := judgeReceipts(c, p, sc.receiptsWithin)
+		r.floors = append(r.floors, verdict)
+		if !ok {
+			fail("floor missed: %s", verdict)
+		}
+	}
+	if sc.judge != nil {
+		verdict, ok := sc.judge(obsHealed, obsEnd)
 		r.floors = append(r.floors, verdict)
 		if !ok {
 			fail("floor missed: %s", verdict)
@@ -305,7 +344,7 @@ func runScenario(t *testing.T, c *cluster, w *workload, sz size, sc scenario) re
 	// Every answer, in every phase: there, clear, and within the bound.
 	r.longest, r.failovers = judgeAnswers(answers, sc, fail)
 	if r.recover < 0 {
-		fail("throughput not back to half of before within %s of the heal", sz.after)
+		fail("throughput not back to half of before within %s of the heal", after)
 	}
 	return r
 }
@@ -349,11 +388,11 @@ func judgeAnswers(answers []answer, sc scenario, fail func(string, ...any)) (lon
 }
 
 func (r result) line() string {
-	return fmt.Sprintf("row %s %s: sent %d; useful/s before %.1f, during %.1f, after %.1f (%s); floors: %s; longest wait %s, failovers %d; recovered in %s; p99 during %s; %s; %s; books: %d paid, %d charges (%d refunded); flash sold %d of %d stocked; likes %d; %s; %s; anomalies %d",
+	return fmt.Sprintf("row %s %s: sent %d; useful/s before %.1f, during %.1f, after %.1f (%s); floors: %s; longest wait %s, failovers %d; recovered in %s; p99 during %s; %s; %s; books: %d paid, %d charges (%d refunded), %d refunds; flash sold %d of %d stocked; likes %d; %s; %s; %s; anomalies %d",
 		r.sc.row, r.name, r.sent, r.before.rate(), r.during.rate(), r.after.rate(), r.perFlow, strings.Join(r.floors, "; "),
 		r.longest.Round(time.Millisecond), r.failovers, fmtRecover(r.recover),
-		r.p99During.Round(time.Millisecond), r.layers, r.extra, r.audit.books.Paid, r.audit.books.Charges, r.audit.books.Refunded,
-		r.audit.sold["SKU-FLASH"], r.audit.stocked, r.audit.liked, answersLine(r.answers), r.events, len(r.anomalies))
+		r.p99During.Round(time.Millisecond), r.layers, r.extra, r.audit.books.Paid, r.audit.books.Charges, r.audit.books.Refunded, r.audit.books.Refunds,
+		r.audit.sold["SKU-FLASH"], r.audit.stocked, r.audit.liked, answersLine(r.answers), r.events, r.refunds, len(r.anomalies))
 }
 
 func fmtRecover(d time.Duration) string {
@@ -365,7 +404,7 @@ func fmtRecover(d time.Duration) string {
 
 func answersLine(m map[string]map[string]int) string {
 	var parts []string
-	for _, f := range []string{flowOrders, flowPayOrder, flowPay, flowLikes, flowSeats} {
+	for _, f := range []string{flowOrders, flowPayOrder, flowPay, flowLikes, flowSeats, flowRefundOrder, flowRefund} {
 		if m[f] != nil {
 			parts = append(parts, f+": "+formatTally(m[f]))
 		}
@@ -440,31 +479,11 @@ func scenarios() []scenario {
 				c.replicas[1].kill()
 				return func() { c.restartReplica(1) }
 			}},
-		{row: "6a", flows: []string{flowPay}, floors: payWithinBudget,
-			fault: func(t *testing.T, c *cluster) func() {
-				c.toxic(c.gwPx, "slow", "latency", "downstream", `{"latency":2000}`)
-				return func() {}
-			}},
-		{row: "6b", flows: []string{flowPay},
-			floors: half("the payment's second attempt at the gateway, with the same key, hides a reset connection"),
-			fault: func(t *testing.T, c *cluster) func() {
-				js := `{"name":"flaky","type":"reset_peer","stream":"downstream","toxicity":0.3,"attributes":{"timeout":0}}`
-				if _, err := c.gwPx.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-					t.Fatal(err)
-				}
-				return func() {}
-			}},
-		{row: "6c", flows: []string{flowPay}, floors: payWithinBudget,
-			fault: func(t *testing.T, c *cluster) func() {
-				c.toxic(c.gwPx, "hole_up", "timeout", "upstream", `{"timeout":0}`)
-				c.toxic(c.gwPx, "hole_down", "timeout", "downstream", `{"timeout":0}`)
-				return func() {}
-			}},
-		{row: "6d", flows: []string{flowPay}, floors: payWithinBudget,
-			fault: func(t *testing.T, c *cluster) func() {
-				c.gw.kill()
-				return c.startGateway
-			}},
+		{row: "6a", flows: []string{flowPay}, floors: payWithinBudget, fault: gatewaySlow},
+		{row: "6b", flows: []string{flowPay}, fault: gatewayFlaky,
+			floors: half("the payment's second attempt at the gateway, with the same key, hides a reset connection")},
+		{row: "6c", flows: []string{flowPay}, floors: payWithinBudget, fault: gatewayBlackholed},
+		{row: "6d", flows: []string{flowPay}, floors: payWithinBudget, fault: gatewayKilled},
 		{row: "7a",
 			floors: []floor{{ofBefore: 0.4, why: "every request makes several round trips to PostgreSQL, each 2 ms longer; the floor is 40 %"}},
 			fault: func(t *testing.T, c *cluster) func() {
@@ -550,7 +569,60 @@ func scenarios() []scenario {
 				return c.startMailer
 			}},
 		longTransaction(),
+		// The refund storm (refunds_test.go) under the processor's faults
+		// of rows 6a–6d, and a replica killed with refunds in hand.
+		{row: "13a", flows: refundFlows, brief: true, floors: refundWithinBudget, fault: gatewaySlow},
+		{row: "13b", flows: refundFlows, brief: true, fault: gatewayFlaky,
+			floors: half("the refund's second attempt at the processor, with the same key (the refund's id), hides a reset connection")},
+		{row: "13c", flows: refundFlows, brief: true, floors: refundWithinBudget, fault: gatewayBlackholed},
+		{row: "13d", flows: refundFlows, brief: true, floors: refundWithinBudget, fault: gatewayKilled},
+		replicaKilledMidRefund(),
 	}
+}
+
+// refundFlows are the rows of the refund storm: its rounds of agents, and
+// the orders it pays when those paid before the scenario run out.
+var refundFlows = []string{flowRefund, flowRefundOrder}
+
+// refundWithinBudget is the floor of a processor that cannot answer: a
+// refund is answered within its budget (the payment's, 3 s), 202
+// processing when the processor did not answer, so each round of agents
+// gets its outcomes every 3 s at worst: one a second for each of its three
+// agents. The floor is half of that.
+var refundWithinBudget = []floor{{flows: refundFlows, perClient: 0.5,
+	why: "a refund is answered within its budget (3 s), 202 processing when the processor cannot answer: each round of three agents gets its three outcomes every 3 s at worst, one a second; the floor is half of that"}}
+
+// The gateway's faults: rows 6a–6d under the pay storm, 13a–13d under the
+// refund storm.
+
+// gatewaySlow holds every answer of the gateway 2 s, beyond the shop's
+// 1 s timeout: the call was made, its answer is late.
+func gatewaySlow(t *testing.T, c *cluster) func() {
+	c.toxic(c.gwPx, "slow", "latency", "downstream", `{"latency":2000}`)
+	return func() {}
+}
+
+// gatewayFlaky resets 30 % of the connections to the gateway.
+func gatewayFlaky(t *testing.T, c *cluster) func() {
+	js := `{"name":"flaky","type":"reset_peer","stream":"downstream","toxicity":0.3,"attributes":{"timeout":0}}`
+	if _, err := c.gwPx.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		t.Fatal(err)
+	}
+	return func() {}
+}
+
+// gatewayBlackholed lets nothing through to the gateway or back.
+func gatewayBlackholed(t *testing.T, c *cluster) func() {
+	c.toxic(c.gwPx, "hole_up", "timeout", "upstream", `{"timeout":0}`)
+	c.toxic(c.gwPx, "hole_down", "timeout", "downstream", `{"timeout":0}`)
+	return func() {}
+}
+
+// gatewayKilled kills the gateway with SIGKILL; the heal starts it again
+// on its journal.
+func gatewayKilled(t *testing.T, c *cluster) func() {
+	c.gw.kill()
+	return c.startGateway
 }
 
 // afterTheCommit is the floor of a mail provider's fault: the mail is sent

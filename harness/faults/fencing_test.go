@@ -136,6 +136,7 @@ func counters(p *process) map[string]float64 {
 		}
 	})
 	eventCounts(p, out)
+	refundCounts(p, out)
 	return out
 }
 

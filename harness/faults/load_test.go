@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,6 +28,10 @@ const (
 	flowPayOrder = "pay storm: order" // the order each pay storm pays
 	flowLikes    = "likes"
 	flowSeats    = "seat rush"
+	// The refund storm (refunds_test.go): admin agents refunding parts
+	// of paid orders at once, and the orders it pays for them.
+	flowRefund      = "refund storm"
+	flowRefundOrder = "refund storm: order"
 )
 
 // answer is one request as its client saw it, after at most one failover.
@@ -73,6 +78,8 @@ func (a answer) useful() bool {
 		return true
 	case a.status == http.StatusPaymentRequired:
 		return true
+	case a.status == http.StatusUnprocessableEntity && a.code == "refund_exceeds_remaining":
+		return true
 	}
 	return false
 }
@@ -86,6 +93,9 @@ type history struct {
 	ackOrders   []string
 	ackPaid     []string
 	ackBookings []string // bookings answered 201
+	// ackRefunds are the refunds answered 2xx, by id: succeeded (201) or
+	// processing (202), as the latest answer about each said.
+	ackRefunds map[string]int
 	// keyed are the requests sent with an Idempotency-Key whose answer
 	// was a final outcome, to be sent again (TestFailover's replays).
 	keyed []keyedRequest
@@ -269,15 +279,20 @@ type workload struct {
 	seats *seatLog
 	// stocked is each SKU's stock over the run: created plus restocked.
 	stocked map[string]int
+	// refundable are paid orders the refund storm has not taken yet; it
+	// keeps at least poolTarget of them while the gateway takes payments.
+	refundable chan *refundable
+	poolTarget int
 }
 
 // run drives every flow in flows until ctx ends.
 func (w *workload) run(ctx context.Context, c *client, flows []string) {
 	var wg sync.WaitGroup
 	for _, f := range flows {
-		for i := range w.clients {
+		for i := range w.clientsOf([]string{f}) {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(i), uint64(len(f))))
+				var current *refundable // the refund storm's order in hand
 				for ctx.Err() == nil {
 					switch f {
 					case flowOrders:
@@ -288,6 +303,8 @@ func (w *workload) run(ctx context.Context, c *client, flows []string) {
 						w.like(ctx, c, rng)
 					case flowSeats:
 						w.seatRush(ctx, c, rng)
+					case flowRefund:
+						w.refundStorm(ctx, c, rng, &current)
 					}
 				}
 			})
@@ -297,6 +314,16 @@ func (w *workload) run(ctx context.Context, c *client, flows []string) {
 }
 
 func (w *workload) token(rng *rand.Rand) string { return w.tokens[rng.IntN(len(w.tokens))] }
+
+// clientsOf is how many clients run flows: the size's, and twice that for
+// the refund storm, whose rounds wait on each other (a round's agents
+// race for one order) rather than on the machine.
+func (w *workload) clientsOf(flows []string) int {
+	if slices.Contains(flows, flowRefund) {
+		return 2 * w.clients
+	}
+	return w.clients
+}
 
 // flashOrder buys one unit of the flash-sale SKU, whose stock runs out.
 func (w *workload) flashOrder(ctx context.Context, c *client, rng *rand.Rand) {

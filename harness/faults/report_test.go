@@ -92,9 +92,16 @@ func (r *report) body(c *cluster, results []result) string {
 	}
 	var version string
 	_ = c.db.QueryRow(context.Background(), `SHOW server_version`).Scan(&version)
-	fmt.Fprintf(&b, "Size %s: %d clients per flow; %s before, %s during (unless the row says), %s after the fault. "+
+	var brief []string
+	for _, res := range results {
+		if res.sc.brief {
+			brief = append(brief, res.sc.row)
+		}
+	}
+	fmt.Fprintf(&b, "Size %s: %d clients per flow (the refund storm %d); %s before, %s during (unless the row says), %s after the fault; rows %s: %s, %s, %s. "+
 		"PostgreSQL %s, %s. The run took %s.\n\n",
-		r.size.name, r.size.clients, r.size.before, r.size.during, r.size.after, version, pg, time.Since(r.started).Round(time.Second))
+		r.size.name, r.size.clients, 2*r.size.clients, r.size.before, r.size.during, r.size.after, strings.Join(brief, ", "),
+		r.size.brief[0], r.size.brief[1], r.size.brief[2], version, pg, time.Since(r.started).Round(time.Second))
 	fmt.Fprintln(&b, "| # | fault | flows | sent | useful/s before → during → after | floors during the fault | longest wait | failovers | p99 during | recovered in | verdict | audits |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, res := range results {
@@ -110,12 +117,12 @@ func (r *report) body(c *cluster, results []result) string {
 		if n := len(res.failures) + len(res.anomalies); n > 0 {
 			verdict = fmt.Sprintf("**failed** (%d)", n)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f → %.1f → %.1f | %s | %s | %d | %s | %s | %s | %s; %d paid, %d charges, %d refunded; flash %d/%d sold; %d likes; %d seats booked; %d receipts, %d ticket mails |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f → %.1f → %.1f | %s | %s | %d | %s | %s | %s | %s; %d paid, %d charges, %d refunded; %d refunds; flash %d/%d sold; %d likes; %d seats booked; %d receipts, %d ticket mails, %d refund mails |\n",
 			res.sc.row, res.name, strings.Join(flows, ", "), res.sent, res.before.rate(), res.during.rate(), res.after.rate(),
 			strings.Join(res.floors, "; "), res.longest.Round(time.Millisecond), res.failovers, res.p99During.Round(time.Millisecond),
 			fmtRecover(res.recover), verdict, audits, res.audit.books.Paid, res.audit.books.Charges,
-			res.audit.books.Refunded, res.audit.sold["SKU-FLASH"], res.audit.stocked, res.audit.liked, res.audit.tickets,
-			res.eventsAudit.receipts, res.eventsAudit.tickets)
+			res.audit.books.Refunded, res.audit.books.Refunds, res.audit.sold["SKU-FLASH"], res.audit.stocked, res.audit.liked, res.audit.tickets,
+			res.eventsAudit.receipts, res.eventsAudit.tickets, res.eventsAudit.refundMails)
 	}
 	fmt.Fprintln(&b, "\nThe floors, and why each is where it is:")
 	fmt.Fprintln(&b)
@@ -149,6 +156,13 @@ func (r *report) body(c *cluster, results []result) string {
 	fmt.Fprintln(&b)
 	for _, res := range results {
 		fmt.Fprintf(&b, "- %s: %s\n", res.sc.row, res.events)
+	}
+	fmt.Fprintln(&b, "\nThe refund storm: what the replicas' refund flows and reconcilers counted over each scenario that runs it, and the audit of the refunds the clients were told of:")
+	fmt.Fprintln(&b)
+	for _, res := range results {
+		if res.refunds != "" {
+			fmt.Fprintf(&b, "- %s: %s\n", res.sc.row, res.refunds)
+		}
 	}
 	fmt.Fprintln(&b, "\nWhat the replicas counted over each scenario (their /metrics):")
 	fmt.Fprintln(&b)

@@ -1,8 +1,9 @@
 // Package mailer is `shop mailer`: a stand-in for a mail provider, run as
 // its own process on its own port and reached only over HTTP, so the
-// shop's consumers of receipts and tickets meet the failures they would
-// meet in production: a 5xx, an answer that arrives after the client gave
-// up, and a provider that forgets its idempotency keys.
+// shop's consumer of receipts, tickets and refund mails meets the
+// failures it would meet in production: a 5xx, an answer that arrives
+// after the client gave up, and a provider that forgets its idempotency
+// keys.
 //
 // # What it promises
 //

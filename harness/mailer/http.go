@@ -2,11 +2,13 @@ package mailer
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/shop-example/shop/internal/platform/httpx"
+	"github.com/shop-example/shop/internal/platform/mail"
 	"github.com/shop-example/shop/internal/platform/problem"
 )
 
@@ -22,8 +24,8 @@ func keyReused() error {
 // every message sent, in creation order.
 func (h handlers) listMessages(c echo.Context) error {
 	kind := c.QueryParam("kind")
-	if kind != "" && !knownKind(kind) {
-		return problem.Errorf(problem.Invalid, "kind: must be %s or %s", KindReceipt, KindTicket)
+	if kind != "" && !mail.KnownKind(kind) {
+		return problem.Errorf(problem.Invalid, "kind: must be one of %s", strings.Join(mail.Kinds, ", "))
 	}
 	h.s.mu.Lock()
 	items := h.s.index.messagesFor(c.QueryParam("reference"), kind)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/shop-example/shop/internal/platform/mail"
 )
 
 // check reports whether apply can use m: the journal refuses to write a
@@ -12,7 +14,7 @@ func check(m Message) error {
 	switch {
 	case m.ID == "" || m.IdempotencyKey == "" || m.CreatedAt.IsZero():
 		return errors.New("incomplete message record")
-	case m.Kind != KindReceipt && m.Kind != KindTicket:
+	case !mail.KnownKind(m.Kind):
 		return fmt.Errorf("message %s: unknown kind %q", m.ID, m.Kind)
 	}
 	return nil

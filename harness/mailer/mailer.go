@@ -23,6 +23,7 @@ import (
 const (
 	KindReceipt          = mail.KindReceipt
 	KindTicket           = mail.KindTicket
+	KindRefund           = mail.KindRefund
 	HeaderIdempotencyKey = mail.HeaderIdempotencyKey
 	HeaderReplayed       = mail.HeaderReplayed
 )

@@ -68,9 +68,6 @@ func decodeMessage(c echo.Context) (Request, error) {
 	return req, nil
 }
 
-// knownKind reports whether k is a kind of message the mailer sends.
-func knownKind(k string) bool { return k == KindReceipt || k == KindTicket }
-
 // sendAnswer is what a message request is told.
 type sendAnswer struct {
 	message  Message

@@ -29,6 +29,7 @@ func TestAPI_Statuses(t *testing.T) {
 	}{
 		{"Receipt", "POST", "/v1/messages", "k-receipt", receipt("o1"), 201, ""},
 		{"Ticket", "POST", "/v1/messages", "k-ticket", messageJSON("b1", mailer.KindTicket, "bo@example.com"), 201, ""},
+		{"Refund", "POST", "/v1/messages", "k-refund", messageJSON("r1", mailer.KindRefund, "bo@example.com"), 201, ""},
 		{"Longest", "POST", "/v1/messages", "k-long", body(long(128), "receipt", long(254), long(200), long(10000)), 201, ""},
 		{"NoSubjectNoText", "POST", "/v1/messages", "k-bare", body("o2", "receipt", "a@example.com", "", ""), 201, ""},
 		{"NoKey", "POST", "/v1/messages", "", receipt("o1"), 400, "idempotency_key_required"},
@@ -47,6 +48,7 @@ func TestAPI_Statuses(t *testing.T) {
 		{"WrongType", "POST", "/v1/messages", "k11", `{"reference": 7, "kind": "receipt", "to": "a@example.com"}`, 400, "invalid_request"},
 		{"ListAll", "GET", "/v1/messages", "", "", 200, ""},
 		{"ListByReference", "GET", "/v1/messages?reference=o1&kind=receipt", "", "", 200, ""},
+		{"ListRefunds", "GET", "/v1/messages?kind=refund", "", "", 200, ""},
 		{"ListBadKind", "GET", "/v1/messages?kind=newsletter", "", "", 400, "invalid_request"},
 		{"GetUnknown", "GET", "/v1/messages/msg_nope", "", "", 404, "not_found"},
 		{"Faults", "GET", "/v1/faults", "", "", 200, ""},
@@ -63,8 +65,8 @@ func TestAPI_Statuses(t *testing.T) {
 			}
 		})
 	}
-	// Only the four accepted requests sent anything.
-	wantMessages(t, s, "", 4)
+	// Only the five accepted requests sent anything.
+	wantMessages(t, s, "", 5)
 }
 
 func TestMessages_Create(t *testing.T) {

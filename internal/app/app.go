@@ -483,7 +483,8 @@ func (a *App) RunJobs(ctx context.Context) {
 
 // RunEvents runs this replica's outbox relay and event consumers until ctx
 // ends, unless SHOP_EVENTS=off: the fulfilment, and with SHOP_MAILER_URL
-// set the mail of receipts and tickets (DESIGN.md §9). RunJobs runs it.
+// set the mail of receipts, tickets and refunds (DESIGN.md §9). RunJobs
+// runs it.
 func (a *App) RunEvents(ctx context.Context) {
 	if !a.cfg.Events.Off {
 		a.events.run(a.traced(ctx))

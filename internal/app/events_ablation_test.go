@@ -44,7 +44,7 @@ func TestAblation_FulfilOrder(t *testing.T) {
 			e.Drop(t, orders.ConstraintFulfilledOnce)
 		}
 		paid := paidOrders(t, e, "ABL-SHIP", n)
-		published := republish(t, e, copies)
+		published := republish(t, e, outbox.OrderPaid, copies)
 		probe.Reset()
 		runEvents(t, e)
 		// Every copy, and the relay's own publish of each event, handled.
@@ -83,7 +83,7 @@ func TestAblation_MailReceipt(t *testing.T) {
 		for range waves {
 			// Past the provider's memory of the last wave's keys.
 			time.Sleep(50 * time.Millisecond)
-			first = waitConsumed(t, e, notify.Consumer, first+republish(t, e, 1), 10*time.Second)
+			first = waitConsumed(t, e, notify.Consumer, first+republish(t, e, outbox.OrderPaid, 1), 10*time.Second)
 		}
 		total, missing, extra := receipts(e.Mailer, paid)
 		t.Logf("%d receipts for %d paid orders (%d missing, %d extra); %d events in the outbox, %d publishes after a commit (a third dropped)",
@@ -92,13 +92,13 @@ func TestAblation_MailReceipt(t *testing.T) {
 	})
 }
 
-// republish publishes copies of every order.paid the outbox holds, the
-// copies of one event one after the other and all of them in one MULTI,
-// and returns how many it published.
-func republish(t *testing.T, e *apptest.Env, copies int) int {
+// republish publishes copies of every event named name the outbox holds,
+// the copies of one event one after the other and all of them in one
+// MULTI, and returns how many it published.
+func republish(t *testing.T, e *apptest.Env, name string, copies int) int {
 	t.Helper()
 	ctx := context.Background()
-	stored, err := outbox.Stored(ctx, e.DB, outbox.OrderPaid)
+	stored, err := outbox.Stored(ctx, e.DB, name)
 	if err != nil {
 		t.Fatal(err)
 	}

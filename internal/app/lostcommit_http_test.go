@@ -21,6 +21,9 @@ type lostCommitCase struct {
 	// the request, sent twice with the same key.
 	setup func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget
 	send  func(t *testing.T, r *apptest.Replica, u apptest.User, target lostCommitTarget, key string) apptest.Response
+	// lost judges the answer of the request whose commit answer was lost;
+	// nil is 503 unavailable.
+	lost func(t *testing.T, first apptest.Response)
 	// check judges the retry's answer against the database.
 	check func(t *testing.T, e *apptest.Env, u apptest.User, target lostCommitTarget, key string, retry apptest.Response)
 }
@@ -32,7 +35,10 @@ type lostCommitTarget struct{ id, sku string }
 // PostgreSQL after each flow's commit reached it, before its answer came
 // back (testenv.CommitCutter), then sends the request again with the same
 // key. The retry gets the committed resource, and the database holds it
-// once: after a commit, the key finds what was committed.
+// once: after a commit, the key finds what was committed. The refund flow
+// commits twice, and each of its commits loses its answer in a case of its
+// own: the begin's (the refund processing, its amount held) and the
+// settle's (the refund succeeded, the key completed).
 func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 	cutter := testenv.NewCommitCutter(t)
 	e := apptest.NewThrough(t, 1, nil, app.Deps{}, cutter)
@@ -179,6 +185,36 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 			},
 		},
 		{
+			// The begin committed the processing refund and its claim of
+			// the key; the request answers 503, and nothing was sent to the
+			// processor. The retry finds the refund under the lock
+			// (refunds_order_request_key), sends it, and settles it.
+			name:   "RefundBegin",
+			marker: "INSERT INTO refunds",
+			setup:  lostRefundSetup(r, "LOST-REFUND-BEGIN"),
+			send:   lostRefundSend,
+			check:  lostRefundCheck(http.StatusCreated),
+		},
+		{
+			// The settle committed the refund succeeded, its order.refunded
+			// and the key's answer. The flow cannot tell and answers 202
+			// processing, which the idempotency middleware goes to store
+			// for the key: it finds the key completed, and answers what
+			// was committed instead, the 201, replayed. The retry gets it
+			// too, and the processor was asked once.
+			name:   "RefundSettle",
+			marker: "UPDATE refunds",
+			setup:  lostRefundSetup(r, "LOST-REFUND-SETTLE"),
+			send:   lostRefundSend,
+			lost: func(t *testing.T, first apptest.Response) {
+				apptest.WantStatus(t, first, http.StatusCreated)
+				if got := apptest.Decode[refundJSON](t, first); got.Status != "succeeded" || first.Header.Get("Idempotent-Replayed") != "true" {
+					t.Errorf("the lost settle answered %s, want the committed refund, replayed from its key", first)
+				}
+			},
+			check: lostRefundCheck(http.StatusCreated),
+		},
+		{
 			name:   "Like",
 			marker: "INSERT INTO likes",
 			setup: func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
@@ -227,9 +263,64 @@ func TestLostCommit_RetryGetsWhatWasCommitted(t *testing.T) {
 			if cutter.Lost() != lost+1 {
 				t.Fatalf("no commit answer of %q was lost; the first request answered %s", c.marker, first)
 			}
-			apptest.WantProblem(t, first, http.StatusServiceUnavailable, "unavailable")
+			if c.lost != nil {
+				c.lost(t, first)
+			} else {
+				apptest.WantProblem(t, first, http.StatusServiceUnavailable, "unavailable")
+			}
 
 			c.check(t, e, u, target, key, c.send(t, r, u, target, key))
 		})
+	}
+}
+
+// lostRefundAmount is what the lost-commit cases refund of an order of
+// 1000 cents.
+const lostRefundAmount = 400
+
+// lostRefundSetup makes a product sku of 1000 cents and a paid order of
+// one of it, through r.
+func lostRefundSetup(r *apptest.Replica, sku string) func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+	return func(t *testing.T, e *apptest.Env, u apptest.User) lostCommitTarget {
+		p := apptest.MustCreateProduct(t, r, sku, 1000, 10)
+		o := apptest.MustCreateOrder(t, r, u.Token, apptest.Line{SKU: p.SKU, Quantity: 1})
+		apptest.WantStatus(t, payReq(t, r, u.Token, o.ID, gateway.MethodOK, apptest.NewKey()), http.StatusCreated)
+		return lostCommitTarget{id: o.ID, sku: p.SKU}
+	}
+}
+
+// lostRefundSend refunds lostRefundAmount of the order under key.
+func lostRefundSend(t *testing.T, r *apptest.Replica, u apptest.User, o lostCommitTarget, key string) apptest.Response {
+	return refundReq(t, r, u.Token, o.id, map[string]any{"amount_cents": lostRefundAmount}, key)
+}
+
+// lostRefundCheck judges a retry that must answer status with the
+// request's one refund, succeeded: one refund of the order, the key's,
+// the order holding its amount, and one refund of that amount at the
+// processor, the one the refund records.
+func lostRefundCheck(status int) func(t *testing.T, e *apptest.Env, u apptest.User, o lostCommitTarget, key string, retry apptest.Response) {
+	return func(t *testing.T, e *apptest.Env, u apptest.User, o lostCommitTarget, key string, retry apptest.Response) {
+		apptest.WantStatus(t, retry, status)
+		got := apptest.Decode[refundJSON](t, retry)
+		if got.Status != "succeeded" || got.AmountCents != lostRefundAmount || got.OrderID != o.id {
+			t.Errorf("retry answered %s, want the refund of %d succeeded", retry, lostRefundAmount)
+		}
+		if n := e.Count(t, `SELECT count(*) FROM refunds WHERE order_id = $1`, o.id); n != 1 {
+			t.Errorf("%d refunds of the order, want 1", n)
+		}
+		if n := e.Count(t, `SELECT count(*) FROM refunds WHERE id = $1 AND request_key = $2 AND status = 'succeeded'`, got.ID, key); n != 1 {
+			t.Errorf("the retry answered refund %s, not the key's one succeeded refund", got.ID)
+		}
+		if n := e.Count(t, `SELECT count(*) FROM orders WHERE id = $1 AND refunded_cents = $2`, o.id, lostRefundAmount); n != 1 {
+			t.Errorf("order %s does not hold the refund's %d cents", o.id, lostRefundAmount)
+		}
+		charge := payWantCharges(t, e, o.id, 1)[0]
+		made := e.Gateway.Refunds(charge.ID)
+		if len(made) != 1 || made[0].AmountCents != lostRefundAmount {
+			t.Fatalf("the processor made %+v of charge %s, want one refund of %d", made, charge.ID, lostRefundAmount)
+		}
+		if n := e.Count(t, `SELECT count(*) FROM refunds WHERE id = $1 AND processor_refund_id = $2`, got.ID, made[0].ID); n != 1 {
+			t.Errorf("refund %s does not record the processor's refund %s", got.ID, made[0].ID)
+		}
 	}
 }

@@ -12,8 +12,8 @@ import (
 
 // TestMails_FitTheProvider: every mail the consumer builds, over the
 // bounds of the data it is built from (an event's name of 1–200
-// characters, ASCII or not; an order's 1–20 items of 1–64-character SKUs
-// and quantities up to 100; a hold's 1–10 seats), is one the provider
+// characters, ASCII or not; an order's or a return's 1–20 items of
+// 1–64-character SKUs and quantities up to 100; a hold's 1–10 seats), is one the provider
 // takes (mail.Request.Check). A name cut to fit keeps its start and ends
 // with an ellipsis; one that fits is whole.
 func TestMails_FitTheProvider(t *testing.T) {
@@ -59,5 +59,12 @@ func TestMails_FitTheProvider(t *testing.T) {
 			skus[i], qtys[i] = strings.Repeat(string(rune('A'+i)), 64), 100
 		}
 		check(t, receipt(id, user, 1<<62, skus, qtys))
+	})
+	t.Run("Refund/MostItems", func(t *testing.T) {
+		skus, qtys := make([]string, 20), make([]int32, 20)
+		for i := range skus {
+			skus[i], qtys[i] = strings.Repeat(string(rune('A'+i)), 64), 100
+		}
+		check(t, refund(uuid.NewString(), id, user, 1<<62, skus, qtys))
 	})
 }

@@ -1,6 +1,7 @@
 // Package notify mails what a customer is owed after a commit: one receipt
-// per paid order (on order.paid) and one ticket per booking (on
-// booking.confirmed), through a mail provider reached over HTTP (`shop
+// per paid order (on order.paid), one ticket per booking (on
+// booking.confirmed) and one refund mail per refund that succeeded (on
+// order.refunded), through a mail provider reached over HTTP (`shop
 // mailer` stands in for one). It is a consumer of package outbox:
 //
 //	0 idempotency   the inbox: the event's row (consumer "mailer", event
@@ -9,9 +10,10 @@
 //	                id, so that copies racing each other, or a copy after
 //	                a crash between the send and the inbox row, are one
 //	                mail at the provider
-//	2 state         the row still allows the mail: the order is paid (or
-//	                fulfilled since), the booking exists; asked before
-//	                the call, never of the event's claim
+//	2 state         the row still allows the mail: the order was paid
+//	                (paid, or fulfilled or refunded since), the booking
+//	                exists, the refund succeeded; asked before the call,
+//	                never of the event's claim
 //
 // The provider's memory of a key is bounded (a day at most providers, and
 // at `shop mailer`, SHOP_MAILER_KEY_TTL): the inbox is what stops a copy
@@ -23,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,17 +47,18 @@ const flowMail = "mail"
 
 // The kinds of mail.
 const (
-	KindReceipt = "receipt"
-	KindTicket  = "ticket"
+	KindReceipt = mail.KindReceipt
+	KindTicket  = mail.KindTicket
+	KindRefund  = mail.KindRefund
 )
 
 // Events are the events the consumer acts on.
-var Events = []string{outbox.OrderPaid, outbox.BookingConfirmed}
+var Events = []string{outbox.OrderPaid, outbox.BookingConfirmed, outbox.OrderRefunded}
 
 // Mail is one message for the provider.
 type Mail struct {
-	Reference string // the order's or the booking's id
-	Kind      string // KindReceipt or KindTicket
+	Reference string // the order's, the booking's or the refund's id
+	Kind      string // KindReceipt, KindTicket or KindRefund
 	To        string
 	Subject   string
 	Text      string
@@ -159,7 +163,16 @@ const (
 		FROM orders o JOIN order_items i ON i.order_id = o.id
 		WHERE o.id = $1 GROUP BY o.id`
 	sqlTicket = `SELECT b.user_id, b.seats, e.name FROM bookings b JOIN events e ON e.id = b.event_id WHERE b.id = $1`
+	sqlRefund = `SELECT r.status, r.order_id::text, o.user_id, r.amount_cents,
+			coalesce(array_agg(i.sku ORDER BY i.sku) FILTER (WHERE i.sku IS NOT NULL), '{}'),
+			coalesce(array_agg(i.quantity ORDER BY i.sku) FILTER (WHERE i.sku IS NOT NULL), '{}')
+		FROM refunds r JOIN orders o ON o.id = r.order_id LEFT JOIN refund_items i ON i.refund_id = r.id
+		WHERE r.id = $1 GROUP BY r.id, o.id`
 )
+
+// paidStatuses are the statuses of an order that was paid: its receipt
+// is owed in each, a refund or a shipment since included.
+var paidStatuses = []string{"paid", "fulfilled", "refunded"}
 
 // compose reads the row e is about and writes its mail; ok is false when
 // the row no longer allows one.
@@ -177,10 +190,27 @@ func (s *Service) compose(ctx context.Context, e outbox.Event) (Mail, bool, erro
 		if err != nil {
 			return Mail{}, false, fmt.Errorf("receipt of %s: %w", e.Subject, err)
 		}
-		if status != "paid" && status != "fulfilled" {
+		if !slices.Contains(paidStatuses, status) {
 			return Mail{}, false, nil
 		}
 		return receipt(e.Subject, user, total, skus, qtys), true, nil
+	case outbox.OrderRefunded:
+		var status, order, user string
+		var amount int64
+		var skus []string
+		var qtys []int32
+		err := s.db.QueryRow(ctx, sqlRefund, e.Subject).Scan(&status, &order, &user, &amount, &skus, &qtys)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Mail{}, false, nil
+		}
+		if err != nil {
+			return Mail{}, false, fmt.Errorf("refund mail of %s: %w", e.Subject, err)
+		}
+		if status != "succeeded" {
+			// Only a refund that gave the money back is mailed.
+			return Mail{}, false, nil
+		}
+		return refund(e.Subject, order, user, amount, skus, qtys), true, nil
 	case outbox.BookingConfirmed:
 		var user, event string
 		var seats []string
@@ -204,14 +234,34 @@ func (s *Service) compose(ctx context.Context, e outbox.Event) (Mail, bool, erro
 // receipt is the mail of order's payment. One line: the provider's API,
 // like the shop's, takes no control characters in a string.
 func receipt(order, user string, total int64, skus []string, qtys []int32) Mail {
+	text := fmt.Sprintf("Thank you for your order %s: %s. Paid: %s.", order, units(skus, qtys), money(total))
+	return Mail{Reference: order, Kind: KindReceipt, To: address(user),
+		Subject: mail.Fit("Your receipt for order "+order, mail.MaxSubject), Text: mail.Fit(text, mail.MaxText)}
+}
+
+// refund is the mail of one refund of order that gave amount back, and
+// the units it returned, if any. Its reference is the refund: an order
+// refunded in parts gets one mail per part.
+func refund(id, order, user string, amount int64, skus []string, qtys []int32) Mail {
+	text := fmt.Sprintf("Refund %s of your order %s: %s given back to your card.", id, order, money(amount))
+	if len(skus) > 0 {
+		text += fmt.Sprintf(" Returned: %s.", units(skus, qtys))
+	}
+	return Mail{Reference: id, Kind: KindRefund, To: address(user),
+		Subject: mail.Fit("Your refund for order "+order, mail.MaxSubject), Text: mail.Fit(text, mail.MaxText)}
+}
+
+// units is an order's or a return's lines: "2 × SKU-A, 1 × SKU-B".
+func units(skus []string, qtys []int32) string {
 	lines := make([]string, len(skus))
 	for i := range skus {
 		lines[i] = fmt.Sprintf("%d × %s", qtys[i], skus[i])
 	}
-	text := fmt.Sprintf("Thank you for your order %s: %s. Paid: %d.%02d.", order, strings.Join(lines, ", "), total/100, total%100)
-	return Mail{Reference: order, Kind: KindReceipt, To: address(user),
-		Subject: mail.Fit("Your receipt for order "+order, mail.MaxSubject), Text: mail.Fit(text, mail.MaxText)}
+	return strings.Join(lines, ", ")
 }
+
+// money is an amount in cents as the mails write it: 12.50.
+func money(cents int64) string { return fmt.Sprintf("%d.%02d", cents/100, cents%100) }
 
 // ticket is the mail of booking's seats for the event named event.
 func ticket(booking, user, event string, seats []string) Mail {

@@ -62,8 +62,8 @@ type Config struct {
 	// demos showing the shop's own layers keep refunds within what was
 	// captured.
 	GatewayNoRefundLimit bool
-	// MailerURL is the mail provider the shop sends receipts and tickets
-	// through (SHOP_MAILER_URL); empty means no mailer.
+	// MailerURL is the mail provider the shop sends receipts, tickets and
+	// refund mails through (SHOP_MAILER_URL); empty means no mailer.
 	MailerURL  string
 	MailerAddr string // SHOP_MAILER_ADDR: where `shop mailer` listens
 	// MailerJournal is the file where `shop mailer` keeps its messages

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -24,7 +25,15 @@ import (
 const (
 	KindReceipt = "receipt" // an order was paid
 	KindTicket  = "ticket"  // seats were booked
+	KindRefund  = "refund"  // money was given back
 )
+
+// Kinds are the kinds of message, as the provider names them in its
+// refusal of another.
+var Kinds = []string{KindReceipt, KindTicket, KindRefund}
+
+// KnownKind reports whether k is one of Kinds.
+func KnownKind(k string) bool { return slices.Contains(Kinds, k) }
 
 // The headers of the idempotency contract, spelled as the shop spells them.
 const (
@@ -36,8 +45,8 @@ const (
 // idempotency key is first used for. It is comparable, so "the same key
 // with another request" is one !=.
 type Request struct {
-	Reference string `json:"reference"` // the order or booking the message is about
-	Kind      string `json:"kind"`      // KindReceipt or KindTicket
+	Reference string `json:"reference"` // the order, booking or refund the message is about
+	Kind      string `json:"kind"`      // one of Kinds
 	To        string `json:"to"`
 	Subject   string `json:"subject"`
 	Text      string `json:"text"`
@@ -61,8 +70,8 @@ func (r Request) Check() error {
 	switch {
 	case r.Reference == "" || n(r.Reference) > MaxReference:
 		return fmt.Errorf("reference: must be 1–%d characters", MaxReference)
-	case r.Kind != KindReceipt && r.Kind != KindTicket:
-		return fmt.Errorf("kind: must be %s or %s", KindReceipt, KindTicket)
+	case !KnownKind(r.Kind):
+		return fmt.Errorf("kind: must be one of %s", strings.Join(Kinds, ", "))
 	case r.To == "" || n(r.To) > MaxTo:
 		return fmt.Errorf("to: must be 1–%d characters", MaxTo)
 	case n(r.Subject) > MaxSubject:
