@@ -36,10 +36,11 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o $(BIN) ./cmd/shop
 
 # Every test, with the race detector, against real PostgreSQL and Redis:
-# testcontainers starts them, unless SHOP_TEST_POSTGRES_URL and
-# SHOP_TEST_REDIS_ADDRS point at running servers. cmd/testsummary shows the
-# run as go test does and ends it with "N passed, N failed, N skipped"; it
-# exits non-zero when go test does.
+# cmd/testsummary starts them with testcontainers once for the whole run
+# (one PostgreSQL, three Redis nodes, shared by every package), unless
+# SHOP_TEST_POSTGRES_URL and SHOP_TEST_REDIS_ADDRS point at running
+# servers. It shows the run as go test does and ends it with "N passed,
+# N failed, N skipped"; it exits non-zero when go test does.
 test:
 	$(GO) build -o bin/testsummary ./cmd/testsummary
 	GO=$(GO) bin/testsummary -race -count=1 -timeout 30m $(PKGS)

@@ -3,6 +3,12 @@
 // counts the tests (package testsummary). It exits non-zero when go test
 // did or a test failed. $GO names the go command (default: go).
 //
+// Before go test it starts the servers the tests need, once for the whole
+// run (testenv.Servers: a PostgreSQL and three Redis containers, unless
+// SHOP_TEST_POSTGRES_URL and SHOP_TEST_REDIS_ADDRS name running ones), so
+// the test packages share them instead of each starting its own; it stops
+// them when go test ends.
+//
 //	go run ./cmd/testsummary -race -count=1 ./...
 package main
 
@@ -16,6 +22,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/harness/testsummary"
 )
 
@@ -36,7 +43,13 @@ func run(args []string) (int, error) {
 	if goBin == "" {
 		goBin = "go"
 	}
+	servers, stopServers, err := testenv.Servers(ctx)
+	defer stopServers()
+	if err != nil {
+		return 1, fmt.Errorf("start the test servers: %w", err)
+	}
 	cmd := exec.CommandContext(ctx, goBin, append([]string{"test", "-json"}, args...)...)
+	cmd.Env = append(os.Environ(), servers...)
 	cmd.Stderr = os.Stderr
 	events, err := cmd.StdoutPipe()
 	if err != nil {

@@ -35,9 +35,10 @@ const (
 var containerLabels = map[string]string{ContainerLabel: "true"}
 
 // startPostgres starts a PostgreSQL container and returns it with a URL of
-// its maintenance database. The container is returned even on error, so
-// the caller can terminate it.
-func startPostgres(ctx context.Context) (testcontainers.Container, string, error) {
+// its maintenance database; args are added to the server's command line
+// (-c name=value). The container is returned even on error, so the caller
+// can terminate it.
+func startPostgres(ctx context.Context, args ...string) (testcontainers.Container, string, error) {
 	c, err := tcpostgres.Run(ctx, imageFrom(EnvPostgresImage, defaultPostgresImage),
 		tcpostgres.WithDatabase("shop"),
 		tcpostgres.WithUsername("shop"),
@@ -46,6 +47,7 @@ func startPostgres(ctx context.Context) (testcontainers.Container, string, error
 		// synced to disk when it is created either.
 		testcontainers.WithEnv(map[string]string{"POSTGRES_INITDB_ARGS": "--no-sync"}),
 		testcontainers.WithLabels(containerLabels),
+		testcontainers.WithCmdArgs(args...),
 		// The image's entrypoint starts a server to initialise the database,
 		// stops it and starts the real one: ready is logged twice.
 		tcpostgres.BasicWaitStrategies(),
