@@ -253,8 +253,8 @@ func (s *Service) begin(ctx context.Context, by orders.Refunder, requestKey, ord
 	var r Refund
 	var known standing
 	err := s.refund.Retry(ctx, func(attempt int) error {
-		now := s.stamp()
 		var (
+			now       time.Time // stamped under the lock, after the order is read
 			o         orders.Order
 			mine      Refund // the request's refund, begun before
 			captured  payments.Payment
@@ -285,6 +285,10 @@ func (s *Service) begin(ctx context.Context, by orders.Refunder, requestKey, ord
 			if !by.May(o) {
 				return nil, ErrNotFound // someone else's order does not exist for by
 			}
+			// The refund's time is taken here, after the order was read
+			// under the lock: it is never before the payment it gives
+			// back, or an earlier refund of the order, was written.
+			now = s.stamp()
 			known = standing{order: o, succeeded: succeeded, charge: captured.ChargeID}
 			if mine.ID != "" {
 				// Layer 0 in the database: the request began its refund
