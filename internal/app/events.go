@@ -50,7 +50,11 @@ type events struct {
 }
 
 // consumersPerStream is how many deliveries of one stream each consumer
-// of a replica handles at once.
+// of a replica handles at once. Each one holds a connection of the events'
+// Redis client for the whole of its blocking read, and the relay and the
+// subscribers' claims use the same client, whose pool is redisx's 32
+// connections: with 16 per stream (32 readers) `shop bench events` stopped
+// making progress. More consumers need a pool sized for them.
 const consumersPerStream = 4
 
 // newEvents builds the relay on the events' Redis node (SHOP_EVENTS_REDIS,

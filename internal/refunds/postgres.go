@@ -85,8 +85,10 @@ type Store struct {
 // transaction.
 func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
 
-// QueueLockOrder queues in b the order's advisory lock (layer 1), held to
-// the end of the transaction.
+// QueueLockOrder queues in b the advisory lock on refund:{order} (layer
+// 1), held to the end of the transaction: the order's refunds begin one at
+// a time. It is the refunds' own lock, not the order's order:{id} that a
+// fulfilment takes; the version check orders a refund and a fulfilment.
 func (s *Store) QueueLockOrder(b *pgx.Batch, orderID string) {
 	b.Queue(sqlLockOrder, orderID)
 }

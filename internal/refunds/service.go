@@ -30,8 +30,8 @@ import (
 //	                transaction, completed in the settle's;     Store.QueueOfRequest,
 //	                (order, key) on the refund's row, read      refunds_order_request_key
 //	                under the lock: a copy finds its refund
-//	1 lock          pg_advisory_xact_lock on the order, in the  Store.QueueLockOrder
-//	                begin's first round trip, to its COMMIT
+//	1 lock          pg_advisory_xact_lock on refund:{order}, in Store.QueueLockOrder
+//	                the begin's first round trip, to its COMMIT
 //	2 state         the order: paid or fulfilled, the amount    orders.Refund, RefundSucceeded,
 //	                within what is left; the refund:            RefundFailed; Refund.Succeed, Fail
 //	                processing → succeeded or failed, once
