@@ -52,7 +52,9 @@ import (
 //	   read, without the lock, and again in the begin)
 //	3  the order moved since read: read again (3 tries, then 409
 //	   resource_busy)
-//	4  another payment active: as 2
+//	4  another payment active: as 2; a charge the gateway gave for a
+//	   payment already settled by it (payments_charge_id_key): 500
+//	   internal, nothing written (the gateway broke its own key)
 //	gateway  declined: 402 payment_declined, the order payable again; no
 //	         answer: 202 with the payment processing, settled by the
 //	         reconciler (reconcile.go)

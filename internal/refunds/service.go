@@ -62,7 +62,9 @@ import (
 //	   resource_busy)
 //	4  the totals' CHECKs: 422 refund_exceeds_remaining (units beyond
 //	   what was bought: 400 invalid_request), nothing written; a second
-//	   refund of the request: read again, and 0 answers
+//	   refund of the request: read again, and 0 answers; a processor
+//	   refund already settling another refund
+//	   (refunds_processor_refund_id_key): 500 internal, nothing written
 //	processor  refused: 409 invalid_state, the refund failed and the
 //	           order's amount released; no answer: 202 with the refund
 //	           processing, settled by the reconciler
