@@ -140,42 +140,62 @@ func TestGoalLineRE_ReadsGoalLine(t *testing.T) {
 	}
 }
 
-// TestHistory_FailsADrop: a layered cell that lost more than a fifth of
-// its throughput from one measured run to the next is a failed line of
-// the history block (and docs/docs_test.go fails on it); a drop of a
-// fifth or less, a run on a loaded box, or one measured in process is no
-// comparison and shows none.
+// TestHistory_FailsADrop: a layered cell whose ratio to the fastest
+// strategy fell by more than a fifth from one version of the code to the
+// next is a failed line of the history block (and docs/docs_test.go fails
+// on it); a drop of a fifth or less, a run on a loaded box, one measured
+// in process, a slower box (every strategy slower, the ratio kept) or a
+// worse repeat of the same code is no regression and shows none.
 func TestHistory_FailsADrop(t *testing.T) {
 	const quiet, loaded = "2 cores, linux/amd64, load 0.50 at the start", "2 cores, linux/amd64, load 6.00 at the start, " + docblock.LoadedMarker
-	line := func(rate int) string {
-		return "spread: layered " + strconv.Itoa(rate) + "/s / row lock through HTTP 1330/s = 0.80, layered p99 43.5 ms: goal (ratio >= 0.7, p99 < 100ms) MET"
+	line := func(rate int, ratio string) string {
+		return "spread: layered " + strconv.Itoa(rate) + "/s / row lock through HTTP 1330/s = " + ratio + ", layered p99 43.5 ms: goal (ratio >= 0.7, p99 < 100ms) MET"
 	}
 	for _, tc := range []struct {
 		name     string
-		versions []string // newest first
-		want     string   // a fragment of the failed line; "" for none
+		versions []string          // newest first
+		codes    map[string]string // commit → the code it measured; none: each commit its own
+		want     string            // a fragment of the failed line; "" for none
 	}{
 		{"DropOfAThird", []string{
-			historyDoc(t, "bbbbbbbbbbbb", quiet, line(554)),
-			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813)),
-		}, "FAILED: orders/spread: the layered flow fell from 813/s at aaaaaaa to 554/s at bbbbbbb, -32 %"},
+			historyDoc(t, "bbbbbbbbbbbb", quiet, line(554, "0.54")),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813, "0.80")),
+		}, nil, "FAILED: orders/spread: the layered flow ÷ the fastest strategy fell from 0.80 at aaaaaaa to 0.54 at bbbbbbb, -32 %"},
 		{"DropOfAFifth", []string{
-			historyDoc(t, "bbbbbbbbbbbb", quiet, line(651)),
-			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813)),
-		}, ""},
+			historyDoc(t, "bbbbbbbbbbbb", quiet, line(651, "0.65")),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813, "0.80")),
+		}, nil, ""},
+		{"ASlowerBoxIsNoDrop", []string{
+			historyDoc(t, "bbbbbbbbbbbb", quiet, line(2224, "0.80")),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(3391, "0.80")),
+		}, nil, ""},
 		{"LoadedBoxIsNoComparison", []string{
-			historyDoc(t, "cccccccccccc", quiet, line(800)),
-			historyDoc(t, "bbbbbbbbbbbb", loaded, line(300)),
-			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813)),
-		}, ""},
+			historyDoc(t, "cccccccccccc", quiet, line(800, "0.79")),
+			historyDoc(t, "bbbbbbbbbbbb", loaded, line(300, "0.30")),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813, "0.80")),
+		}, nil, ""},
 		{"AgainstTheLastComparableRun", []string{
-			historyDoc(t, "cccccccccccc", quiet, line(500)),
-			historyDoc(t, "bbbbbbbbbbbb", loaded, line(900)),
-			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813)),
-		}, "from 813/s at aaaaaaa to 500/s at ccccccc"},
+			historyDoc(t, "cccccccccccc", quiet, line(500, "0.50")),
+			historyDoc(t, "bbbbbbbbbbbb", loaded, line(900, "0.90")),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813, "0.80")),
+		}, nil, "from 0.80 at aaaaaaa to 0.50 at ccccccc"},
+		{"AWorseRepeatOfTheSameCode", []string{
+			historyDoc(t, "cccccccccccc", quiet, line(550, "0.55")),
+			historyDoc(t, "bbbbbbbbbbbb", quiet, line(750, "0.75")),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813, "0.80")),
+		}, map[string]string{"aaaaaaaaaaaa": "x", "bbbbbbbbbbbb": "y", "cccccccccccc": "y"}, ""},
+		{"EveryRepeatOfTheNewCodeDropped", []string{
+			historyDoc(t, "cccccccccccc", quiet, line(550, "0.55")),
+			historyDoc(t, "bbbbbbbbbbbb", quiet, line(500, "0.50")),
+			historyDoc(t, "aaaaaaaaaaaa", quiet, line(813, "0.80")),
+		}, map[string]string{"aaaaaaaaaaaa": "x", "bbbbbbbbbbbb": "y", "cccccccccccc": "y"}, "from 0.80 at aaaaaaa to 0.55 at the best of bbbbbbb, ccccccc, -31 %"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			table := historyTable(goalRuns(tc.versions), nil)
+			runs := goalRuns(tc.versions)
+			for i := range runs {
+				runs[i].code = tc.codes[runs[i].commit]
+			}
+			table := historyTable(runs, nil)
 			failed := strings.Contains(table, "FAILED:")
 			switch {
 			case tc.want == "" && failed:
