@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"strings"
+
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // Servers starts, for a whole `go test` run, the servers the tests would
@@ -18,35 +20,47 @@ import (
 // cmd/testsummary calls it before go test: one set of containers for the
 // run instead of one per package.
 func Servers(ctx context.Context) (environ []string, stop func(), err error) {
-	e := &env{}
-	stop = e.stop
-	if u := os.Getenv(EnvPostgresURL); u != "" {
-		environ = append(environ, EnvPostgresURL+"="+u)
-	} else {
-		c, u, err := startPostgres(ctx, "-c", "max_connections=500")
+	url, addrs, containers, err := startServers(ctx)
+	e := &env{containers: containers}
+	if err != nil {
+		return nil, e.stop, err
+	}
+	return []string{EnvPostgresURL + "=" + url, EnvRedisAddrs + "=" + strings.Join(addrs, ",")}, e.stop, nil
+}
+
+// startServers returns the PostgreSQL server's URL and the Redis nodes'
+// addresses: those SHOP_TEST_POSTGRES_URL and SHOP_TEST_REDIS_ADDRS name,
+// else containers it starts, which it returns, even on error, for the
+// caller to terminate.
+func startServers(ctx context.Context) (url string, addrs []string, containers []testcontainers.Container, err error) {
+	if url = os.Getenv(EnvPostgresURL); url == "" {
+		// Shared by every package of a run (Servers): more connections
+		// than the image's 100.
+		var c testcontainers.Container
+		c, url, err = startPostgres(ctx, "-c", "max_connections=500")
 		if c != nil {
-			e.containers = append(e.containers, c)
+			containers = append(containers, c)
 		}
 		if err != nil {
-			return nil, stop, err
+			return "", nil, containers, err
 		}
-		environ = append(environ, EnvPostgresURL+"="+u)
 	}
-	if a := os.Getenv(EnvRedisAddrs); a != "" {
-		environ = append(environ, EnvRedisAddrs+"="+a)
-	} else {
-		var addrs []string
+	for _, a := range strings.Split(os.Getenv(EnvRedisAddrs), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
 		for range RedisNodes {
 			c, addr, err := startRedis(ctx)
 			if c != nil {
-				e.containers = append(e.containers, c)
+				containers = append(containers, c)
 			}
 			if err != nil {
-				return nil, stop, err
+				return "", nil, containers, err
 			}
 			addrs = append(addrs, addr)
 		}
-		environ = append(environ, EnvRedisAddrs+"="+strings.Join(addrs, ","))
 	}
-	return environ, stop, nil
+	return url, addrs, containers, nil
 }

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,37 +77,12 @@ func (e *env) start(ctx context.Context) error {
 }
 
 func (e *env) startLocked(ctx context.Context) error {
-	if u := os.Getenv(EnvPostgresURL); u != "" {
-		e.serverURL = u
-	} else {
-		c, u, err := startPostgres(ctx)
-		if c != nil {
-			e.containers = append(e.containers, c)
-		}
-		if err != nil {
-			return err
-		}
-		e.serverURL = u
+	url, addrs, containers, err := startServers(ctx)
+	e.containers = append(e.containers, containers...)
+	if err != nil {
+		return err
 	}
-
-	if addrs := os.Getenv(EnvRedisAddrs); addrs != "" {
-		for _, a := range strings.Split(addrs, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				e.redisAddrs = append(e.redisAddrs, a)
-			}
-		}
-	} else {
-		for range RedisNodes {
-			c, addr, err := startRedis(ctx)
-			if c != nil {
-				e.containers = append(e.containers, c)
-			}
-			if err != nil {
-				return err
-			}
-			e.redisAddrs = append(e.redisAddrs, addr)
-		}
-	}
+	e.serverURL, e.redisAddrs = url, addrs
 
 	tpl, err := ensureTemplate(ctx, e.serverURL)
 	if err != nil {
