@@ -43,10 +43,10 @@ func (n NoInbox) Seen(context.Context, string, outbox.Event) (bool, error) {
 	return false, nil
 }
 
-// Record records nothing, and answers that the event is new.
-func (n NoInbox) Record(context.Context, pgx.Tx, string, outbox.Event, time.Time) (bool, error) {
+// QueueRecord queues nothing, and answers that the event is new.
+func (n NoInbox) QueueRecord(_ *pgx.Batch, _ string, _ outbox.Event, _ time.Time, fresh *bool) {
 	n.Probe.Took(layers.Idempotency)
-	return true, nil
+	*fresh = true
 }
 
 var _ outbox.Inbox = NoInbox{}

@@ -36,7 +36,6 @@ import (
 	"github.com/shop-example/shop/internal/platform/mail"
 	"github.com/shop-example/shop/internal/platform/metrics"
 	"github.com/shop-example/shop/internal/platform/outbox"
-	"github.com/shop-example/shop/internal/platform/postgres"
 )
 
 // Consumer is the consumer's group and its name in the inbox.
@@ -143,11 +142,11 @@ func (s *Service) Handle(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 		s.flow.Stopped(ctx, layers.State)
 		outcome = outbox.Skipped
 	}
+	// The inbox row, one statement in a round trip of its own.
 	var fresh bool
-	err = postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		fresh, err = s.inbox.Record(ctx, tx, Consumer, e, s.now().UTC())
-		return err
-	})
+	b := &pgx.Batch{}
+	s.inbox.QueueRecord(b, Consumer, e, s.now().UTC(), &fresh)
+	err = s.db.SendBatch(ctx, b).Close()
 	if err == nil && !fresh {
 		// A copy raced this one to the provider; the key made them one
 		// mail, and the copy recorded it first.

@@ -17,8 +17,8 @@ import (
 // (package outbox) that moves the order to fulfilled, on the same layers
 // as every other move of an order:
 //
-//	0 idempotency   the inbox: the event's row (consumer, event id), read
-//	                before the lock and written in the move's transaction
+//	0 idempotency   the inbox: the event's row (consumer, event id),
+//	                written in the move's transaction, behind the lock
 //	1 lock          pg_advisory_xact_lock on the order, in the round
 //	                trip that begins the transaction (Store.QueueLock):
 //	                no Redis; a cancel takes its own, in Redis, which a
@@ -43,39 +43,39 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 	if !ids.Valid(id) {
 		return outbox.Failed, s.giveUp(ctx, e, fmt.Errorf("order.paid of %q: %w", id, outbox.ErrPermanent))
 	}
-	// Layer 0: a copy of an event already acted on is dropped before it
-	// waits for any lock; the transaction's own inbox row is the proof.
-	seen, err := s.inbox.Seen(ctx, ConsumerFulfilment, e)
-	if err != nil {
-		return outbox.Processed, err
-	}
-	if seen {
-		s.fulfil.Stopped(ctx, layers.Idempotency)
-		return outbox.Duplicate, nil
-	}
 	outcome := outbox.Processed
-	err = s.fulfil.Retry(ctx, func(int) error {
+	err := s.fulfil.Retry(ctx, func(int) error {
 		now := s.stamp()
-		// One transaction: BEGIN with the lock, then the inbox row, the
-		// order's read and write, and the fulfilment with COMMIT.
+		var (
+			fresh bool
+			read  Order
+		)
+		// One transaction in three round trips: BEGIN with the lock, the
+		// inbox row and the order's read; the order's write and the
+		// fulfilment; COMMIT. The write is checked before the COMMIT is
+		// sent: a write at a version no longer there matches no row,
+		// which PostgreSQL does not count as an error, and a COMMIT sent
+		// with it would ship an order left as it was.
 		err := postgres.InTxBatched(ctx, s.db, func(b *pgx.Batch) {
 			// Layer 1: the order's advisory lock, to COMMIT: copies of
-			// the event that got past the inbox's first look ship one at
-			// a time, each after the one before has committed.
+			// the event ship one at a time, each after the one before
+			// has committed.
 			s.orders.QueueLock(b, id)
-		}, func(tx pgx.Tx) (*pgx.Batch, error) {
 			// Layer 0: the event's inbox row, in the move's transaction:
-			// a copy that raced this one here waits for its commit and
-			// then finds the row.
-			fresh, err := s.inbox.Record(ctx, tx, ConsumerFulfilment, e, now)
-			if err != nil || !fresh {
+			// a copy that raced this one waited for its commit above,
+			// and finds the row here.
+			s.inbox.QueueRecord(b, ConsumerFulfilment, e, now, &fresh)
+			s.orders.QueueGet(b, id, &read)
+		}, func(tx pgx.Tx) (*pgx.Batch, error) {
+			if !fresh {
 				outcome = outbox.Duplicate
-				return nil, err
+				return nil, nil
 			}
 			// Layer 2: only a paid order ships; layer 3: at the version
 			// read. An order that cannot ship (not paid, or shipped) is
 			// left as it is, and the event recorded as skipped.
-			o, moved, err := s.orders.Update(ctx, tx, id, Fulfil(now))
+			write := &pgx.Batch{}
+			o, moved, err := s.orders.QueueMove(ctx, write, read, Fulfil(now))
 			if errors.Is(err, ErrInvalidState) || (err == nil && !moved) {
 				outcome = outbox.Skipped
 				return nil, nil
@@ -83,12 +83,10 @@ func (s *Service) Fulfil(ctx context.Context, e outbox.Event) (outbox.Outcome, e
 			if err != nil {
 				return nil, err
 			}
-			// Layer 4: fulfilments_pkey, one shipment per order; with
-			// COMMIT.
+			// Layer 4: fulfilments_pkey, one shipment per order.
 			outcome = outbox.Processed
-			last := &pgx.Batch{}
-			s.orders.QueueFulfilled(last, o.ID, e.ID, now)
-			return last, nil
+			s.orders.QueueFulfilled(write, o.ID, e.ID, now)
+			return nil, tx.SendBatch(ctx, write).Close()
 		})
 		switch {
 		case errors.Is(err, ErrVersionConflict):

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
@@ -197,10 +198,12 @@ type Querier interface {
 type Inbox interface {
 	// Seen reports whether consumer has recorded e.
 	Seen(ctx context.Context, consumer string, e Event) (bool, error)
-	// Record writes consumer's row for e inside tx, and reports false
-	// when it was there already: another delivery recorded e first, and
-	// the caller rolls back what it did.
-	Record(ctx context.Context, tx pgx.Tx, consumer string, e Event, now time.Time) (fresh bool, err error)
+	// QueueRecord queues in b consumer's row for e: sent in the
+	// transaction of what the consumer did, in one of its round trips.
+	// Once b is sent, *fresh is false when the row was there already:
+	// another delivery recorded e first, and the caller rolls back what
+	// it did.
+	QueueRecord(b *pgx.Batch, consumer string, e Event, now time.Time, fresh *bool)
 }
 
 // NewInbox returns the inbox table, read on db.
@@ -212,8 +215,8 @@ func (i inbox) Seen(ctx context.Context, consumer string, e Event) (bool, error)
 	return Seen(ctx, i.db, consumer, e)
 }
 
-func (i inbox) Record(ctx context.Context, tx pgx.Tx, consumer string, e Event, now time.Time) (bool, error) {
-	return Record(ctx, tx, consumer, e, now)
+func (i inbox) QueueRecord(b *pgx.Batch, consumer string, e Event, now time.Time, fresh *bool) {
+	QueueRecord(b, consumer, e, now, fresh)
 }
 
 // Seen reports whether consumer has recorded e in its inbox.
@@ -225,13 +228,13 @@ func Seen(ctx context.Context, db Querier, consumer string, e Event) (bool, erro
 	return seen, nil
 }
 
-// Record writes consumer's inbox row for e inside tx. It returns false
-// when the row was there already: another delivery recorded e first, and
-// the caller rolls back what it did.
-func Record(ctx context.Context, tx pgx.Tx, consumer string, e Event, now time.Time) (bool, error) {
-	tag, err := tx.Exec(ctx, sqlRecord, consumer, e.ID, e.Name, now)
-	if err != nil {
-		return false, fmt.Errorf("inbox of %s: %w", consumer, err)
-	}
-	return tag.RowsAffected() == 1, nil
+// QueueRecord queues in b consumer's inbox row for e. Once b is sent,
+// *fresh is false when the row was there already: another delivery
+// recorded e first, and the caller rolls back what it did. A row another
+// transaction is inserting makes this one wait for its end.
+func QueueRecord(b *pgx.Batch, consumer string, e Event, now time.Time, fresh *bool) {
+	b.Queue(sqlRecord, consumer, e.ID, e.Name, now).Exec(func(tag pgconn.CommandTag) error {
+		*fresh = tag.RowsAffected() == 1
+		return nil
+	})
 }

@@ -4,9 +4,9 @@
 // (github.com/ThreeDotsLabs/watermill):
 //
 //	flow's transaction ──▶ watermill_outbox ──relay──▶ Redis stream ──▶ consumer
-//	  (the change and        (watermill-sql,   (forwarder) (redisstream,   (inbox row in its
-//	   its event commit       one row per                   a consumer      own transaction,
-//	   together)              event)                        group each)     the effect keyed)
+//	  (the change and        (watermill-sql,   (a batch,   (redisstream,   (inbox row in its
+//	   its event commit       one row per       one XADD    a consumer      own transaction,
+//	   together)              event)            pipeline)   group each)     the effect keyed)
 //
 // # Where each guarantee comes from
 //
@@ -15,10 +15,10 @@
 //     away with the change; a commit keeps both. Nothing is published
 //     before the commit, so a crash between the commit and the broker loses
 //     nothing: the relay publishes from the table.
-//   - At least once: the relay (watermill's forwarder over watermill-sql's
-//     subscriber) publishes each row to its stream and only then moves its
-//     offset, in one transaction; a relay killed mid-batch publishes the
-//     batch again. A broker that lost what it was given (Redis restarted
+//   - At least once: the relay (Relay.Forward) publishes a batch of rows to
+//     their streams and only then moves its offset, in one transaction that
+//     holds the offsets row; a relay killed mid-batch publishes the batch
+//     again. A broker that lost what it was given (Redis restarted
 //     empty, a stream trimmed, a consumer group gone) is covered by the
 //     redelivery (Relay.Redeliver): an event that a consumer has not
 //     recorded in its inbox some time after it was written is published

@@ -12,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
-	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -76,9 +75,7 @@ type Relay struct {
 	rdb    *redis.Client
 	opts   Options
 	logger *slog.Logger
-	wm     watermill.LoggerAdapter
-	pub    message.Publisher
-	schema relaySchema // what the forwarder reads the outbox with
+	schema relaySchema // what the relay reads the outbox with
 }
 
 // NewRelay returns a relay from the outbox in db to the streams on rdb.
@@ -98,14 +95,7 @@ func NewRelay(db *pgxpool.Pool, rdb *redis.Client, opts Options) (*Relay, error)
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	wm := quietLogger(opts.Logger)
-	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, DefaultMaxlen: streamMaxLen}, wm)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: %w", err)
-	}
-	r := &Relay{db: db, rdb: rdb, opts: opts, logger: opts.Logger, wm: wm}
-	r.pub = counting{pub, opts.Prefix, opts.Metrics, opts.Tracing}
-	return r, nil
+	return &Relay{db: db, rdb: rdb, opts: opts, logger: opts.Logger}, nil
 }
 
 // quietLogger is watermill's logging through logger, its info and debug
@@ -151,58 +141,131 @@ func (r *Relay) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// forward runs watermill's forwarder from the outbox table to the
-// streams, starting it again after it stopped, until ctx ends.
+// forward publishes the outbox, a batch at a time, until ctx ends: at
+// once again after a full batch, after pollInterval when it found
+// nothing new, after a second when a batch failed.
 func (r *Relay) forward(ctx context.Context) {
+	zeroed := false
 	for ctx.Err() == nil {
-		if err := r.forwardOnce(ctx); err != nil && ctx.Err() == nil {
-			r.logger.WarnContext(ctx, "outbox: relay stopped; starting again", "err", err)
+		var (
+			n   int
+			err error
+		)
+		if !zeroed {
+			// The row every pass locks, written once.
+			_, err = r.db.Exec(ctx, sqlZeroOffset, relayGroup)
+			zeroed = err == nil
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
+		if err == nil {
+			n, err = r.Forward(ctx)
+		}
+		pause := time.Duration(0)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.logger.WarnContext(ctx, "outbox: relay; trying again", "err", err)
+			}
+			pause = time.Second
+		case n < forwardBatch:
+			pause = pollInterval
+		}
+		if pause > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
 		}
 	}
 }
 
-func (r *Relay) forwardOnce(ctx context.Context) error {
-	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(r.db), wsql.SubscriberConfig{
-		ConsumerGroup:  relayGroup,
-		SchemaAdapter:  r.schema,
-		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
-		PollInterval:   pollInterval,
-		ResendInterval: 500 * time.Millisecond,
-		RetryInterval:  time.Second,
-	}, r.wm)
+// forwardBatch bounds the events one pass of the relay publishes: one
+// read of the outbox, one pipeline of XADDs, one move of the offset.
+const forwardBatch = 100
+
+// sqlZeroOffset is the relay's offsets row before its first batch: the
+// row every pass locks.
+const sqlZeroOffset = `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
+	VALUES ($1, 0, '0') ON CONFLICT DO NOTHING`
+
+// Forward publishes the next batch of the outbox past the relay's offset
+// and returns how many events it published. In one transaction: the
+// offsets row locked (FOR UPDATE: a relay of another replica waits here,
+// then reads past what this one published), the rows past it in the
+// order of their transactions, only those older than every transaction
+// that may still commit one (relaySchema); then every event of the batch
+// in one pipeline of XADDs, and the offset moved past the last, with the
+// COMMIT. A relay that fails between the publish and the COMMIT publishes
+// the batch again: at least once, and the consumers' inbox makes the
+// copies one effect.
+func (r *Relay) Forward(ctx context.Context) (n int, err error) {
+	offsets := wsql.DefaultPostgreSQLOffsetsAdapter{}
+	read, err := r.schema.SelectQuery(wsql.SelectQueryParams{Topic: Topic, ConsumerGroup: relayGroup, OffsetsAdapter: offsets})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	defer sub.Close() //nolint:errcheck // closing a subscriber that stopped
-	fw, err := forwarder.NewForwarder(sub, r.pub, r.wm, forwarder.Config{ForwarderTopic: Topic, CloseTimeout: 5 * time.Second})
+	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, read.Query, read.Args...)
+		if err != nil {
+			return fmt.Errorf("read outbox: %w", err)
+		}
+		var batch []wsql.Row
+		for rows.Next() {
+			row, err := r.schema.UnmarshalMessage(wsql.UnmarshalMessageParams{Row: rows})
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("read outbox: %w", err)
+			}
+			batch = append(batch, row)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read outbox: %w", err)
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		msgs := make([]streamed, len(batch))
+		for i, row := range batch {
+			if msgs[i].topic, msgs[i].m, err = unwrap(string(row.Msg.Payload)); err != nil {
+				return err
+			}
+		}
+		if err := r.publish(ctx, false, msgs...); err != nil {
+			return err
+		}
+		ack, err := offsets.AckMessageQuery(wsql.AckMessageQueryParams{Topic: Topic, LastRow: batch[len(batch)-1], Rows: batch, ConsumerGroup: relayGroup})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, ack.Query, ack.Args...); err != nil {
+			return fmt.Errorf("move relay offset: %w", err)
+		}
+		n = len(batch)
+		return nil
+	})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return fw.Run(ctx)
+	return n, nil
 }
 
-// counting publishes each event to its stream, the prefix before its
-// name, and counts it.
-type counting struct {
-	message.Publisher
-	prefix string
-	m      *Metrics
-	tp     trace.TracerProvider
+// streamed is a message and the event name it is published under.
+type streamed struct {
+	topic string
+	m     *message.Message
 }
 
-func (c counting) Publish(topic string, msgs ...*message.Message) (err error) {
-	if c.tp != nil {
-		// A span for each event, "outbox publish", in the trace of the
-		// transaction that wrote it.
+// publish writes msgs to their streams (the prefix before each name) in
+// one pipeline, in order, and counts them; atomic makes it one MULTI, so
+// that a consumer blocked on a stream wakes to all of them at once. With
+// Options.Tracing each event gets a span, "outbox publish", in the trace
+// of the transaction that wrote it.
+func (r *Relay) publish(ctx context.Context, atomic bool, msgs ...streamed) (err error) {
+	if tp := r.opts.Tracing; tp != nil {
 		spans := make([]trace.Span, len(msgs))
-		for i, m := range msgs {
-			ctx := tracing.WithProvider(tracing.Extract(context.Background(), m.Metadata), c.tp)
-			_, spans[i] = tracing.Start(ctx, "outbox publish", attrEvent.String(m.Metadata.Get(metaEvent)),
-				attrEventID.String(m.UUID), attrStream.String(c.prefix+topic))
+		for i, s := range msgs {
+			sctx := tracing.WithProvider(tracing.Extract(context.Background(), s.m.Metadata), tp)
+			_, spans[i] = tracing.Start(sctx, "outbox publish", attrEvent.String(s.m.Metadata.Get(metaEvent)),
+				attrEventID.String(s.m.UUID), attrStream.String(r.opts.Prefix+s.topic))
 		}
 		defer func() {
 			for _, span := range spans {
@@ -210,11 +273,27 @@ func (c counting) Publish(topic string, msgs ...*message.Message) (err error) {
 			}
 		}()
 	}
-	if err := c.Publisher.Publish(c.prefix+topic, msgs...); err != nil {
-		return err
+	var wire redisstream.DefaultMarshallerUnmarshaller
+	queue := func(p redis.Pipeliner) error {
+		for _, s := range msgs {
+			values, err := wire.Marshal(s.topic, s.m)
+			if err != nil {
+				return err
+			}
+			p.XAdd(ctx, &redis.XAddArgs{Stream: r.opts.Prefix + s.topic, MaxLen: streamMaxLen, Approx: true, Values: values})
+		}
+		return nil
 	}
-	for _, m := range msgs {
-		c.m.published(m.Metadata.Get(metaEvent))
+	if atomic {
+		_, err = r.rdb.TxPipelined(ctx, queue)
+	} else {
+		_, err = r.rdb.Pipelined(ctx, queue)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: publish: %w", err)
+	}
+	for _, s := range msgs {
+		r.opts.Metrics.published(s.m.Metadata.Get(metaEvent))
 	}
 	return nil
 }
@@ -294,22 +373,21 @@ func (r *Relay) Redeliver(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("due events: %w", err)
 	}
-	n := 0
-	for _, raw := range envs {
-		topic, m, err := unwrap(raw)
-		if err != nil {
-			return n, err
+	msgs := make([]streamed, len(envs))
+	for i, raw := range envs {
+		if msgs[i].topic, msgs[i].m, err = unwrap(raw); err != nil {
+			return 0, err
 		}
-		m.SetContext(ctx)
-		// The claim is made: an event whose publish fails now waits its
-		// pause and is tried again.
-		if err := r.pub.Publish(topic, m); err != nil {
-			return n, fmt.Errorf("publish again: %w", err)
-		}
-		r.opts.Metrics.redelivered(m.Metadata.Get(metaEvent))
-		n++
 	}
-	return n, nil
+	// The claims are made: an event whose publish fails now waits its
+	// pause and is tried again.
+	if err := r.publish(ctx, false, msgs...); err != nil {
+		return 0, fmt.Errorf("publish again: %w", err)
+	}
+	for _, s := range msgs {
+		r.opts.Metrics.redelivered(s.m.Metadata.Get(metaEvent))
+	}
+	return len(msgs), nil
 }
 
 // sqlLag is the age of the oldest event the relay has not published: the
@@ -383,33 +461,24 @@ func (r *Relay) Trim(ctx context.Context) error {
 // storm, the ablation tests) is written this way, so that no copy is
 // handled before the others arrive.
 func (r *Relay) PublishAtOnce(ctx context.Context, events ...Event) error {
-	var wire redisstream.DefaultMarshallerUnmarshaller
-	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, e := range events {
-			values, err := wire.Marshal(e.Name, e.message())
-			if err != nil {
-				return err
-			}
-			p.XAdd(ctx, &redis.XAddArgs{Stream: r.opts.Prefix + e.Name, MaxLen: streamMaxLen, Approx: true, Values: values})
-		}
-		return nil
-	})
-	if err != nil {
+	if err := r.publish(ctx, true, streamedEvents(events)...); err != nil {
 		return fmt.Errorf("outbox: publish at once: %w", err)
 	}
 	return nil
+}
+
+// streamedEvents are events as the relay publishes them.
+func streamedEvents(events []Event) []streamed {
+	msgs := make([]streamed, len(events))
+	for i, e := range events {
+		msgs[i] = streamed{topic: e.Name, m: e.message()}
+	}
+	return msgs
 }
 
 // Publish publishes events straight to their streams, now: a replay of
 // events that failed for good (Replay), and, with no outbox, what a flow
 // that publishes after its commit does (Deferred, the ablation test).
 func (r *Relay) Publish(ctx context.Context, events ...Event) error {
-	for _, e := range events {
-		m := e.message()
-		m.SetContext(ctx)
-		if err := r.pub.Publish(e.Name, m); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.publish(ctx, false, streamedEvents(events)...)
 }
