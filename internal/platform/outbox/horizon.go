@@ -1,12 +1,5 @@
 package outbox
 
-import (
-	"errors"
-	"strings"
-
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
-)
-
 // The relay reads the outbox in the order of its rows' transactions
 // (transaction_id, then offset) and remembers how far it got. A row of a
 // transaction still in flight is invisible; if the relay moved past it,
@@ -14,8 +7,9 @@ import (
 // rows of transactions older than a horizon, the oldest transaction that
 // may still commit a row.
 //
-// watermill-sql's PostgreSQL schema takes the snapshot's xmin as the
-// horizon: the oldest transaction in flight anywhere on the server. Any
+// watermill-sql's PostgreSQL schema, whose tables the relay uses, takes
+// the snapshot's xmin as the horizon: the oldest transaction in flight
+// anywhere on the server. Any
 // transaction holding a transaction id, in any database of the cluster (a
 // migration, a batch job, a backup's bookkeeping), then stops the relay
 // for as long as it stays open. Transaction ids are the cluster's, but a
@@ -35,37 +29,23 @@ const sqlHorizon = `least(pg_snapshot_xmax(pg_current_snapshot()),
 	 WHERE x::xid NOT IN (SELECT backend_xid FROM pg_stat_activity
 		WHERE backend_xid IS NOT NULL AND datname <> current_database())))`
 
-// sqlHorizonServer is watermill-sql's horizon, the server-wide one.
-const sqlHorizonServer = `pg_snapshot_xmin(pg_current_snapshot())`
-
-// sqlLibraryGate is the gate in watermill-sql's select query that the
-// relay's schema replaces.
-const sqlLibraryGate = `transaction_id < ` + sqlHorizonServer
-
-// relaySchema is watermill-sql's PostgreSQL schema with the relay's
-// horizon. The zero value gates on sqlHorizon; a test sets horizon to
-// show what another gate lets through.
-type relaySchema struct {
-	wsql.DefaultPostgreSQLSchema
-	horizon string
+// sqlForward reads the relay's next batch (Relay.Forward): the offsets
+// row of the relay's group locked (FOR UPDATE: the relays of the replicas
+// take turns), then the rows past it in the order of their transactions,
+// only those of transactions older than horizon, up to $2. The row
+// comparison on the primary key is one ordered scan that stops at the
+// batch's end, however many rows wait behind it.
+func sqlForward(horizon string) string {
+	return `WITH last AS (
+		SELECT last_processed_transaction_id AS tx, offset_acked FROM watermill_offsets_outbox
+		WHERE consumer_group = $1 FOR UPDATE)
+	SELECT m."offset", m.transaction_id::text, m.payload::text FROM watermill_outbox m
+	WHERE (m.transaction_id, m."offset") > ((SELECT tx FROM last), (SELECT offset_acked FROM last))
+	  AND m.transaction_id < ` + horizon + `
+	ORDER BY m.transaction_id, m."offset"
+	LIMIT $2`
 }
 
-// errGateMoved: the library's query no longer has the gate this schema
-// replaces; the relay refuses to read rather than read without one.
-var errGateMoved = errors.New("outbox: watermill-sql's select query has no snapshot gate to replace")
-
-func (s relaySchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
-	q, err := s.DefaultPostgreSQLSchema.SelectQuery(params)
-	if err != nil {
-		return q, err
-	}
-	if strings.Count(q.Query, sqlLibraryGate) != 1 {
-		return wsql.Query{}, errGateMoved
-	}
-	horizon := s.horizon
-	if horizon == "" {
-		horizon = sqlHorizon
-	}
-	q.Query = strings.Replace(q.Query, sqlLibraryGate, "transaction_id < "+horizon, 1)
-	return q, nil
-}
+// sqlMoveOffset moves the relay's offset past the last row it published.
+const sqlMoveOffset = `UPDATE watermill_offsets_outbox SET offset_acked = $2, last_processed_transaction_id = $3::xid8
+	WHERE consumer_group = $1`

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -75,7 +74,9 @@ type Relay struct {
 	rdb    *redis.Client
 	opts   Options
 	logger *slog.Logger
-	schema relaySchema // what the relay reads the outbox with
+	// horizon gates what the relay reads (sqlHorizon); a test sets
+	// another to show what it lets through.
+	horizon string
 }
 
 // NewRelay returns a relay from the outbox in db to the streams on rdb.
@@ -95,7 +96,7 @@ func NewRelay(db *pgxpool.Pool, rdb *redis.Client, opts Options) (*Relay, error)
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	return &Relay{db: db, rdb: rdb, opts: opts, logger: opts.Logger}, nil
+	return &Relay{db: db, rdb: rdb, opts: opts, logger: opts.Logger, horizon: sqlHorizon}, nil
 }
 
 // quietLogger is watermill's logging through logger, its info and debug
@@ -192,54 +193,41 @@ const sqlZeroOffset = `INSERT INTO watermill_offsets_outbox (consumer_group, off
 // offsets row locked (FOR UPDATE: a relay of another replica waits here,
 // then reads past what this one published), the rows past it in the
 // order of their transactions, only those older than every transaction
-// that may still commit one (relaySchema); then every event of the batch
+// that may still commit one (sqlForward); then every event of the batch
 // in one pipeline of XADDs, and the offset moved past the last, with the
 // COMMIT. A relay that fails between the publish and the COMMIT publishes
 // the batch again: at least once, and the consumers' inbox makes the
 // copies one effect.
 func (r *Relay) Forward(ctx context.Context) (n int, err error) {
-	offsets := wsql.DefaultPostgreSQLOffsetsAdapter{}
-	read, err := r.schema.SelectQuery(wsql.SelectQueryParams{Topic: Topic, ConsumerGroup: relayGroup, OffsetsAdapter: offsets})
-	if err != nil {
-		return 0, err
-	}
 	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, read.Query, read.Args...)
+		rows, err := tx.Query(ctx, sqlForward(r.horizon), relayGroup, forwardBatch)
 		if err != nil {
 			return fmt.Errorf("read outbox: %w", err)
 		}
-		var batch []wsql.Row
-		for rows.Next() {
-			row, err := r.schema.UnmarshalMessage(wsql.UnmarshalMessageParams{Row: rows})
-			if err != nil {
-				rows.Close()
-				return fmt.Errorf("read outbox: %w", err)
-			}
-			batch = append(batch, row)
-		}
-		if err := rows.Err(); err != nil {
+		var (
+			offset  int64
+			xid     string
+			payload string
+			msgs    []streamed
+		)
+		_, err = pgx.ForEachRow(rows, []any{&offset, &xid, &payload}, func() error {
+			topic, m, err := unwrap(payload)
+			msgs = append(msgs, streamed{topic: topic, m: m})
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("read outbox: %w", err)
 		}
-		if len(batch) == 0 {
+		if len(msgs) == 0 {
 			return nil
-		}
-		msgs := make([]streamed, len(batch))
-		for i, row := range batch {
-			if msgs[i].topic, msgs[i].m, err = unwrap(string(row.Msg.Payload)); err != nil {
-				return err
-			}
 		}
 		if err := r.publish(ctx, false, msgs...); err != nil {
 			return err
 		}
-		ack, err := offsets.AckMessageQuery(wsql.AckMessageQueryParams{Topic: Topic, LastRow: batch[len(batch)-1], Rows: batch, ConsumerGroup: relayGroup})
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, ack.Query, ack.Args...); err != nil {
+		if _, err := tx.Exec(ctx, sqlMoveOffset, relayGroup, offset, xid); err != nil {
 			return fmt.Errorf("move relay offset: %w", err)
 		}
-		n = len(batch)
+		n = len(msgs)
 		return nil
 	})
 	if err != nil {
