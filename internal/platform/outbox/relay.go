@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -297,17 +299,24 @@ const (
 )
 
 // The redelivery. An event is due when it is older than RedeliverAfter,
-// within the retention, and one of its consumers has no inbox row for it;
-// outbox_redeliveries admits one redelivery of it per pause, whichever
-// replica asks, the pause doubling from RedeliverAfter up to 64 times it.
+// within the retention, and one of its consumers has no inbox row for it
+// and is not still waiting for it in the stream: it was written more than
+// RedeliverAfter before the oldest entry that consumer's group has not
+// acknowledged was published ($6, the group's front; queueFronts). An
+// event is published after it is written, so one still queued was written
+// at most that long before the front, unless the relay itself lagged by
+// more (then a copy is published, as without the front). outbox_redeliveries
+// admits one redelivery of it per pause, whichever replica asks, the
+// pause doubling from RedeliverAfter up to 64 times it.
 const sqlRedeliver = `WITH due AS (
 		SELECT m.payload::text AS envelope, (m.payload->>'uuid')::uuid AS id
 		FROM watermill_outbox m
 		WHERE m.created_at < localtimestamp - $1::interval
 		  AND m.created_at > localtimestamp - $2::interval
 		  AND EXISTS (
-			SELECT 1 FROM unnest($3::text[], $4::text[]) AS c (stream, consumer)
+			SELECT 1 FROM unnest($3::text[], $4::text[], $6::timestamptz[]) AS c (stream, consumer, front)
 			WHERE c.stream = m.payload->>'destination_topic'
+			  AND (c.front IS NULL OR m.created_at < (c.front AT TIME ZONE current_setting('TimeZone')) - $1::interval)
 			  AND NOT EXISTS (SELECT 1 FROM inbox i
 				WHERE i.consumer = c.consumer AND i.event_id = (m.payload->>'uuid')::uuid))
 		ORDER BY m.created_at
@@ -353,7 +362,11 @@ func (r *Relay) Redeliver(ctx context.Context) (int, error) {
 	if len(streams) == 0 {
 		return 0, nil
 	}
-	rows, err := r.db.Query(ctx, sqlRedeliver, r.opts.RedeliverAfter, r.opts.Retention, streams, consumers, redeliverBatch)
+	fronts, err := r.queueFronts(ctx, streams, consumers)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := r.db.Query(ctx, sqlRedeliver, r.opts.RedeliverAfter, r.opts.Retention, streams, consumers, redeliverBatch, fronts)
 	if err != nil {
 		return 0, fmt.Errorf("due events: %w", err)
 	}
@@ -376,6 +389,64 @@ func (r *Relay) Redeliver(ctx context.Context) (int, error) {
 		r.opts.Metrics.redelivered(s.m.Metadata.Get(metaEvent))
 	}
 	return len(msgs), nil
+}
+
+// queueFronts returns, for each stream and consumer, when the oldest entry
+// of the stream that the consumer's group has not acknowledged was
+// published: the oldest one delivered and pending, or else the first not
+// yet delivered. An event written after it may still be waiting in the
+// stream behind a busy consumer, and publishing it again would only add a
+// copy to the queue, so the redelivery leaves it until the group has gone
+// past. nil holds nothing back: nothing is waiting, or the stream or the
+// group is gone (Redis lost them), and every event not recorded is due.
+func (r *Relay) queueFronts(ctx context.Context, streams, consumers []string) ([]*time.Time, error) {
+	fronts := make([]*time.Time, len(streams))
+	for i, name := range streams {
+		stream := r.opts.Prefix + name
+		groups, err := r.rdb.XInfoGroups(ctx, stream).Result()
+		if err != nil && strings.Contains(err.Error(), "no such key") {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("queue of %s: %w", stream, err)
+		}
+		for _, g := range groups {
+			if g.Name != consumers[i] {
+				continue
+			}
+			var ids []string
+			if g.Pending > 0 {
+				p, err := r.rdb.XPending(ctx, stream, g.Name).Result()
+				if err != nil {
+					return nil, fmt.Errorf("queue of %s: %w", stream, err)
+				}
+				ids = append(ids, p.Lower)
+			}
+			next, err := r.rdb.XRangeN(ctx, stream, "("+g.LastDeliveredID, "+", 1).Result()
+			if err != nil {
+				return nil, fmt.Errorf("queue of %s: %w", stream, err)
+			}
+			if len(next) > 0 {
+				ids = append(ids, next[0].ID)
+			}
+			for _, id := range ids {
+				if at, ok := entryTime(id); ok && (fronts[i] == nil || at.Before(*fronts[i])) {
+					fronts[i] = &at
+				}
+			}
+		}
+	}
+	return fronts, nil
+}
+
+// entryTime is when the stream entry id ("<ms>-<seq>") was added.
+func entryTime(id string) (time.Time, bool) {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(n), true
 }
 
 // sqlLag is the age of the oldest event the relay has not published: the

@@ -195,6 +195,65 @@ func TestRelay_TwoRelaysPublishEachEventOnce(t *testing.T) {
 	}
 }
 
+// TestRedeliver_NotWhatTheStreamStillHolds: an event its consumer has not
+// recorded is published again only when it cannot still be waiting in the
+// stream. Published, and the consumer's group behind it (created before
+// the event, reading nothing): the redelivery leaves it, where publishing
+// it again would add a copy behind the one the group has yet to read (and
+// did, one redelivery per pass, with the group's front not asked). Once
+// the stream is gone (Redis restarted empty), it is published again.
+func TestRedeliver_NotWhatTheStreamStillHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.Pool(t)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t)[0]})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := "test:" + randomHex(t) + ":"
+	stream := prefix + OrderPaid
+	t.Cleanup(func() { rdb.Del(context.Background(), stream) })
+	const after = 300 * time.Millisecond
+	relay, err := NewRelay(db, rdb, Options{Prefix: prefix, RedeliverAfter: after,
+		Consumers: map[string][]string{OrderPaid: {"mailer"}},
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XGroupCreateMkStream(ctx, stream, "mailer", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := mustWrite(t, db, OrderPaid, "order-queued")
+	if _, err := db.Exec(ctx, sqlZeroOffset, relayGroup); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.Forward(ctx); err != nil || n != 1 {
+		t.Fatalf("forward = %d, %v; want the event published", n, err)
+	}
+	time.Sleep(after + after/2) // past RedeliverAfter
+	for pass := range 3 {
+		if n, err := relay.Redeliver(ctx); err != nil || n != 0 {
+			t.Fatalf("pass %d: redelivered %d, %v; want 0: the event waits in the stream for its group", pass, n, err)
+		}
+		time.Sleep(after)
+	}
+	if n := rdb.XLen(ctx, stream).Val(); n != 1 {
+		t.Fatalf("%d entries in the stream, want the one", n)
+	}
+
+	if err := rdb.Del(ctx, stream).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.Redeliver(ctx); err != nil || n != 1 {
+		t.Fatalf("with the stream gone: redelivered %d, %v; want the event again", n, err)
+	}
+	ids, err := rdb.XRange(ctx, stream, "-", "+").Result()
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("stream after the redelivery: %v, %v", ids, err)
+	}
+	if m, err := (redisstream.DefaultMarshallerUnmarshaller{}).Unmarshal(ids[0].Values); err != nil || m.UUID != e.ID {
+		t.Fatalf("redelivered %v, %v; want %s", m, err, e.ID)
+	}
+}
+
 // startRelay runs a relay of db's outbox gated by horizon, to streams of the
 // test's own, until the test ends. published lists the ids of the events
 // on an event's stream.
