@@ -399,6 +399,8 @@ func (r *Relay) Redeliver(ctx context.Context) (int, error) {
 // copy to the queue, so the redelivery leaves it until the group has gone
 // past. nil holds nothing back: nothing is waiting, or the stream or the
 // group is gone (Redis lost them), and every event not recorded is due.
+// The read past the last delivered entry is an exclusive range, "(id":
+// Redis 6.2 or later.
 func (r *Relay) queueFronts(ctx context.Context, streams, consumers []string) ([]*time.Time, error) {
 	fronts := make([]*time.Time, len(streams))
 	for i, name := range streams {
