@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -288,13 +289,72 @@ func refundsLine(sum map[string]float64, a audit) string {
 		a.ackRefunds, a.ackProcessing, a.lostRefunds, a.stuckRefunds)
 }
 
+// probeRefunds is how many refunds beginOnReplica begins.
+const probeRefunds = 3
+
+// beginOnReplica has replica i begin refunds of its own, and returns once
+// one of them is processing (in the processor's hands, its answer held
+// back). The storm's clients alone do not always give the replica one:
+// their balancer leaves a replica out for a while when its /readyz is
+// slower than 300 ms, which the storm's load makes happen, and then a
+// kill catches none of its refunds (seen: 11 refunds processing at the
+// kill, all the survivor's, none left for the reconcilers). The refunds
+// are 100 cents of the oldest paid orders with 100 cents left (an earlier
+// row's pay storm, or the storm's own when the row runs alone), each sent
+// once, straight to the replica, with a key of its own; the kill cuts
+// their requests, and the reconcilers settle them.
+func beginOnReplica(t *testing.T, c *cluster, i int) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := c.db.Query(ctx, `SELECT id::text FROM orders WHERE status IN ('paid', 'fulfilled')
+		AND refunded_cents <= total_cents - 100 ORDER BY created_at LIMIT $1`, probeRefunds)
+	if err != nil {
+		t.Fatalf("orders to refund: %v", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("orders to refund: %v, %v", ids, err)
+	}
+	base := c.replicas[i].url
+	for _, id := range ids {
+		go func() {
+			req, err := http.NewRequest(http.MethodPost, base+"/v1/orders/"+id+"/refunds", strings.NewReader(`{"amount_cents":100}`))
+			if err != nil {
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			req.Header.Set("Idempotency-Key", crand.Text())
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+			}
+		}()
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		var n int
+		if err := c.db.QueryRow(ctx, `SELECT count(*)::int FROM refunds WHERE order_id = ANY($1::uuid[]) AND status = 'processing'`, ids).Scan(&n); err != nil {
+			t.Fatalf("refunds begun: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %d began none of %d refunds within 3 s", i, len(ids))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // replicaKilledMidRefund is row 14: the processor's answers held back
 // 600 ms for a second, so that replica 1 has refunds in hand between their
 // begin and their settle, then replica 1 killed with SIGKILL and the
-// processor given its speed back; the heal starts replica 1 again. The
-// refunds processing at the kill that are still processing when the fault
-// ends, 3 s on, are the killed replica's (the live one settles its own
-// within a second): no request will settle them, the reconcilers must.
+// processor given its speed back; the heal starts replica 1 again. Just
+// before the kill, replica 1 is given refunds of its own to begin
+// (beginOnReplica). The refunds processing at the kill that are still
+// processing when the fault ends, 3 s on, are the killed replica's (the
+// live one settles its own within a second): no request will settle them,
+// the reconcilers must.
 // The row's own floor is that the kill caught at least one, and the
 // audit's that none is processing at its end.
 func replicaKilledMidRefund() scenario {
@@ -323,6 +383,7 @@ func replicaKilledMidRefund() scenario {
 		fault: func(t *testing.T, c *cluster) func() {
 			c.toxic(c.gwPx, "hold", "latency", "downstream", `{"latency":600}`)
 			time.Sleep(time.Second)
+			beginOnReplica(t, c, 1)
 			c.replicas[1].kill()
 			rows, err := c.db.Query(context.Background(), `SELECT id::text FROM refunds WHERE status = 'processing'`)
 			if err != nil {
