@@ -403,14 +403,17 @@ func (r *Relay) Redeliver(ctx context.Context) (int, error) {
 // Redis 6.2 or later.
 func (r *Relay) queueFronts(ctx context.Context, streams, consumers []string) ([]*time.Time, error) {
 	fronts := make([]*time.Time, len(streams))
+	groupsOf := map[string][]redis.XInfoGroup{} // one XINFO per stream, whatever its consumers
 	for i, name := range streams {
 		stream := r.opts.Prefix + name
-		groups, err := r.rdb.XInfoGroups(ctx, stream).Result()
-		if err != nil && strings.Contains(err.Error(), "no such key") {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("queue of %s: %w", stream, err)
+		groups, asked := groupsOf[stream]
+		if !asked {
+			var err error
+			groups, err = r.rdb.XInfoGroups(ctx, stream).Result()
+			if err != nil && !strings.Contains(err.Error(), "no such key") {
+				return nil, fmt.Errorf("queue of %s: %w", stream, err)
+			}
+			groupsOf[stream] = groups // none when the stream is gone
 		}
 		for _, g := range groups {
 			if g.Name != consumers[i] {
