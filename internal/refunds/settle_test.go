@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/shop-example/shop/harness/gateway"
 	"github.com/shop-example/shop/harness/testenv"
 	"github.com/shop-example/shop/internal/inventory"
 	"github.com/shop-example/shop/internal/orders"
@@ -24,12 +26,55 @@ const (
 	passing = iota
 	down    // answers 502 and passes nothing on: nothing was refunded
 	losing  // passes the refund on, then answers 502: refunded, the answer lost
+	pairing // holds a refund until a second one with its key comes (at most pairWait), then passes both on
 )
+
+// pairWait bounds how long the pairing proxy holds a refund for its pair.
+const pairWait = 5 * time.Second
 
 // proxy is the gateway behind a switch of how it fails refunds.
 func (f *fixture) proxy(t *testing.T) (*atomic.Int32, string) {
+	mode, _, url := f.pairingProxy(t)
+	return mode, url
+}
+
+// pairingProxy is proxy, and how many refunds' keys met a second request
+// while it was pairing: two settlers of one refund held at the processor
+// together, each then settling what it read before the other wrote.
+func (f *fixture) pairingProxy(t *testing.T) (*atomic.Int32, *atomic.Int32, string) {
 	t.Helper()
-	var mode atomic.Int32
+	var mode, paired atomic.Int32
+	var mu sync.Mutex
+	waiting := map[string]chan struct{}{}
+	met := map[string]bool{}
+	pair := func(key string) {
+		mu.Lock()
+		if met[key] {
+			mu.Unlock()
+			return
+		}
+		if ch, ok := waiting[key]; ok {
+			delete(waiting, key)
+			met[key] = true
+			paired.Add(1)
+			close(ch)
+			mu.Unlock()
+			return
+		}
+		ch := make(chan struct{})
+		waiting[key] = ch
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(pairWait):
+			mu.Lock()
+			if waiting[key] == ch {
+				delete(waiting, key)
+				met[key] = true // no pair came: the next one passes
+			}
+			mu.Unlock()
+		}
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path != "/v1/refunds" {
 			f.gateway.Handler().ServeHTTP(w, req)
@@ -41,12 +86,15 @@ func (f *fixture) proxy(t *testing.T) (*atomic.Int32, string) {
 		case losing:
 			f.gateway.Handler().ServeHTTP(httptest.NewRecorder(), req)
 			http.Error(w, "answer lost", http.StatusBadGateway)
+		case pairing:
+			pair(req.Header.Get(gateway.HeaderIdempotencyKey))
+			f.gateway.Handler().ServeHTTP(w, req)
 		default:
 			f.gateway.Handler().ServeHTTP(w, req)
 		}
 	}))
 	t.Cleanup(srv.Close)
-	return &mode, srv.URL
+	return &mode, &paired, srv.URL
 }
 
 // A refund whose answer is lost stays processing (202 to the client),
@@ -152,11 +200,12 @@ func TestRefund_FiveRoundTrips(t *testing.T) {
 }
 
 // The loser of a settle asks its own row first. Refunds whose answers
-// were lost are settled by two reconcilers at once, each pass after pass:
-// each refund is recorded once, its units' stock back once and its
-// order.refunded written once. Without the refund's version check and
-// outbox_one_per_event, the second settler records it again and returns
-// the stock again.
+// were lost are settled by two reconcilers at once, each pass after pass,
+// the processor holding each refund until both reconcilers have read it
+// processing and asked: each refund is recorded once, its units' stock
+// back once and its order.refunded written once. Without the refund's
+// version check and outbox_one_per_event, the second settler records it
+// again and returns the stock again.
 func TestSettle_ReconcilersRace(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -171,7 +220,7 @@ func TestSettle_ReconcilersRace(t *testing.T) {
 			t.Parallel()
 			const n = 8
 			f := newFixture(t)
-			mode, url := f.proxy(t)
+			mode, paired, url := f.pairingProxy(t)
 			var probe layers.Probe
 			on := tc.off.Probed(&probe)
 			svc := f.serviceOn(t, layers.Set{}, url, f.pool)
@@ -184,7 +233,7 @@ func TestSettle_ReconcilersRace(t *testing.T) {
 					t.Fatalf("refund with its answer lost: %v", err)
 				}
 			}
-			mode.Store(passing)
+			mode.Store(pairing)
 			stockA := f.stock(t, "A")
 			if tc.off.Takes(layers.Constraint) {
 				f.mustExec(t, outbox.Constraints[0].Drop())
@@ -200,7 +249,10 @@ func TestSettle_ReconcilersRace(t *testing.T) {
 			returned := f.stock(t, "A") - stockA
 			events := f.mustInt(t, `SELECT count(*)::int FROM watermill_outbox WHERE payload->>'destination_topic' = $1`, outbox.OrderRefunded)
 			succeeded := f.mustInt(t, `SELECT count(*)::int FROM refunds WHERE status = 'succeeded'`)
-			t.Logf("%d refunds succeeded; %d units of stock back, %d order.refunded", succeeded, returned, events)
+			t.Logf("%d refunds succeeded; %d units of stock back, %d order.refunded; %d refunds asked by two settlers at once", succeeded, returned, events, paired.Load())
+			if p := paired.Load(); p != n {
+				t.Fatalf("%d of %d refunds were asked by two settlers at once: the race was not run", p, n)
+			}
 			if tc.breaks {
 				if !probe.Asked(layers.Version) {
 					t.Error("the version check was never taken off")
