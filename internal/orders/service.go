@@ -44,12 +44,27 @@ import (
 //	        3  a line beyond the stock: 409 out_of_stock, nothing taken
 //	        4  the CHECK behind it: 409 out_of_stock; the unique key: the
 //	           order placed under the key (the items must match)
-//	cancel  1  held by another cancel: 409 resource_busy, Retry-After
+//	cancel  1  held by another cancel: 409 resource_busy, Retry-After;
+//	           no majority of the Redis nodes reachable: the cancel runs
+//	           without the lock (lock.Degrade, counted) or 503 (Strict)
 //	        2  paid, expired, …: 409 invalid_state; already cancelled: 200,
 //	           the order as it is
 //	        3  moved since read: read again (3 tries, then 409
 //	           resource_busy)
 //	        4  stock returned before: the order as the first cancel left it
+//
+// What each layer of a cancel runs (the SQL is in postgres.go):
+//
+//	1  SET order:{id} NX PX on each Redis node, a majority to win
+//	   (lock.Locker, redsync); released by a script that deletes it only
+//	   while it still holds this cancel's token
+//	2  Cancel (orders.go): a pure function of the order as read, which
+//	   returns the order to write or the refusal
+//	3  SELECT the order, then UPDATE orders … WHERE id = $1 AND version
+//	   = $2 (Store.Update): 0 rows is ErrVersionConflict
+//	4  INSERT INTO stock_releases (order_id, …) with the stock's return:
+//	   a second is refused by stock_releases_pkey (ErrAlreadyReleased),
+//	   and the order is read again and answered as it is
 
 // Flow names, the "flow" label of the conflict counter.
 const (
@@ -230,14 +245,20 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 		return Order{}, ErrNotFound
 	}
 	var out Order
-	// Layer 1: one cancel of this order at a time, across replicas.
+	// Layer 1: one cancel of this order at a time, across replicas: the
+	// Redis lock order:{id} (SET NX PX on a majority of the nodes); held
+	// by another cancel, 409 resource_busy.
 	err := s.cancel.Lock(ctx, "order:"+id, func(ctx context.Context) error {
 		return s.cancel.Retry(ctx, func(int) error {
 			var moved bool
 			err := postgres.InTx(ctx, s.db, func(tx pgx.Tx) error {
 				// Layer 2: Cancel decides what a cancel means for the order
-				// as read; layer 3: Update writes it at the version read;
-				// layer 4: stock_releases admits one return of its stock.
+				// as read (refused: 409 invalid_state); layer 3: Update
+				// writes it at the version read (UPDATE orders … WHERE id
+				// AND version; 0 rows: ErrVersionConflict, read again);
+				// layer 4: stock_releases admits one return of its stock
+				// (INSERT INTO stock_releases; a second:
+				// ErrAlreadyReleased, the order answered as it is).
 				var err error
 				out, moved, err = s.orders.Update(ctx, tx, id, Cancel(userID, s.stamp()))
 				return err

@@ -50,14 +50,37 @@ import (
 //	2  an order being paid: 409 resource_busy, with payments_url; paid,
 //	   cancelled, expired: 409 invalid_state (asked first of the order as
 //	   read, without the lock, and again in the begin)
-//	3  the order moved since read: read again (3 tries, then 409
-//	   resource_busy)
+//	3  the order moved since read: read again; in the begin 3 tries,
+//	   then 409 resource_busy; in the settle 3 tries, then 202 with the
+//	   payment processing, for the reconciler (the charge may have gone
+//	   through). The payment's own row moved: another settler (the
+//	   reconciler) recorded it first, and its outcome is the answer
 //	4  another payment active: as 2; a charge the gateway gave for a
 //	   payment already settled by it (payments_charge_id_key): 500
 //	   internal, nothing written (the gateway broke its own key)
 //	gateway  declined: 402 payment_declined, the order payable again; no
 //	         answer: 202 with the payment processing, settled by the
 //	         reconciler (reconcile.go)
+//
+// What each layer runs, in the order a payment meets them (the SQL is in
+// postgres.go and orders/postgres.go, the rules in orders/orders.go):
+//
+//	1  SET payment:{order} NX PX on each Redis node, a majority to win
+//	   (lock.Locker, redsync); released by a script that deletes it only
+//	   while it still holds this payment's token
+//	0  pg_try_advisory_xact_lock on the key, then INSERT INTO
+//	   idempotency_keys … ON CONFLICT DO UPDATE … RETURNING (claim);
+//	   UPDATE idempotency_keys SET status_code, body … WHERE owner = the
+//	   claim's token (complete), in the same transactions as the work
+//	2  orders.BeginPayment, Pay, PaymentEnded: pure functions of the
+//	   order as read, each returning the order to write or the refusal
+//	3  UPDATE orders … WHERE id = $1 AND version = $2, and UPDATE
+//	   payments … WHERE id = $1 AND version = $2: 0 rows is
+//	   orders.ErrVersionConflict, ErrVersionConflict
+//	4  INSERT INTO payments under payments_one_active_per_order
+//	   (ErrActivePayment) and payments_order_request_key
+//	   (ErrDuplicateRequest); the settle's UPDATE under
+//	   payments_charge_id_key (ErrChargeSettled)
 //
 // What one payment costs the winner of its order (auth's round trip
 // aside): the lock in Redis (SET NX on each node, and the release), the
@@ -293,15 +316,18 @@ func (s *Service) begin(ctx context.Context, userID, requestKey string, known or
 			}
 		}
 		now := s.stamp()
-		// Round trip 1. Layer 0: BEGIN and the claim of the request's key:
-		// a copy of the request in flight is refused here.
+		// Round trip 1. Layer 0: BEGIN and the claim of the request's key
+		// (the try-lock on the key and INSERT INTO idempotency_keys … ON
+		// CONFLICT DO UPDATE): a copy of the request in flight is refused
+		// here, 409 request_in_progress.
 		first := &pgx.Batch{}
 		rec.QueueClaim(first)
 		// Layer 2: only the user's pending order, within its time, may
 		// begin a payment, and it says so by moving to paying: a second
 		// payment finds it paying, and the expiry job leaves it alone.
-		// Layer 3: written at the version read; a cancel that moved it
-		// since makes this try roll back, and the next reads it again.
+		// Layer 3: written at the version read (UPDATE orders … WHERE id
+		// AND version); a cancel that moved it since matches no row, this
+		// try rolls back, and the next reads it again.
 		var err error
 		begun, _, err = s.orders.QueueMove(ctx, first, o, orders.BeginPayment(userID, now))
 		if err != nil {
@@ -320,9 +346,12 @@ func (s *Service) begin(ctx context.Context, userID, requestKey string, known or
 		}
 		p = Payment{ID: id.String(), OrderID: o.ID, RequestKey: requestKey, Status: StatusProcessing,
 			AmountCents: o.TotalCents, Method: method, Version: 1, CreatedAt: now, UpdatedAt: now}
-		// Round trip 2. Layer 4: the payment's row, one processing or
-		// succeeded per order (payments_one_active_per_order), one per
-		// request (payments_order_request_key); and COMMIT.
+		// Round trip 2. Layer 4: the payment's row (INSERT INTO payments),
+		// one processing or succeeded per order
+		// (payments_one_active_per_order: ErrActivePayment, answered 409
+		// resource_busy), one per request (payments_order_request_key:
+		// ErrDuplicateRequest, the request's own payment carried on); and
+		// COMMIT.
 		last := &pgx.Batch{}
 		s.payments.QueueInsert(last, p)
 		err = InsertError(orders.WriteError(postgres.InTxSend(ctx, s.db, first, last)))
@@ -528,14 +557,22 @@ func (s *Service) settle(ctx context.Context, p, settled Payment, known orders.O
 		// stale settlement is refused before it writes anything.
 		first := &pgx.Batch{}
 		rec.QueueClaim(first)
-		// Layer 3: the payment's own row first, at the version read; its
-		// row lock makes every other settler wait for this one.
+		// Layer 3: the payment's own row first, at the version read
+		// (UPDATE payments … WHERE id AND version; a discard, DELETE …
+		// WHERE version); its row lock makes every other settler wait for
+		// this one, and 0 rows (ErrVersionConflict) means another settler
+		// recorded it: its outcome is the answer. Layer 4: the charge's id
+		// settles one payment (payments_charge_id_key: ErrChargeSettled,
+		// 500, nothing written).
 		if settled.ID == "" {
 			s.payments.QueueDiscard(first, p)
 		} else {
 			s.payments.QueueSettle(first, settled, p.Version)
 		}
-		// Layer 2: the order's rule; layer 3: at the version known.
+		// Layer 2: the order's rule (Pay, PaymentEnded); layer 3: at the
+		// version known (UPDATE orders … WHERE id AND version): the order
+		// moved since is read again, 3 tries, then the outcome is unknown
+		// (202, processing, for the reconciler).
 		if move != nil {
 			if _, _, err := s.orders.QueueMove(ctx, first, known, move); err != nil {
 				if cur, gerr := s.store.Get(ctx, p.ID); gerr == nil && cur.Status != StatusProcessing {

@@ -54,20 +54,49 @@ import (
 //	   idempotency_key_reused
 //	1  waits for the refund of the order in front of it to begin (its
 //	   first transaction, not its call to the processor), within the
-//	   request's budget
+//	   request's budget; past it, 503 unavailable, nothing written
 //	2  an order not paid or fulfilled: 409 invalid_state; more than is
 //	   left to refund: 422 refund_exceeds_remaining; units not bought:
 //	   400 invalid_request
-//	3  the order moved since read: read again (3 tries, then 409
-//	   resource_busy)
+//	3  the order moved since read: read again; in the begin 3 tries,
+//	   then 409 resource_busy; in the settle 3 tries, then 202 with the
+//	   refund processing, for the reconciler. The refund's own row
+//	   moved: another settler recorded it first, and its outcome is the
+//	   answer
 //	4  the totals' CHECKs: 422 refund_exceeds_remaining (units beyond
 //	   what was bought: 400 invalid_request), nothing written; a second
-//	   refund of the request: read again, and 0 answers; a processor
+//	   refund of the request: read again, and layer 0 answers; a processor
 //	   refund already settling another refund
 //	   (refunds_processor_refund_id_key): 500 internal, nothing written
 //	processor  refused: 409 invalid_state, the refund failed and the
 //	           order's amount released; no answer: 202 with the refund
 //	           processing, settled by the reconciler
+//
+// What each layer runs, in the order a refund meets them (the SQL is in
+// postgres.go and orders/postgres.go, the rules in orders/orders.go):
+//
+//	1  SELECT pg_advisory_xact_lock(hashtextextended('refund:' || order, 0))
+//	0  pg_try_advisory_xact_lock on the key, then INSERT INTO
+//	   idempotency_keys … ON CONFLICT DO UPDATE … RETURNING (claim);
+//	   the refund of (order, key) read (SELECT … FROM refunds WHERE
+//	   order_id AND request_key); UPDATE idempotency_keys SET
+//	   status_code, body … WHERE owner = the claim's token (complete)
+//	2  orders.Refund, RefundSucceeded, RefundFailed: pure functions of
+//	   the order as read, each returning the order to write or the
+//	   refusal
+//	3  UPDATE orders … WHERE id = $1 AND version = $2 (with UPDATE
+//	   order_items SET returned for the units), and UPDATE refunds …
+//	   WHERE id = $1 AND version = $2: 0 rows is orders.ErrVersionConflict,
+//	   ErrVersionConflict
+//	4  the CHECKs orders_refunded_within_total
+//	   (orders.ErrRefundedBeyondTotal) and
+//	   order_items_returned_within_quantity
+//	   (orders.ErrReturnedBeyondQuantity) on those UPDATEs; INSERT INTO
+//	   refunds under refunds_order_request_key (ErrDuplicateRequest);
+//	   the settle's UPDATE under refunds_processor_refund_id_key
+//	   (ErrProcessorRefundSettled), its order.refunded under
+//	   outbox_one_per_event (read as ErrVersionConflict: another settler
+//	   wrote it)
 //
 // What one refund costs (auth's round trip aside): three round trips to
 // begin (BEGIN with the lock, the claim and the reads; the order's write,
@@ -270,8 +299,10 @@ func (s *Service) begin(ctx context.Context, by orders.Refunder, requestKey, ord
 			// another refund's begin, which has nothing outside the
 			// database in it.
 			s.refunds.QueueLockOrder(b, orderID)
-			// Layer 0: the claim of the request's key: a copy of the
-			// request in flight is refused here. Behind the lock, so that
+			// Layer 0: the claim of the request's key (the try-lock on the
+			// key and INSERT INTO idempotency_keys … ON CONFLICT DO
+			// UPDATE): a copy of the request in flight is refused here, 409
+			// request_in_progress. Behind the lock, so that
 			// a refused copy holds the key's own lock only for the moment
 			// it takes to roll back, never while it waits: the request
 			// that owns the key claims it again to settle.
@@ -301,8 +332,13 @@ func (s *Service) begin(ctx context.Context, by orders.Refunder, requestKey, ord
 			}
 			// Round trip 2. Layer 2: only a paid or fulfilled order of
 			// the refunder's, for at most what it has left, and returns
-			// of what it holds (orders.Refund). Layer 3: written at the
-			// version read, what its refunds hold moved by the amount.
+			// of what it holds (orders.Refund; refused: 409 invalid_state,
+			// 422 refund_exceeds_remaining, 400 invalid_request). Layer 3:
+			// written at the version read (UPDATE orders … WHERE id AND
+			// version), what its refunds hold moved by the amount; 0 rows
+			// is orders.ErrVersionConflict, read again. Layer 4: the
+			// CHECKs on refunded_cents and returned
+			// (orders.ErrRefundedBeyondTotal, ErrReturnedBeyondQuantity).
 			// Sent before COMMIT: a write that matched no row must stop
 			// the transaction.
 			second := &pgx.Batch{}
@@ -322,8 +358,10 @@ func (s *Service) begin(ctx context.Context, by orders.Refunder, requestKey, ord
 				AmountCents: asked, Status: StatusProcessing, Reason: req.Reason, Items: inventory.BySKU(req.Items),
 				Version: 1, CreatedAt: now, UpdatedAt: now}
 			known.order = held
-			// Round trip 3. Layer 4: the refund's row, one per request
-			// (refunds_order_request_key); and COMMIT.
+			// Round trip 3. Layer 4: the refund's row (INSERT INTO
+			// refunds), one per request (refunds_order_request_key:
+			// ErrDuplicateRequest, and the next try answers the copy's
+			// refund); and COMMIT.
 			last := &pgx.Batch{}
 			s.refunds.QueueInsert(last, r)
 			return last, nil
@@ -456,12 +494,19 @@ func (s *Service) settle(ctx context.Context, r, settled Refund, known standing,
 		// this stale settle is refused before it writes anything.
 		first := &pgx.Batch{}
 		rec.QueueClaim(first)
-		// Layer 3: the refund's own row first, at the version read; its
-		// row lock makes every other settler wait for this one.
+		// Layer 3: the refund's own row first, at the version read
+		// (UPDATE refunds … WHERE id AND version); its row lock makes
+		// every other settler wait for this one, and 0 rows
+		// (ErrVersionConflict) means another settler recorded it: its
+		// outcome is the answer. Layer 4: a processor refund settles one
+		// refund (refunds_processor_refund_id_key: 500, nothing written).
 		s.refunds.QueueSettle(first, settled, r.Version)
-		// Layer 2: the order's rule; layer 3: at the version known. The
-		// order is written either way, so of two refunds settling at once
-		// the second decides on what the first wrote.
+		// Layer 2: the order's rule (RefundSucceeded, RefundFailed);
+		// layer 3: at the version known (UPDATE orders … WHERE id AND
+		// version; moved since: read again, 3 tries, then 202 processing,
+		// for the reconciler). The order is written either way, so of two
+		// refunds settling at once the second decides on what the first
+		// wrote.
 		move := orders.RefundFailed(r.AmountCents, r.Items, now)
 		if settled.Status == StatusSucceeded {
 			move = orders.RefundSucceeded(known.succeeded+r.AmountCents, now)
