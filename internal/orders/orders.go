@@ -161,9 +161,11 @@ func (o *Order) Holds(lines []inventory.Line) bool {
 // an error and leaves the order as it was; one with nothing to do (a
 // cancel of a cancelled order) returns false.
 //
-// A change is pure: Store.Update applies it to the order read in the
-// flow's transaction, and writes the order only if it moved, at the
-// version read (layer 3).
+// A change is pure: Store.Update applies it to the order it reads in the
+// flow's transaction (cancel, expiry), Store.QueueMove to an order the
+// flow read before (pay: before its transaction; refund: in its first
+// round trip, under its lock), and either writes the order only if it
+// moved, at the version read (layer 3).
 type Change func(o *Order) (moved bool, err error)
 
 // Cancel is userID's cancel: a pending order, or one being paid, moves to

@@ -271,7 +271,9 @@ func (s *Service) Cancel(ctx context.Context, userID, id string) (Order, error) 
 				out, err = s.store.Get(ctx, id)
 				return err
 			case errors.Is(err, ErrInvalidState), err == nil && !moved:
-				// A cancel the order refused, or had no need of.
+				// A cancel the order refused (any invalid_state problem
+				// is ErrInvalidState: problem.Error's Is compares codes),
+				// or had no need of.
 				s.cancel.Stopped(ctx, layers.State)
 			}
 			return err
