@@ -79,6 +79,13 @@ type Relay struct {
 	// horizon gates what the relay reads (sqlHorizon); a test sets
 	// another to show what it lets through.
 	horizon string
+
+	mu sync.Mutex
+	// floor is where the redelivery's scan of the table starts: the
+	// transaction of the oldest event some consumer had not recorded at
+	// the last pass, or the horizon then (Relay.Redeliver); "" until the
+	// first pass, which reads the whole retention.
+	floor string
 }
 
 // NewRelay returns a relay from the outbox in db to the streams on rdb.
@@ -311,7 +318,8 @@ const (
 const sqlRedeliver = `WITH due AS (
 		SELECT m.payload::text AS envelope, (m.payload->>'uuid')::uuid AS id
 		FROM watermill_outbox m
-		WHERE m.created_at < localtimestamp - $1::interval
+		WHERE m.transaction_id >= $7::xid8
+		  AND m.created_at < localtimestamp - $1::interval
 		  AND m.created_at > localtimestamp - $2::interval
 		  AND EXISTS (
 			SELECT 1 FROM unnest($3::text[], $4::text[], $6::timestamptz[]) AS c (stream, consumer, front)
@@ -319,7 +327,7 @@ const sqlRedeliver = `WITH due AS (
 			  AND (c.front IS NULL OR m.created_at < (c.front AT TIME ZONE current_setting('TimeZone')) - $1::interval)
 			  AND NOT EXISTS (SELECT 1 FROM inbox i
 				WHERE i.consumer = c.consumer AND i.event_id = (m.payload->>'uuid')::uuid))
-		ORDER BY m.created_at
+		ORDER BY m.transaction_id, m."offset"
 		LIMIT $5),
 	claimed AS (
 		INSERT INTO outbox_redeliveries AS r (event_id, attempts, last_at)
@@ -328,6 +336,29 @@ const sqlRedeliver = `WITH due AS (
 		WHERE r.last_at < now() - $1::interval * power(2, least(r.attempts, 6))
 		RETURNING event_id)
 	SELECT d.envelope FROM due d JOIN claimed c ON c.event_id = d.id`
+
+// sqlRedeliverFrom moves the redelivery's floor (Relay.floor, $1): to the
+// transaction of the oldest event within the retention that one of its
+// consumers ($3, $4) has not recorded, or to the horizon if that is older.
+// Every event before it is recorded by all its consumers and stays so; an
+// event not yet committed belongs to a transaction at or past the horizon.
+// The scan starts at the last floor, in the primary key's order, and
+// stops at the first such event: a pass reads what was written since,
+// not the retention's whole day. sqlRedeliver reads from $7, the floor.
+func sqlRedeliverFrom(horizon string) string {
+	return `SELECT least(
+		(SELECT m.transaction_id FROM watermill_outbox m
+		 WHERE m.transaction_id >= $1::xid8
+		   AND m.created_at > localtimestamp - $2::interval
+		   AND EXISTS (
+			SELECT 1 FROM unnest($3::text[], $4::text[]) AS c (stream, consumer)
+			WHERE c.stream = m.payload->>'destination_topic'
+			  AND NOT EXISTS (SELECT 1 FROM inbox i
+				WHERE i.consumer = c.consumer AND i.event_id = (m.payload->>'uuid')::uuid))
+		 ORDER BY m.transaction_id, m."offset"
+		 LIMIT 1),
+		` + horizon + `)::text`
+}
 
 // envelope is the forwarder's envelope as the outbox row holds it
 // (watermill's components/forwarder, messageEnvelope).
@@ -366,7 +397,23 @@ func (r *Relay) Redeliver(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	rows, err := r.db.Query(ctx, sqlRedeliver, r.opts.RedeliverAfter, r.opts.Retention, streams, consumers, redeliverBatch, fronts)
+	r.mu.Lock()
+	floor := r.floor
+	r.mu.Unlock()
+	if floor == "" {
+		floor = "0"
+	}
+	if err := r.db.QueryRow(ctx, sqlRedeliverFrom(r.horizon), floor, r.opts.Retention, streams, consumers).Scan(&floor); err != nil {
+		return 0, fmt.Errorf("redelivery floor: %w", err)
+	}
+	r.mu.Lock()
+	r.floor = floor
+	r.mu.Unlock()
+	// Planned for this floor each time (an unnamed statement): a plan
+	// cached for any floor reads the retention's window by age and sorts
+	// it (12 ms at 60,000 rows kept, against 0.2 ms from the floor).
+	rows, err := r.db.Query(ctx, sqlRedeliver, pgx.QueryExecModeDescribeExec,
+		r.opts.RedeliverAfter, r.opts.Retention, streams, consumers, redeliverBatch, fronts, floor)
 	if err != nil {
 		return 0, fmt.Errorf("due events: %w", err)
 	}

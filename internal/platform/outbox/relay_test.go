@@ -454,3 +454,86 @@ func count(ids []string, id string) int {
 	}
 	return n
 }
+
+// TestRedeliver_FromTheFloor: the redelivery reads the table from its
+// floor, the oldest event a consumer had not recorded at the last pass,
+// and not before the horizon: an event of a transaction still in flight
+// while every later one was recorded is redelivered once it commits. With
+// the floor moved to the newest transaction instead (no gate), the pass
+// that saw every committed event recorded moves past the one still in
+// flight, and it is never published again. Once all are recorded, the
+// floor is past every row: the next pass reads none of them.
+func TestRedeliver_FromTheFloor(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name        string
+		horizon     string
+		redelivered bool
+	}{
+		{"Horizon", sqlHorizon, true},
+		{"NoGate", "pg_snapshot_xmax(pg_current_snapshot())", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testenv.Pool(t)
+			rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t)[0]})
+			t.Cleanup(func() { _ = rdb.Close() })
+			prefix := "test:" + randomHex(t) + ":"
+			t.Cleanup(func() { rdb.Del(context.Background(), prefix+OrderPaid) })
+			const after = 200 * time.Millisecond
+			relay, err := NewRelay(db, rdb, Options{Prefix: prefix, RedeliverAfter: after,
+				Consumers: map[string][]string{OrderPaid: {"mailer"}},
+				Logger:    slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			relay.horizon = tt.horizon
+			record := func(e Event) {
+				t.Helper()
+				if _, err := db.Exec(ctx, `INSERT INTO inbox (consumer, event_id, event, processed_at) VALUES ('mailer', $1, $2, now())`,
+					e.ID, e.Name); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			older := holdTransactionID(t, db)
+			late := mustNew(t, OrderPaid, "order-late")
+			if err := Write(ctx, older, late); err != nil {
+				t.Fatal(err)
+			}
+			for _, subject := range []string{"order-1", "order-2", "order-3"} {
+				record(mustWrite(t, db, OrderPaid, subject))
+			}
+			time.Sleep(after + after/2)
+			if n, err := relay.Redeliver(ctx); err != nil || n != 0 {
+				t.Fatalf("first pass: redelivered %d, %v; want 0, every committed event recorded", n, err)
+			}
+			if err := older.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(after + after/2)
+			n, err := relay.Redeliver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.redelivered {
+				if n != 0 {
+					t.Fatalf("redelivered %d with the floor past the transaction in flight; this test no longer shows what the horizon prevents", n)
+				}
+				return
+			}
+			if n != 1 {
+				t.Fatalf("redelivered %d once the late transaction committed, want its event", n)
+			}
+			record(late)
+			if n, err := relay.Redeliver(ctx); err != nil || n != 0 {
+				t.Fatalf("with every event recorded: redelivered %d, %v; want 0", n, err)
+			}
+			var past bool
+			if err := db.QueryRow(ctx, `SELECT $1::xid8 > max(transaction_id) FROM watermill_outbox`, relay.floor).Scan(&past); err != nil || !past {
+				t.Fatalf("floor %s after every event was recorded: past every row %v, %v; want past", relay.floor, past, err)
+			}
+		})
+	}
+}
