@@ -147,8 +147,11 @@ func mixedVersionRace(t *testing.T, on layers.Set, blind bool) (e *apptest.Env, 
 	answers := make([][]apptest.Response, len(reqs))
 	var mu sync.Mutex
 	testenv.Together(len(reqs)*copies, func(i int) {
-		q := i % len(reqs)
-		res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response { return reqs[q].send(e.R(i + attempt)) })
+		// Copy k of request q goes to replica q+k: two copies to each
+		// replica, whatever the number of requests (routed by i, an even
+		// number of requests sent every copy of one to the same replica).
+		q, k := i%len(reqs), i/len(reqs)
+		res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response { return reqs[q].send(e.R(q + k + attempt)) })
 		mu.Lock()
 		answers[q] = append(answers[q], res)
 		mu.Unlock()

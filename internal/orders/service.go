@@ -53,6 +53,26 @@ import (
 //	           resource_busy)
 //	        4  stock returned before: the order as the first cancel left it
 //
+// What each layer of a create runs (the SQL of the order in
+// postgres.go, of the stock in inventory/postgres.go, of the key in
+// platform/idempotency/record.go):
+//
+//	0  pg_try_advisory_xact_lock on (user, key), then INSERT INTO
+//	   idempotency_keys … ON CONFLICT DO UPDATE … RETURNING (claim), in
+//	   the order's first round trip; UPDATE idempotency_keys SET
+//	   status_code, body … WHERE owner = the claim's token (complete),
+//	   with the order's insert and COMMIT
+//	1  that same try-lock: a copy of the request is refused at once
+//	   (request_in_progress); without a key's record, SET
+//	   order:{user}:{key} NX PX on a majority of the Redis nodes
+//	3  per line, UPDATE products SET stock_available = stock_available
+//	   - qty WHERE sku = $1 AND stock_available >= qty RETURNING
+//	   price_cents (inventory.Store.Take): no row is ErrOutOfStock
+//	4  CHECK products_stock_nonnegative behind it (ErrStockConstraint:
+//	   409 out_of_stock); INSERT INTO orders under UNIQUE (user_id,
+//	   request_key) (orders_user_request_key: the order placed under the
+//	   key is the answer)
+//
 // What each layer of a cancel runs (the SQL is in postgres.go):
 //
 //	1  SET order:{id} NX PX on each Redis node, a majority to win
@@ -192,21 +212,26 @@ func (s *Service) Create(ctx context.Context, userID, requestKey string, lines [
 	err = s.create.LockAll(ctx, keys, func(ctx context.Context) error {
 		// One transaction, three round trips (postgres.InTxBatched):
 		return postgres.InTxBatched(ctx, s.db,
-			// Layer 0: BEGIN and the key's claim. A copy of a request in
-			// flight is refused here (request_in_progress), a completed
-			// one gets its stored answer, before either takes a product's
-			// row lock.
+			// Layer 0: BEGIN and the key's claim (the try-lock on (user,
+			// key) and INSERT INTO idempotency_keys … ON CONFLICT DO
+			// UPDATE). A copy of a request in flight is refused here
+			// (request_in_progress), a completed one gets its stored
+			// answer, before either takes a product's row lock.
 			rec.QueueClaim,
 			func(tx pgx.Tx) (*pgx.Batch, error) {
-				// Layer 3: each line's conditional decrement, with layer 4
+				// Layer 3: each line's conditional decrement (UPDATE
+				// products SET stock_available = stock_available - qty
+				// WHERE sku AND stock_available >= qty), with layer 4
 				// behind it (CHECK stock_available >= 0): out_of_stock.
 				prices, err := s.stock.Take(ctx, tx, lines)
 				if err != nil {
 					return nil, err
 				}
 				o.Items, o.TotalCents = priceItems(lines, prices)
-				// Layer 4: the order under UNIQUE (user_id, request_key),
-				// and layer 0's answer with it, travelling with COMMIT:
+				// Layer 4: the order (INSERT INTO orders) under UNIQUE
+				// (user_id, request_key), and layer 0's answer with it
+				// (UPDATE idempotency_keys … WHERE owner), travelling
+				// with COMMIT:
 				// the order and the answer that replays it commit
 				// together or not at all.
 				last := &pgx.Batch{}

@@ -69,7 +69,10 @@ import (
 //	   (lock.Locker, redsync); released by a script that deletes it only
 //	   while it still holds this payment's token
 //	0  pg_try_advisory_xact_lock on the key, then INSERT INTO
-//	   idempotency_keys … ON CONFLICT DO UPDATE … RETURNING (claim);
+//	   idempotency_keys … ON CONFLICT DO UPDATE … RETURNING (the first
+//	   claim; a later transaction of the same request claims again with
+//	   INSERT … ON CONFLICT DO NOTHING and a SELECT of the row, which
+//	   writes nothing while the claim is its own);
 //	   UPDATE idempotency_keys SET status_code, body … WHERE owner = the
 //	   claim's token (complete), in the same transactions as the work
 //	2  orders.BeginPayment, Pay, PaymentEnded: pure functions of the

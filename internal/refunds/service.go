@@ -77,7 +77,10 @@ import (
 //
 //	1  SELECT pg_advisory_xact_lock(hashtextextended('refund:' || order, 0))
 //	0  pg_try_advisory_xact_lock on the key, then INSERT INTO
-//	   idempotency_keys … ON CONFLICT DO UPDATE … RETURNING (claim);
+//	   idempotency_keys … ON CONFLICT DO UPDATE … RETURNING (the first
+//	   claim; a later transaction of the same request claims again with
+//	   INSERT … ON CONFLICT DO NOTHING and a SELECT of the row, which
+//	   writes nothing while the claim is its own);
 //	   the refund of (order, key) read (SELECT … FROM refunds WHERE
 //	   order_id AND request_key); UPDATE idempotency_keys SET
 //	   status_code, body … WHERE owner = the claim's token (complete)
@@ -198,19 +201,6 @@ func NewService(cfg Config) (*Service, error) {
 		gateway: cfg.Gateway, refund: flow(FlowRefund), reconcile: flow(jobReconcile),
 		metrics: cfg.Metrics, counts: counts, logger: cfg.Logger, now: cfg.Now,
 		budget: cfg.Budget, reconcileAfter: cfg.ReconcileAfter}, nil
-}
-
-// keyBusyPause is how long a settle waits before it claims its key again,
-// when a copy of its request held the key's lock: the copy's refused
-// transaction, a round trip or two.
-const keyBusyPause = 20 * time.Millisecond
-
-// pause waits keyBusyPause, or until ctx ends.
-func pause(ctx context.Context) {
-	select {
-	case <-time.After(keyBusyPause):
-	case <-ctx.Done():
-	}
 }
 
 // standing is the order as the flow last knew it, what its refunds that
@@ -367,13 +357,7 @@ func (s *Service) begin(ctx context.Context, by orders.Refunder, requestKey, ord
 			return last, nil
 		})
 		err = InsertError(err)
-		var refusal *idempotency.Refusal
 		switch {
-		case errors.As(err, &refusal) && refusal.Busy() && attempt > 1 && attempt < layers.MaxTries:
-			// This request's own claim, made by the try before, and a
-			// copy of the request is being refused right now.
-			pause(ctx)
-			return layers.Again(err)
 		case errors.Is(err, orders.ErrVersionConflict):
 			return layers.Lost(layers.Version, err)
 		case errors.Is(err, ErrDuplicateRequest):
@@ -544,13 +528,7 @@ func (s *Service) settle(ctx context.Context, r, settled Refund, known standing,
 		if !errors.Is(err, ErrVersionConflict) && !errors.Is(err, ErrProcessorRefundSettled) {
 			err = orders.WriteError(err)
 		}
-		var refusal *idempotency.Refusal
 		switch {
-		case errors.As(err, &refusal) && refusal.Busy() && attempt < layers.MaxTries:
-			// A copy of the request is being refused right now, holding
-			// the key's lock for a moment: claim again once it is over.
-			pause(ctx)
-			return layers.Again(err)
 		case errors.Is(err, ErrVersionConflict):
 			s.refund.Stopped(ctx, layers.Version)
 			settled, err = s.recorded(ctx, r)

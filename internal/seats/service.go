@@ -58,6 +58,35 @@ import (
 //	            invalid_state; confirmed already: the hold as it is
 //	         4  a second ticket or booking: read again, and 2 answers
 //	release  2  as confirm; released already: the hold as it is
+//
+// What each layer of a hold runs, in the order a hold meets them (the SQL
+// is in holdtx.go and postgres.go, the key's in
+// platform/idempotency/record.go):
+//
+//	0  pg_try_advisory_xact_lock on (user, key), then INSERT INTO
+//	   idempotency_keys … ON CONFLICT DO UPDATE … RETURNING (claim), alone
+//	   with BEGIN; UPDATE idempotency_keys SET status_code, body … WHERE
+//	   owner = the claim's token (complete), with COMMIT; and INSERT INTO
+//	   holds … ON CONFLICT ON CONSTRAINT holds_user_request_key DO NOTHING
+//	   (a try that committed its hold before: that hold is the answer)
+//	1  SET LOCAL lock_timeout = '2s'; SELECT
+//	   pg_advisory_xact_lock('hold-cap:' || user || ':' || event); with
+//	   SHOP_SEAT_LOCK=advisory, pg_advisory_xact_lock per seat in seat
+//	   order (55P03 past the timeout: 409 resource_busy); with redsync,
+//	   SET seat:{event}:{seat} NX PX on a majority of the Redis nodes,
+//	   before the transaction
+//	2  the Glance (one read of the seats taken, before any lock),
+//	   CheckAvailable on the seats read under the locks, and Caps.Admit
+//	   on the user's counted row (SELECT … FROM holdings)
+//	3  UPDATE seats SET status = 'held' … WHERE seat AND status =
+//	   'available' AND version = the version read, inserting a hold_seats
+//	   row per seat it reached (sqlHoldSeats): a seat it did not reach
+//	   leaves a NULL seat, which NOT NULL refuses (ErrSeatMoved: read
+//	   again)
+//	4  hold_seats_one_active_per_seat on those rows (ErrSeatTaken: read
+//	   again); INSERT INTO holdings … ON CONFLICT DO UPDATE SET holds =
+//	   holds + 1, seats = seats + n under holdings_within_caps
+//	   (ErrOverCaps: read again, and the caps refuse)
 
 // Flow names in the conflict counter and in docs/ABLATION.md.
 const (
@@ -261,11 +290,16 @@ func (s *Service) Hold(ctx context.Context, userID, requestKey, eventID string, 
 				read = s.store.QueueReadSeats(b, h)
 			}
 			err := postgres.InTxBatched(ctx, s.db,
-				// Layer 0: BEGIN and the key's claim, alone: a copy of the
-				// request in flight is refused here (request_in_progress),
-				// before it waits for a lock the first copy holds, with a
-				// pool connection in hand. With no key's record, the locks
-				// and reads travel with BEGIN.
+				// Layer 0: BEGIN and the key's claim (the try-lock on
+				// (user, key) and INSERT INTO idempotency_keys … ON
+				// CONFLICT DO UPDATE), alone: a copy of the request in
+				// flight is refused here (request_in_progress), before it
+				// waits for a seat's advisory lock the first copy holds,
+				// with a pool connection in hand. (With
+				// SHOP_SEAT_LOCK=redsync the seats' Redis locks come
+				// first, above: a copy waits there, and may be told
+				// resource_busy.) With no key's record, the locks and
+				// reads travel with BEGIN.
 				func(first *pgx.Batch) {
 					if rec == nil {
 						lockAndRead(first)

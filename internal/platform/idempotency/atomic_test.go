@@ -322,10 +322,9 @@ func TestAtomic_TwoPhaseTakeover(t *testing.T) {
 
 // TestAtomic_StaleOwnerFenced: the stale owner of a two-phase flow
 // begins its second phase while the request that took its key over is
-// still in its transaction. Its second claim is refused at once (the
-// key's advisory lock is the new owner's), it changes nothing, and its
-// client is told the key is in progress; the new owner's answer is the
-// key's.
+// still in its transaction. Its second claim waits for the key's advisory
+// lock, which is the new owner's, and is then refused: it changes
+// nothing, and its client gets the key's answer, the new owner's.
 func TestAtomic_StaleOwnerFenced(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, Options{})
@@ -334,13 +333,25 @@ func TestAtomic_StaleOwnerFenced(t *testing.T) {
 	fresh := start(t, h, request{path: atomicPath, key: "k1", gate: "new"})
 
 	h.gate("stale").release()
-	if rep := <-stale; rep.status != http.StatusConflict || rep.code() != "request_in_progress" {
-		t.Fatalf("stale owner while the new one runs: got %d %s, want 409 request_in_progress", rep.status, rep.body)
+	deadline := time.Now().Add(testDeadline)
+	for !h.waitingForAdvisoryLock(t) {
+		select {
+		case rep := <-stale:
+			t.Fatalf("stale owner answered %d %s while the new owner runs; want its second claim to wait for the key's lock", rep.status, rep.body)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stale owner's second claim did not wait for the key's lock")
+		}
+		time.Sleep(time.Millisecond)
 	}
 	h.gate("new").release()
 	newOwner := <-fresh
 	if newOwner.status != http.StatusCreated || newOwner.replayed() {
 		t.Fatalf("new owner: got %d %s", newOwner.status, newOwner.body)
+	}
+	if rep := <-stale; rep.status != http.StatusCreated || !rep.replayed() || !bytes.Equal(rep.body, newOwner.body) {
+		t.Fatalf("stale owner after the new one: got %d replayed=%v %s, want the new owner's answer replayed", rep.status, rep.replayed(), rep.body)
 	}
 	wait(t, h.gate("new").done, "the new owner to finish")
 	if got := h.stale.Load(); got != 1 {
@@ -390,6 +401,50 @@ func TestAtomic_StoreWaitsForTheKeysLock(t *testing.T) {
 		t.Fatalf("got %d replayed=%v %s, want the flow's 202", rep.status, rep.replayed(), rep.body)
 	}
 	assertStored(t, h, "k1", rep.body, request{path: atomicPath, act: "two_phase_unknown"})
+}
+
+// TestAtomic_SecondPhaseWaitsForTheKeysLock: between a two-phase
+// request's phases, another transaction holds the key's advisory lock, as
+// a copy of the request being refused does for a moment. The second
+// phase's claim waits for the lock and the request completes with its
+// own answer. With a try-lock there (as the claim took it before) the
+// second phase was refused, "another request with it is running", and a
+// refund's settle left its outcome to the reconciler.
+func TestAtomic_SecondPhaseWaitsForTheKeysLock(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Options{})
+	ctx := context.Background()
+	answered := start(t, h, request{path: atomicPath, key: "k1", act: "two_phase", gate: "between"})
+
+	copyOf, err := h.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = copyOf.Rollback(ctx) }()
+	if _, err := copyOf.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('alice'), hashtext('k1'))`); err != nil {
+		t.Fatal(err)
+	}
+	h.gate("between").release()
+	deadline := time.Now().Add(testDeadline)
+	for !h.waitingForAdvisoryLock(t) {
+		select {
+		case rep := <-answered:
+			t.Fatalf("answered %d %s while the key's lock was held a moment by another transaction; want the second phase to wait for it", rep.status, rep.body)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second phase did not wait for the key's lock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := copyOf.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep := <-answered
+	if rep.status != http.StatusCreated || rep.replayed() || h.stale.Load() != 0 {
+		t.Fatalf("got %d replayed=%v %s (stale second phases %d), want the request's own 201", rep.status, rep.replayed(), rep.body, h.stale.Load())
+	}
+	assertStored(t, h, "k1", rep.body, request{path: atomicPath, act: "two_phase"})
 }
 
 // waitingForAdvisoryLock reports whether a statement waits for an

@@ -126,13 +126,6 @@ type Refusal struct {
 	prev *stored // the row that refused the claim; nil when another request holds the key's lock
 }
 
-// Busy reports whether the key's lock was held by another transaction of
-// the key when the claim asked for it: a copy of the request being
-// refused, or a request taking the key over, each a short transaction.
-// To a later phase of the request that claimed the key it says nothing
-// yet of whose the key is: that phase may claim again once it is over.
-func (e *Refusal) Busy() bool { return e.prev == nil }
-
 func (e *Refusal) Error() string {
 	switch {
 	case e.prev == nil:
@@ -212,9 +205,14 @@ SELECT lock.held, claim.key, coalesce(claim.owner = $4, false), claim.fingerprin
 	// transaction of the request that claimed it (a payment's second
 	// phase, or a try after its first rolled back): two statements, sent
 	// together, that write nothing while the claim is there. The first
-	// takes the key's try-lock and, with it, inserts the claim only if
-	// the row is gone (the earlier transaction rolled back); a claim that
-	// exists is left as it is. The second reads the row under the lock,
+	// waits for the key's lock, as sqlCompleteInTx does: the one who can
+	// hold it meanwhile is a copy of the request being refused, or a
+	// request taking the key over, each a short transaction, and a
+	// try-lock here would give the key's owner up to its own copies (a
+	// settle told "another request with it is running" by a double click,
+	// its outcome then left to the reconciler). With the lock, it inserts
+	// the claim only if the row is gone (the earlier transaction rolled
+	// back); a claim that exists is left as it is. The second reads the row under the lock,
 	// with a snapshot taken after the first statement, so it sees a
 	// takeover that committed before the lock was taken: the key is still
 	// this request's, or it was taken over after its lease ran out (or, its
@@ -222,7 +220,7 @@ SELECT lock.held, claim.key, coalesce(claim.owner = $4, false), claim.fingerprin
 	// and the stale phase is refused before it acts on anything.
 	sqlReclaimInTx = `
 WITH lock AS (
-	SELECT ` + claimLock + ` AS held
+	SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2)) IS NOT NULL AS held
 ), name AS (
 	SELECT ` + recordName + ` AS key FROM lock WHERE lock.held
 ), claim AS (
