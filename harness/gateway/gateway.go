@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -96,10 +97,12 @@ type Options struct {
 // Server is the gateway: the index of what it decided, the journal that
 // makes it durable, and the HTTP API over both.
 type Server struct {
-	opts  Options
-	now   func() time.Time
-	locks journal.KeyLocks
-	echo  *echo.Echo
+	opts Options
+	now  func() time.Time
+	// beforeRefund is BeforeRefund's hook; nil runs none.
+	beforeRefund atomic.Pointer[func(chargeID string)]
+	locks        journal.KeyLocks
+	echo         *echo.Echo
 
 	mu      sync.Mutex // guards ledger and journal together
 	ledger  *ledger
@@ -169,6 +172,19 @@ func (s *Server) Refunds(chargeID string) []Refund {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ledger.refundsFor(chargeID)
+}
+
+// BeforeRefund sets fn to be called with the charge of each refund asked
+// for, before it is decided and outside every lock of the gateway's: a
+// test runs there what must land while a caller's refund is in flight (a
+// fulfilment committing between a refund's begin and its settle). nil
+// takes it away.
+func (s *Server) BeforeRefund(fn func(chargeID string)) {
+	if fn == nil {
+		s.beforeRefund.Store(nil)
+		return
+	}
+	s.beforeRefund.Store(&fn)
 }
 
 // Close closes the journal; requests that would write to it fail from now on.

@@ -48,6 +48,10 @@ func (h handlers) createRefund(c echo.Context) error {
 		req.AmountCents = *body.AmountCents
 	}
 
+	if hook := h.s.beforeRefund.Load(); hook != nil {
+		(*hook)(body.ChargeID)
+	}
+
 	// Per-key lock: a second request with this key waits and replays.
 	unlock, err := h.s.locks.Lock(c.Request().Context(), key)
 	if err != nil {

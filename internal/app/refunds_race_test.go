@@ -289,42 +289,56 @@ func TestRefunds_FullRacesPartial(t *testing.T) {
 }
 
 // TestRefunds_RaceFulfilment: a paid order's refund of 40 % races its
-// fulfilment (two copies of order.paid, one consumer on each replica),
-// for eight orders. Each order is shipped once and ends fulfilled, with
-// its refund held. The locks are not the same (the refund's advisory
-// lock is refund:{id}, the fulfilment's order:{id}): the version check is
-// what orders the two writes. Without it, the refund
-// writes the order as it read it, paid, over the fulfilment.
+// fulfilment, for eight orders: while each refund is at the processor
+// (begun, its amount held on the order, not yet settled), two copies of
+// order.paid are fulfilled at once, one by each replica's consumer. Each
+// order is shipped once and ends fulfilled, with its refund held. The
+// locks are not the same (the refund's advisory lock is refund:{id}, the
+// fulfilment's order:{id}): the version check is what orders the two
+// writes. Without it, the refund's settle writes the order as its begin
+// left it, paid, over the fulfilment.
 func TestRefunds_RaceFulfilment(t *testing.T) {
 	const orders, total, part = 8, 5000, 2000
 	refundRace(t, layers.Off(layers.Version), orders, func(t *testing.T, e *apptest.Env, probe *layers.Probe) ([]string, int) {
 		apptest.MustCreateProduct(t, e.R(0), "RF-SHIP", total, orders)
 		users, ids := make([]apptest.User, orders), make([]string, orders)
+		orderOf := map[string]string{} // charge id → order id
 		for i := range ids {
 			var o apptest.Order
 			users[i], o = paidOrder(t, e, i, apptest.Line{SKU: "RF-SHIP", Quantity: 1})
 			ids[i] = o.ID
+			for _, c := range e.Gateway.Charges(o.ID) {
+				orderOf[c.ID] = o.ID
+			}
 		}
-		e.Warm(t, 16)
-		probe.Reset()
-		testenv.Together(3*orders, func(i int) {
-			o := i % orders
-			if i < orders {
-				res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
-					return refundReq(t, e.R(i+attempt), users[o].Token, ids[o], map[string]any{"amount_cents": part}, fmt.Sprintf("ship-%d", o))
-				})
-				if !made(res) {
-					t.Errorf("refund of order %s: %s", ids[o], res)
-				}
+		// The fulfilment lands while the refund is at the processor: the
+		// processor runs it before it decides the refund.
+		var once sync.Map
+		e.Gateway.BeforeRefund(func(chargeID string) {
+			id := orderOf[chargeID]
+			if _, again := once.LoadOrStore(id, true); again || id == "" {
 				return
 			}
-			ev, err := outbox.New(outbox.OrderPaid, ids[o], time.Now(), map[string]string{"order_id": ids[o]})
+			ev, err := outbox.New(outbox.OrderPaid, id, time.Now(), map[string]string{"order_id": id})
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			if _, err := e.R(i).App.Orders.Fulfil(context.Background(), ev); err != nil {
-				t.Errorf("fulfil order %s: %v", ids[o], err)
+			testenv.Together(2, func(r int) {
+				if _, err := e.R(r).App.Orders.Fulfil(context.Background(), ev); err != nil {
+					t.Errorf("fulfil order %s: %v", id, err)
+				}
+			})
+		})
+		t.Cleanup(func() { e.Gateway.BeforeRefund(nil) })
+		e.Warm(t, 16)
+		probe.Reset()
+		testenv.Together(orders, func(o int) {
+			res := apptest.UntilNotBusy(t, func(attempt int) apptest.Response {
+				return refundReq(t, e.R(o+attempt), users[o].Token, ids[o], map[string]any{"amount_cents": part}, fmt.Sprintf("ship-%d", o))
+			})
+			if !made(res) {
+				t.Errorf("refund of order %s: %s", ids[o], res)
 			}
 		})
 		e.SettleLeftovers(t)
