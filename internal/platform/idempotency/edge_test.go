@@ -31,6 +31,9 @@ func TestAtomic_ClientGoneIs499(t *testing.T) {
 			if err := <-errc; err == nil {
 				t.Fatal("the request whose client hung up got an answer")
 			}
+			// The server sees the connection closed a moment after the
+			// client does; let the flow go on only once it has.
+			wait(t, h.gate("a").ctx.Done(), "the server to see the client gone")
 			h.gate("a").release()
 			wait(t, h.gate("a").done, "the middleware to finish")
 

@@ -141,9 +141,10 @@ func harnessOn(t *testing.T, db, flowDB *pgxpool.Pool, opts Options) *harness {
 // gate holds one request's flow until the test lets it through, so a
 // test can order what two requests with one key do.
 type gate struct {
-	started  chan struct{} // closed when the flow reaches the gate
-	open     chan struct{} // closed to let it through
-	done     chan struct{} // closed when the request has left the middleware
+	started  chan struct{}   // closed when the flow reaches the gate
+	ctx      context.Context // the request's context on the server, set before started is closed
+	open     chan struct{}   // closed to let it through
+	done     chan struct{}   // closed when the request has left the middleware
 	openOnce sync.Once
 }
 
@@ -253,7 +254,9 @@ func (h *harness) handle(c echo.Context) error {
 			h.pause(c)
 			return httpx.JSON(c, http.StatusAccepted, map[string]any{"run": run, "status": "processing"})
 		case "two_phase_hangup":
-			close(h.gate(c.Request().Header.Get(headerGate)).started)
+			g := h.gate(c.Request().Header.Get(headerGate))
+			g.ctx = ctx
+			close(g.started)
 			<-ctx.Done()
 			return ctx.Err()
 		case "two_phase_fail":
@@ -314,6 +317,7 @@ func (h *harness) handle(c echo.Context) error {
 func (h *harness) pause(c echo.Context) {
 	if name := c.Request().Header.Get(headerGate); name != "" {
 		g := h.gate(name)
+		g.ctx = c.Request().Context()
 		close(g.started)
 		<-g.open
 	}
