@@ -73,7 +73,8 @@ func PayOrder() Flow {
 			{Layers: off(constraint), Why: "the lock and the order's state"},
 			{Layers: off(layers.Database...), Breaks: true,
 				Why: "with no state rule a click after the first payment settled begins another, and no index refuses it: a second charge (the books audit counts the order)"},
-			{Layers: off(version, constraint), Why: "the lock alone: the state rule is asked of an order no other payment is writing"},
+			{Layers: off(version, constraint), Variant: "stale-look", Breaks: true,
+				Why: "the lock holds the clicks apart, not their reads: the state rule is asked of the order as read before the lock, so a click that read it pending before the first payment began, and takes the lock after that payment settled, begins a second one and charges it; only the version check sees the read is stale. Made certain here: every look returns the order's first read"},
 			{Layers: off(lck, version, constraint), Breaks: true,
 				Why: "the race the version check exists for: clicks read the order before any of them commits, all see it pending, each begins a payment and charges it"},
 		}}

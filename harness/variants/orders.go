@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -194,6 +195,37 @@ func (u UnversionedOrders) QueueMove(ctx context.Context, b *pgx.Batch, known or
 // ExpireDue writes without the version check.
 func (u UnversionedOrders) ExpireDue(ctx context.Context, tx pgx.Tx, now time.Time, limit int, change orders.Change) (int, error) {
 	return u.OrderRows.ExpireDue(ctx, Rewrite(tx, layers.Version, u.Probe, orderVersion), now, limit, change)
+}
+
+// StaleLook names the pay flow's scenario in which every look at an
+// order returns what the first look read (StaleLookOrders).
+const StaleLook = "stale-look"
+
+// StaleLookOrders answers every Look at an order with the order as the
+// first Look of it read it: a click that read the order pending before
+// the first payment began, and comes to the lock only after that payment
+// settled, made certain instead of left to the scheduler. The pay flow
+// asks its state rule of that read again in its begin, under the lock;
+// only the version check sees that the read is stale.
+type StaleLookOrders struct {
+	orders.OrderRows
+	first sync.Map // order id → orders.Order
+}
+
+// Look returns the first read of the order, and the rule's answer to it.
+func (s *StaleLookOrders) Look(ctx context.Context, id string, change orders.Change) (orders.Order, error) {
+	if o, ok := s.first.Load(id); ok {
+		read := o.(orders.Order)
+		try := read
+		try.Items = slices.Clone(read.Items)
+		_, err := change(&try)
+		return read, err
+	}
+	o, err := s.OrderRows.Look(ctx, id, change)
+	if o.ID != "" {
+		s.first.LoadOrStore(id, o)
+	}
+	return o, err
 }
 
 // The ways an order takes stock without the version layer (Stock).

@@ -14,7 +14,7 @@ import (
 // For returns the variants that take off's layers off every flow of an
 // app (app.Deps.Variants), each telling probe when it took its layer off.
 // naive is how an order takes stock without the version layer
-// (Unconditional, ReadCheckWrite); "" is Unconditional. The constraints
+// (Unconditional, ReadCheckWrite; "" is Unconditional), or StaleLook. The constraints
 // are not among them: a test drops them from its schema.
 func For(off layers.Set, naive string, probe *layers.Probe) app.Variants {
 	var v app.Variants
@@ -27,6 +27,10 @@ func For(off layers.Set, naive string, probe *layers.Probe) app.Variants {
 	}
 	if isOff(off, layers.Lock) || isOff(off, layers.State) || isOff(off, layers.Version) {
 		v.Orders = func(rows orders.OrderRows) orders.OrderRows { return Orders(rows, off, probe) }
+	}
+	if naive == StaleLook && v.Orders != nil {
+		rows := v.Orders
+		v.Orders = func(r orders.OrderRows) orders.OrderRows { return &StaleLookOrders{OrderRows: rows(r)} }
 	}
 	if isOff(off, layers.State) || isOff(off, layers.Version) {
 		v.Payments = func(rows payments.PaymentRows) payments.PaymentRows { return Payments(rows, off, probe) }
