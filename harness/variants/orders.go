@@ -209,12 +209,15 @@ const StaleLook = "stale-look"
 // only the version check sees that the read is stale.
 type StaleLookOrders struct {
 	orders.OrderRows
-	first sync.Map // order id → orders.Order
+	// First is every replica's: order id → the order as first read. Any
+	// begin comes after its own look, so the first look of an order is
+	// before its first payment began.
+	First *sync.Map
 }
 
 // Look returns the first read of the order, and the rule's answer to it.
 func (s *StaleLookOrders) Look(ctx context.Context, id string, change orders.Change) (orders.Order, error) {
-	if o, ok := s.first.Load(id); ok {
+	if o, ok := s.First.Load(id); ok {
 		read := o.(orders.Order)
 		try := read
 		try.Items = slices.Clone(read.Items)
@@ -223,7 +226,7 @@ func (s *StaleLookOrders) Look(ctx context.Context, id string, change orders.Cha
 	}
 	o, err := s.OrderRows.Look(ctx, id, change)
 	if o.ID != "" {
-		s.first.LoadOrStore(id, o)
+		s.First.LoadOrStore(id, o)
 	}
 	return o, err
 }

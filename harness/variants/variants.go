@@ -1,6 +1,8 @@
 package variants
 
 import (
+	"sync"
+
 	"github.com/shop-example/shop/internal/app"
 	"github.com/shop-example/shop/internal/likes"
 	"github.com/shop-example/shop/internal/orders"
@@ -29,8 +31,8 @@ func For(off layers.Set, naive string, probe *layers.Probe) app.Variants {
 		v.Orders = func(rows orders.OrderRows) orders.OrderRows { return Orders(rows, off, probe) }
 	}
 	if naive == StaleLook && v.Orders != nil {
-		rows := v.Orders
-		v.Orders = func(r orders.OrderRows) orders.OrderRows { return &StaleLookOrders{OrderRows: rows(r)} }
+		rows, first := v.Orders, &sync.Map{}
+		v.Orders = func(r orders.OrderRows) orders.OrderRows { return &StaleLookOrders{OrderRows: rows(r), First: first} }
 	}
 	if isOff(off, layers.State) || isOff(off, layers.Version) {
 		v.Payments = func(rows payments.PaymentRows) payments.PaymentRows { return Payments(rows, off, probe) }
