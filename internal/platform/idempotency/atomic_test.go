@@ -333,18 +333,7 @@ func TestAtomic_StaleOwnerFenced(t *testing.T) {
 	fresh := start(t, h, request{path: atomicPath, key: "k1", gate: "new"})
 
 	h.gate("stale").release()
-	deadline := time.Now().Add(testDeadline)
-	for !h.waitingForAdvisoryLock(t) {
-		select {
-		case rep := <-stale:
-			t.Fatalf("stale owner answered %d %s while the new owner runs; want its second claim to wait for the key's lock", rep.status, rep.body)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stale owner's second claim did not wait for the key's lock")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	h.awaitLockWait(t, stale, "the stale owner's second claim, while the new owner runs")
 	h.gate("new").release()
 	newOwner := <-fresh
 	if newOwner.status != http.StatusCreated || newOwner.replayed() {
@@ -381,18 +370,7 @@ func TestAtomic_StoreWaitsForTheKeysLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.gate("first").release()
-	deadline := time.Now().Add(testDeadline)
-	for !h.waitingForAdvisoryLock(t) {
-		select {
-		case rep := <-answered:
-			t.Fatalf("answered %d %s while the key's lock was another request's; want it to wait for the lock", rep.status, rep.body)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the store did not wait for the key's lock")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	h.awaitLockWait(t, answered, "the store, while the key's lock is another request's")
 	if err := retry.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -425,18 +403,7 @@ func TestAtomic_SecondPhaseWaitsForTheKeysLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.gate("between").release()
-	deadline := time.Now().Add(testDeadline)
-	for !h.waitingForAdvisoryLock(t) {
-		select {
-		case rep := <-answered:
-			t.Fatalf("answered %d %s while the key's lock was held a moment by another transaction; want the second phase to wait for it", rep.status, rep.body)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second phase did not wait for the key's lock")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	h.awaitLockWait(t, answered, "the second phase, while another transaction holds the key's lock a moment")
 	if err := copyOf.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -445,6 +412,26 @@ func TestAtomic_SecondPhaseWaitsForTheKeysLock(t *testing.T) {
 		t.Fatalf("got %d replayed=%v %s (stale second phases %d), want the request's own 201", rep.status, rep.replayed(), rep.body, h.stale.Load())
 	}
 	assertStored(t, h, "k1", rep.body, request{path: atomicPath, act: "two_phase"})
+}
+
+// awaitLockWait returns once a statement waits for an advisory lock in
+// the harness's database, and fails the test if the request answers
+// first, or nothing waits within testDeadline: who names what should be
+// waiting.
+func (h *harness) awaitLockWait(t *testing.T, answered <-chan reply, who string) {
+	t.Helper()
+	deadline := time.Now().Add(testDeadline)
+	for !h.waitingForAdvisoryLock(t) {
+		select {
+		case rep := <-answered:
+			t.Fatalf("%s: answered %d %s; want it to wait for the key's lock", who, rep.status, rep.body)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: did not wait for the key's lock", who)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // waitingForAdvisoryLock reports whether a statement waits for an
