@@ -54,6 +54,24 @@ import (
 //	3  the like moved since read: read again (3 tries, then 409
 //	   resource_busy)
 //	4  a second like row, a counter below zero: read again, and 2 answers
+//
+// What each layer runs (the SQL is in postgres.go):
+//
+//	2  SELECT the like and the post's count (Store.Look), before any lock;
+//	   Like.Set, a pure function of the like as read
+//	1  set_config('lock_timeout', LockWait, true), then SELECT
+//	   pg_advisory_xact_lock(hashtextextended('like:' || user || ':' ||
+//	   post, 0)), with BEGIN (55P03 past LockWait: ErrLockBusy, 409
+//	   resource_busy); with
+//	   redsync, SET like:{user}:{post} NX PX on a majority of the Redis
+//	   nodes around the transaction
+//	3  UPDATE likes SET liked, shard, version = version + 1 … WHERE
+//	   post_id AND user_id AND version = the version read, and the
+//	   counter row moved by what it changed, in one statement: no row is
+//	   ErrVersionConflict, read again
+//	4  the first like's INSERT INTO likes under likes_pkey
+//	   (ErrDuplicateLike), the counter row's UPDATE under
+//	   post_like_shards_n_nonnegative (ErrCountBelowZero): read again
 
 // LockStrategy is where layer 1 serialises one user's clicks on one post
 // (SHOP_LIKE_LOCK).
