@@ -28,8 +28,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 type size struct {
 	name                  string
 	before, during, after time.Duration
-	// brief are the phases of the rows marked brief (the refund storm's):
-	// shorter at the small size, so that CI runs the five of them in a
+	// brief are the phases of the rows marked brief (most of the refund storm's):
+	// shorter at the small size, so that CI runs them in about a
 	// minute and a quarter; at the large size the same as the others.
 	brief      [3]time.Duration
 	clients    int // per flow
@@ -572,7 +572,10 @@ func scenarios() []scenario {
 		// The refund storm (refunds_test.go) under the processor's faults
 		// of rows 6a–6d, and a replica killed with refunds in hand.
 		{row: "13a", flows: refundFlows, brief: true, floors: refundWithinBudget, fault: gatewaySlow},
-		{row: "13b", flows: refundFlows, brief: true, fault: gatewayFlaky,
+		// Not brief: with the storm's two clients a 3 s fault phase
+		// measured one client's 1.9 s of retries as the row's rate (45 %
+		// of before in one CI run, 147 % and 288 % in two others).
+		{row: "13b", flows: refundFlows, fault: gatewayFlaky,
 			floors: half("the refund's second attempt at the processor, with the same key (the refund's id), hides a reset connection")},
 		{row: "13c", flows: refundFlows, brief: true, floors: refundWithinBudget, fault: gatewayBlackholed},
 		{row: "13d", flows: refundFlows, brief: true, floors: refundWithinBudget, fault: gatewayKilled},
