@@ -361,14 +361,7 @@ func TestAtomic_StoreWaitsForTheKeysLock(t *testing.T) {
 	ctx := context.Background()
 	answered := start(t, h, request{path: atomicPath, key: "k1", act: "two_phase_unknown", gate: "first"})
 
-	retry, err := h.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = retry.Rollback(ctx) }()
-	if _, err := retry.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('alice'), hashtext('k1'))`); err != nil {
-		t.Fatal(err)
-	}
+	retry := h.holdKeyLock(t, "alice", "k1")
 	h.gate("first").release()
 	h.awaitLockWait(t, answered, "the store, while the key's lock is another request's")
 	if err := retry.Rollback(ctx); err != nil {
@@ -394,14 +387,7 @@ func TestAtomic_SecondPhaseWaitsForTheKeysLock(t *testing.T) {
 	ctx := context.Background()
 	answered := start(t, h, request{path: atomicPath, key: "k1", act: "two_phase", gate: "between"})
 
-	copyOf, err := h.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = copyOf.Rollback(ctx) }()
-	if _, err := copyOf.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('alice'), hashtext('k1'))`); err != nil {
-		t.Fatal(err)
-	}
+	copyOf := h.holdKeyLock(t, "alice", "k1")
 	h.gate("between").release()
 	h.awaitLockWait(t, answered, "the second phase, while another transaction holds the key's lock a moment")
 	if err := copyOf.Rollback(ctx); err != nil {
@@ -412,6 +398,23 @@ func TestAtomic_SecondPhaseWaitsForTheKeysLock(t *testing.T) {
 		t.Fatalf("got %d replayed=%v %s (stale second phases %d), want the request's own 201", rep.status, rep.replayed(), rep.body, h.stale.Load())
 	}
 	assertStored(t, h, "k1", rep.body, request{path: atomicPath, act: "two_phase"})
+}
+
+// holdKeyLock opens a transaction that holds the advisory lock of
+// principal's key, as a request claiming it does, until the caller rolls
+// it back or the test ends.
+func (h *harness) holdKeyLock(t *testing.T, principal, key string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := h.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, principal, key); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
 
 // awaitLockWait returns once a statement waits for an advisory lock in
