@@ -3,9 +3,6 @@ package bench
 import (
 	"context"
 	"net/http"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -21,7 +18,7 @@ import (
 func TestOutside_SmallRun(t *testing.T) {
 	dbURL, redis := testenv.DatabaseURL(t), testenv.RedisAddrs(t)
 	o, err := parseBenchFlags("outside", []string{
-		"-db", dbURL, "-redis", strings.Join(redis, ","), "-shop", buildShop(t),
+		"-db", dbURL, "-redis", strings.Join(redis, ","), "-shop", testenv.ShopBinary(t),
 		"-clients", "4", "-duration", "300ms", "-warmup", "100ms",
 		"-skus", "4", "-posts", "4", "-seat-rows", "1", "-pay-rate", "200",
 	})
@@ -94,20 +91,3 @@ func TestAlternate_RoundRobin(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// buildShop builds cmd/shop into the test's directory: the binary the
-// replicas run (os.Executable is the test binary here).
-func buildShop(t *testing.T) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("no caller")
-	}
-	bin := filepath.Join(t.TempDir(), "shop")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./cmd/shop")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build shop: %v\n%s", err, out)
-	}
-	return bin
-}

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,23 +118,6 @@ func (c *cluster) replicaURLs() []string {
 	return []string{c.replicas[0].url, c.replicas[1].url}
 }
 
-// buildShop builds ./cmd/shop once into dir.
-func buildShop(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "shop")
-	// The go that built this test, else the one on the PATH.
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
-	}
-	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/shop")
-	cmd.Dir = repoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build shop: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	wd, err := os.Getwd()
@@ -182,7 +164,7 @@ func newCluster(t *testing.T, lockMode string) *cluster {
 		t.Fatalf("the fault suite runs its own redis-server processes: %v", err)
 	}
 	c := &cluster{t: t, dir: t.TempDir(), lockMode: lockMode}
-	c.bin = buildShop(t, c.dir)
+	c.bin = testenv.ShopBinary(t)
 	c.toxics = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	return c
 }

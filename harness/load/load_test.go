@@ -18,7 +18,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/shop-example/shop/harness/gateway"
@@ -96,34 +95,6 @@ func (s stack) served(t *testing.T) int {
 	return int(total)
 }
 
-var (
-	buildOnce sync.Once
-	shopBin   string
-	buildErr  error
-)
-
-// shopBinary builds cmd/shop once for the package's tests.
-func shopBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "shop-load-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		shopBin = filepath.Join(dir, "shop")
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", shopBin, "./cmd/shop")
-		cmd.Dir = moduleRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build shop: %v", buildErr)
-	}
-	return shopBin
-}
-
 func moduleRoot(t *testing.T) string {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
@@ -140,7 +111,7 @@ type result struct {
 
 func shopLoad(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(shopBinary(t), append([]string{"load"}, args...)...)
+	cmd := exec.Command(testenv.ShopBinary(t), append([]string{"load"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

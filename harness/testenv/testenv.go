@@ -62,6 +62,9 @@ func Main(m *testing.M) {
 	stopOnSignal(&shared)
 	code := m.Run()
 	shared.stop()
+	if shopBin.dir != "" {
+		_ = os.RemoveAll(shopBin.dir)
+	}
 	os.Exit(code)
 }
 
