@@ -124,13 +124,24 @@ const quiet = 2500 * time.Millisecond
 // settle waits until no payment and no refund is processing (the
 // reconcilers finish what the fault left in flight) and nothing has
 // changed for quiet, at most wait. It returns the payments and the
-// refunds still processing.
+// refunds still processing. Nothing: neither the tables nor the
+// consumers' effects (readEvents), whose last reading it leaves in
+// c.settled, so that the events audit after it need not wait again for
+// what it has already seen stay still.
 func settle(c *cluster, wait time.Duration) (payments, refunds int) {
 	deadline := time.Now().Add(wait)
-	var last string
+	var last, lastEvents string
 	lastChange := time.Now()
+	defer func() { c.settled = settledEvents{summary: lastEvents, since: lastChange} }()
 	for {
 		var state string
+		events, err := readEvents(c)
+		if err != nil {
+			events.otherMails = -1 // a reading that failed matches no other
+		}
+		if sum := events.summary(); sum != lastEvents {
+			lastEvents, lastChange = sum, time.Now()
+		}
 		if err := c.db.QueryRow(context.Background(), `SELECT
 			(SELECT count(*) FROM payments WHERE status = 'processing'),
 			(SELECT count(*) FROM refunds WHERE status = 'processing'),

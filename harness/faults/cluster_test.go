@@ -97,6 +97,7 @@ type cluster struct {
 	// staleDone waits for.
 	workload      *workload
 	history       *history // the answers of the scenario running, or run last
+	settled       settledEvents
 	stale         *history
 	staleDone     *sync.WaitGroup
 	stalePausedAt time.Time

@@ -24,19 +24,28 @@ import (
 // so that what delivers the receipts is the relay and not the
 // redelivery; the row's floor is on the receipts' lag.
 
-// longTxFor is how long row 12 holds its transaction open: the 30 s of
-// the outside attack that found the stall.
-const longTxFor = 30 * time.Second
+// longTx is how long row 12 holds its transaction open at sz: at the
+// large size the 30 s of the outside attack that found the stall; at the
+// small one 10 s, twice receiptsWithin, which a stalled relay would make
+// the receipts of the first payments miss by seconds.
+func (sz size) longTx() time.Duration {
+	if sz.name == "large" {
+		return 30 * time.Second
+	}
+	return 10 * time.Second
+}
 
 // receiptsWithin is row 12's floor: every order paid while the
 // transaction is open has its receipt at the mailer within it of the
 // payment's commit. The relay polls every 100 ms and the consumer mails
-// at once; a relay held back by the transaction would make it longTxFor.
+// at once; a relay held back by the transaction would make it as long as
+// the transaction.
 const receiptsWithin = 5 * time.Second
 
 // longTransaction is row 12.
 func longTransaction() scenario {
 	var relayLag maxSampler
+	longTxFor := sizeFromEnv().longTx()
 	return scenario{row: "12", flows: []string{flowPay}, during: longTxFor,
 		env:            []string{"SHOP_OUTBOX_REDELIVER_AFTER=30s"},
 		receiptsWithin: receiptsWithin,

@@ -41,7 +41,7 @@ func Scenarios() []Scenario {
 		{"11a", "mailer slow (2 s, beyond the 1 s mail timeout)"},
 		{"11b", "mailer failing (half of new messages answer 503)"},
 		{"11c", "mailer SIGKILLed, restarted"},
-		{"12", "a transaction that wrote a row held open 30 s in another database of the server, during a pay storm"},
+		{"12", "a transaction that wrote a row held open in another database of the server (10 s; 30 s at the large size), during a pay storm"},
 		{"13a", "processor slow (2 s, beyond the 1 s timeout) during a refund storm"},
 		{"13b", "processor flaky (30% of connections reset) during a refund storm"},
 		{"13c", "processor blackholed during a refund storm"},
