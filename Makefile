@@ -5,6 +5,13 @@ BIN     ?= bin/shop
 PKGS    ?= ./...
 FUZZTIME ?= 30s
 
+# Every go command here builds with -trimpath. Without it the build cache
+# keys each package of this module by the folder it is in, so another
+# clone (a CI checkout, a git worktree) compiled the whole module again;
+# with it, clones share what is compiled. Tests find the repository from
+# their working directory (testenv.RepoRoot), not from source paths.
+export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
+
 # The fault suite (harness/faults, docs/RELIABILITY.md): every flow under
 # Redis loss, a paused lock holder, gateway and database faults and replica
 # crashes (TestFaults), and PostgreSQL failed over to its standby

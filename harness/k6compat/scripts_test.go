@@ -7,7 +7,6 @@ import (
 	"net/http/httputil"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -209,12 +208,13 @@ func TestScripts_CatchOverRefunds(t *testing.T) {
 	}
 }
 
-// scriptsDir is loadtest/k6 at the module's root.
+// scriptsDir is loadtest/k6 at the module's root, two folders above the
+// test's working directory, its package's (harness/k6compat).
 func scriptsDir(t *testing.T) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("no caller")
+	dir, err := filepath.Abs(filepath.Join("..", "..", "loadtest", "k6"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "loadtest", "k6")
+	return dir
 }

@@ -3,7 +3,6 @@ package testenv
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/shop-example/shop/harness/ablation"
@@ -72,9 +71,13 @@ func Matrix(t *testing.T, flow ablation.Flow, scenario ablation.Scenario,
 			return // a failed row, or rows left out by -run: nothing to write or compare
 		}
 	}
-	path := filepath.Join(repoRoot(), "docs", "ABLATION.md")
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "docs", "ABLATION.md")
 	if os.Getenv(EnvUpdateDocs) == "1" {
-		commit, err := docblock.Commit(repoRoot())
+		commit, err := docblock.Commit(root)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,11 +96,4 @@ func Matrix(t *testing.T, flow ablation.Flow, scenario ablation.Scenario,
 	if err := flow.Check(string(doc), scenario); err != nil {
 		t.Errorf("docs/ABLATION.md is stale; run `%s`: %v", ablation.Command, err)
 	}
-}
-
-// repoRoot is the repository's top directory, found from this source
-// file (harness/testenv) so that any package's tests reach it.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
 }

@@ -43,7 +43,11 @@ func ShopBinary(t testing.TB) string {
 			goBin = "go"
 		}
 		cmd := exec.Command(goBin, append(args, "./cmd/shop")...)
-		cmd.Dir = moduleRoot()
+		cmd.Dir, err = RepoRoot()
+		if err != nil {
+			shopBin.err = err
+			return
+		}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			shopBin.err = errors.New(err.Error() + "\n" + string(out))
 			return
@@ -56,8 +60,23 @@ func ShopBinary(t testing.TB) string {
 	return shopBin.path
 }
 
-// moduleRoot is the folder of go.mod, two above this file's.
-func moduleRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+// RepoRoot is the repository's top folder, the module's: the nearest
+// folder holding go.mod at or above the working directory (a test's is
+// its package's). It is found from there, not from this file's path,
+// which a build with -trimpath (make's GOFLAGS) does not record.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod at or above the working directory")
+		}
+		dir = parent
+	}
 }
