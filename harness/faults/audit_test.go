@@ -124,10 +124,11 @@ const quiet = 2500 * time.Millisecond
 // settle waits until no payment and no refund is processing (the
 // reconcilers finish what the fault left in flight) and nothing has
 // changed for quiet, at most wait. It returns the payments and the
-// refunds still processing. Nothing: neither the tables nor the
-// consumers' effects (readEvents), whose last reading it leaves in
-// c.settled, so that the events audit after it need not wait again for
-// what it has already seen stay still.
+// refunds still processing. "Nothing" is the tables and the consumers'
+// effects (readEvents) alike; settle leaves its last reading of the
+// effects, and since when it had not changed, in c.settled, so that the
+// events audit after it does not wait again for what it already saw stay
+// still.
 func settle(c *cluster, wait time.Duration) (payments, refunds int) {
 	deadline := time.Now().Add(wait)
 	var last, lastEvents string
