@@ -10,7 +10,7 @@ FUZZTIME ?= 30s
 # clone (a CI checkout, a git worktree) compiled the whole module again;
 # with it, clones share what is compiled. Tests find the repository from
 # their working directory (testenv.RepoRoot), not from source paths.
-export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
+export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 
 # The fault suite (harness/faults, docs/RELIABILITY.md): every flow under
 # Redis loss, a paused lock holder, gateway and database faults and replica

@@ -119,15 +119,6 @@ func (c *cluster) replicaURLs() []string {
 	return []string{c.replicas[0].url, c.replicas[1].url}
 }
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(wd, "..", "..")
-}
-
 // freePort returns a loopback port nothing listens on now.
 func freePort(t *testing.T) int {
 	t.Helper()

@@ -31,7 +31,13 @@ type size struct {
 	// brief are the phases of the rows marked brief (most of the refund storm's):
 	// shorter at the small size, so that CI runs them in about a
 	// minute and a quarter; at the large size the same as the others.
-	brief      [3]time.Duration
+	brief [3]time.Duration
+	// longTx is how long row 12 holds its transaction open: at the
+	// large size the 30 s of the outside attack that found the stall; at
+	// the small one 10 s, twice that row's receiptsWithin, which a
+	// relay held back by the transaction would make the receipts of its
+	// first payments miss by seconds.
+	longTx     time.Duration
 	clients    int // per flow
 	users      int
 	posts      int
@@ -42,10 +48,12 @@ func sizeFromEnv() size {
 	if os.Getenv("SHOP_FAULTS_SIZE") == "large" {
 		return size{name: "large", before: 8 * time.Second, during: 15 * time.Second, after: 12 * time.Second,
 			brief:   [3]time.Duration{8 * time.Second, 15 * time.Second, 12 * time.Second},
+			longTx:  30 * time.Second,
 			clients: 4, users: 200, posts: 5, flashStock: 6000}
 	}
 	return size{name: "small", before: 2 * time.Second, during: 5 * time.Second, after: 4 * time.Second,
 		brief:   [3]time.Duration{2 * time.Second, 3 * time.Second, 3 * time.Second},
+		longTx:  10 * time.Second,
 		clients: 2, users: 60, posts: 3, flashStock: 1500}
 }
 

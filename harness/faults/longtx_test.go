@@ -24,17 +24,6 @@ import (
 // so that what delivers the receipts is the relay and not the
 // redelivery; the row's floor is on the receipts' lag.
 
-// longTx is how long row 12 holds its transaction open at sz: at the
-// large size the 30 s of the outside attack that found the stall; at the
-// small one 10 s, twice receiptsWithin, which a stalled relay would make
-// the receipts of the first payments miss by seconds.
-func (sz size) longTx() time.Duration {
-	if sz.name == "large" {
-		return 30 * time.Second
-	}
-	return 10 * time.Second
-}
-
 // receiptsWithin is row 12's floor: every order paid while the
 // transaction is open has its receipt at the mailer within it of the
 // payment's commit. The relay polls every 100 ms and the consumer mails
@@ -45,7 +34,7 @@ const receiptsWithin = 5 * time.Second
 // longTransaction is row 12.
 func longTransaction() scenario {
 	var relayLag maxSampler
-	longTxFor := sizeFromEnv().longTx()
+	longTxFor := sizeFromEnv().longTx
 	return scenario{row: "12", flows: []string{flowPay}, during: longTxFor,
 		env:            []string{"SHOP_OUTBOX_REDELIVER_AFTER=30s"},
 		receiptsWithin: receiptsWithin,

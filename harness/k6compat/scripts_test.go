@@ -208,13 +208,12 @@ func TestScripts_CatchOverRefunds(t *testing.T) {
 	}
 }
 
-// scriptsDir is loadtest/k6 at the module's root, two folders above the
-// test's working directory, its package's (harness/k6compat).
+// scriptsDir is loadtest/k6 at the module's root.
 func scriptsDir(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "loadtest", "k6"))
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dir
+	return filepath.Join(root, "loadtest", "k6")
 }

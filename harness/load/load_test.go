@@ -94,10 +94,8 @@ func (s stack) served(t *testing.T) int {
 	return int(total)
 }
 
-// moduleRoot is two folders above the test's working directory, its
-// package's (harness/load).
 func moduleRoot(t *testing.T) string {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
